@@ -1,0 +1,127 @@
+"""What makes a topic name, a partition number and a record acceptable, and which
+partition a record goes to.
+
+Rules:
+- Topic names are 1..topic_name_chars_max characters of [A-Za-z0-9._-], and not "." or
+  "..", as in Kafka, so a name is safe in a path, a URL and a shell word.
+- A record's key, value and headers each have a size bound; a batch has a count bound.
+- A record with an explicit partition goes there. One with a key goes to
+  crc32(key) mod partitions, so equal keys always share a partition. One with neither goes
+  round robin from a starting point the caller passes (the CLI starts at a random
+  partition so that one-record invocations spread over the topic).
+"""
+
+from __future__ import annotations
+
+import re
+import zlib
+from collections.abc import Sequence
+
+from broker.errors import BrokerError, ErrorCode
+from broker.limits import Limits
+from broker.types import NewRecord
+
+_TOPIC_NAME = re.compile(r"^[A-Za-z0-9._-]+$")
+
+
+def check_topic_name(name: str, limits: Limits) -> None:
+    if not name:
+        raise BrokerError(
+            ErrorCode.INVALID_TOPIC_NAME,
+            "topic name is empty",
+            hint="use 1 to 249 characters from A-Z a-z 0-9 . _ -",
+        )
+    if len(name) > limits.topic_name_chars_max:
+        raise BrokerError(
+            ErrorCode.INVALID_TOPIC_NAME,
+            f"topic name is {len(name)} characters; the limit is {limits.topic_name_chars_max}",
+            topic=name[:40] + "...",
+        )
+    if not _TOPIC_NAME.match(name) or name in {".", ".."}:
+        raise BrokerError(
+            ErrorCode.INVALID_TOPIC_NAME,
+            f"topic name {name!r} has characters other than A-Z a-z 0-9 . _ -",
+            topic=name,
+        )
+
+
+def check_partition_count(partitions: int, limits: Limits) -> None:
+    if not 1 <= partitions <= limits.topic_partitions_max:
+        raise BrokerError(
+            ErrorCode.INVALID_ARGUMENT,
+            f"a topic has 1 to {limits.topic_partitions_max} partitions, not {partitions}",
+            partitions=partitions,
+        )
+
+
+def check_partition(topic: str, partition: int, partitions: int) -> None:
+    if not 0 <= partition < partitions:
+        raise BrokerError(
+            ErrorCode.UNKNOWN_PARTITION,
+            f"topic {topic} has partitions 0..{partitions - 1}; there is no partition {partition}",
+            topic=topic,
+            partition=partition,
+            partitions=partitions,
+        )
+
+
+def check_records(records: Sequence[NewRecord], limits: Limits) -> None:
+    if not records:
+        raise BrokerError(ErrorCode.INVALID_ARGUMENT, "nothing to append: the batch is empty")
+    if len(records) > limits.append_records_max:
+        raise BrokerError(
+            ErrorCode.RECORD_TOO_LARGE,
+            f"a batch holds at most {limits.append_records_max} records, not {len(records)}",
+            hint="split the batch",
+        )
+    total = sum(_check_record(index, record, limits) for index, record in enumerate(records))
+    if total > limits.append_bytes_max:
+        raise BrokerError(
+            ErrorCode.RECORD_TOO_LARGE,
+            f"a batch holds at most {limits.append_bytes_max} bytes, not {total}",
+            hint="split the batch",
+        )
+
+
+def _check_record(index: int, record: NewRecord, limits: Limits) -> int:
+    def too_large(what: str, size: int, limit: int) -> BrokerError:
+        return BrokerError(
+            ErrorCode.RECORD_TOO_LARGE,
+            f"record {index}: {what} is {size} bytes; the limit is {limit}",
+            index=index,
+            size=size,
+            limit=limit,
+        )
+
+    size = len(record.value)
+    if size > limits.record_value_bytes_max:
+        raise too_large("value", size, limits.record_value_bytes_max)
+    if record.key is None and not record.headers:
+        return size
+    key_size = len(record.key) if record.key is not None else 0
+    if key_size > limits.record_key_bytes_max:
+        raise too_large("key", key_size, limits.record_key_bytes_max)
+    if len(record.headers) > limits.record_headers_max:
+        raise BrokerError(
+            ErrorCode.RECORD_TOO_LARGE,
+            f"record {index}: {len(record.headers)} headers; the limit is "
+            f"{limits.record_headers_max}",
+        )
+    size += key_size
+    for name, value in record.headers:
+        if not name or len(name) > limits.header_key_chars_max:
+            raise BrokerError(
+                ErrorCode.INVALID_ARGUMENT,
+                f"record {index}: header names are 1 to {limits.header_key_chars_max} characters",
+            )
+        if len(value) > limits.header_value_bytes_max:
+            raise too_large(f"header {name!r}", len(value), limits.header_value_bytes_max)
+        size += len(value)
+    return size
+
+
+def choose_partition(key: bytes | None, partitions: int, round_robin: int) -> int:
+    """The partition for a record that names none (see the module rules)."""
+    if key is not None:
+        return zlib.crc32(key) % partitions
+    return round_robin % partitions

@@ -1,0 +1,214 @@
+"""The one place where broker/core's decisions meet storage.
+
+Every operation follows the same shape: validate the input (core), open one SQLite
+transaction, load what the decision needs, decide (core), write, COMMIT, and only then
+answer. A failed operation rolls back and leaves nothing behind. The engine holds no
+state that another process sharing the data directory could make stale: what it needs it
+reads inside the transaction.
+"""
+
+from __future__ import annotations
+
+import operator
+import random
+import sqlite3
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from broker.core import records as record_rules
+from broker.errors import BrokerError, ErrorCode
+from broker.limits import DEFAULT_LIMITS, Limits
+from broker.storage import logs
+from broker.storage.database import SCHEMA_VERSION, Database, Durability
+from broker.types import (
+    NO_PRODUCER,
+    AppendResult,
+    BrokerStatus,
+    NewRecord,
+    ProducerFields,
+    Record,
+    TopicInfo,
+)
+
+Clock = Callable[[], int]
+_VALUE = operator.itemgetter(5)
+
+
+def wall_clock_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+class Engine:
+    """A data directory opened in this process."""
+
+    def __init__(self, database: Database, limits: Limits, clock: Clock) -> None:
+        self.database = database
+        self.limits = limits
+        self.clock = clock
+        self._round_robin = random.randrange(1 << 30)
+
+    @classmethod
+    def open(
+        cls,
+        path: str | Path,
+        *,
+        durability: Durability = "full",
+        limits: Limits = DEFAULT_LIMITS,
+        clock: Clock = wall_clock_ms,
+    ) -> Engine:
+        database = Database.open(Path(path), durability, limits.busy_timeout_ms)
+        return cls(database, limits, clock)
+
+    def close(self) -> None:
+        self.database.close()
+
+    def __enter__(self) -> Engine:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    # topics -------------------------------------------------------------------------
+
+    def create_topic(
+        self, name: str, partitions: int = 1, *, owner_group: str | None = None
+    ) -> TopicInfo:
+        record_rules.check_topic_name(name, self.limits)
+        record_rules.check_partition_count(partitions, self.limits)
+        with self.database.write() as conn:
+            if logs.topic_by_name(conn, name) is not None:
+                raise BrokerError(
+                    ErrorCode.TOPIC_EXISTS, f"topic {name} already exists", topic=name
+                )
+            row = logs.insert_topic(conn, name, partitions, self.clock(), owner_group)
+            return self._topic_info(conn, row)
+
+    def delete_topic(self, name: str) -> None:
+        with self.database.write() as conn:
+            logs.delete_topic(conn, self._topic(conn, name))
+
+    def list_topics(self) -> list[TopicInfo]:
+        with self.database.read() as conn:
+            return [self._topic_info(conn, row) for row in logs.all_topics(conn)]
+
+    def describe_topic(self, name: str) -> TopicInfo:
+        with self.database.read() as conn:
+            return self._topic_info(conn, self._topic(conn, name))
+
+    def end_offsets(self, topic: str) -> list[int]:
+        return [p.end_offset for p in self.describe_topic(topic).partition_details]
+
+    # records ------------------------------------------------------------------------
+
+    def produce(
+        self,
+        topic: str,
+        records: Sequence[NewRecord],
+        *,
+        producer: ProducerFields = NO_PRODUCER,
+    ) -> list[AppendResult]:
+        """Append records, each to its own or a chosen partition, in one transaction.
+
+        Results come back in the order of `records`.
+        """
+        record_rules.check_records(records, self.limits)
+        with self.database.write() as conn:
+            row = self._topic(conn, topic)
+            by_partition = self._route(row, records)
+            now_ms = self.clock()
+            offsets: dict[int, int] = {}
+            for partition, indexes in by_partition.items():
+                batch = [records[i] for i in indexes]
+                offsets[partition] = logs.append(conn, row, partition, batch, now_ms, producer)
+        results: list[AppendResult] = [_PENDING] * len(records)
+        for partition, indexes in by_partition.items():
+            base_offset = offsets[partition]
+            for position, index in enumerate(indexes):
+                results[index] = AppendResult(topic, partition, base_offset + position)
+        return results
+
+    def read(
+        self,
+        topic: str,
+        partition: int,
+        offset: int,
+        max_records: int | None = None,
+    ) -> list[Record]:
+        """Records of one partition from `offset`, at most max_records and about
+        read_bytes_max bytes (always at least one record when there is one)."""
+        if offset < 0:
+            raise BrokerError(
+                ErrorCode.INVALID_ARGUMENT, f"offsets start at 0, not {offset}", offset=offset
+            )
+        limit = min(max_records or self.limits.read_records_max, self.limits.read_records_max)
+        with self.database.read() as conn:
+            row = self._topic(conn, topic)
+            record_rules.check_partition(topic, partition, row.partitions)
+            found = logs.read(conn, row, partition, offset, limit)
+        return _within_bytes(found, self.limits.read_bytes_max)
+
+    # status -------------------------------------------------------------------------
+
+    def status(self) -> BrokerStatus:
+        topics = tuple(self.list_topics())
+        database_bytes, wal_bytes = self.database.file_sizes()
+        return BrokerStatus(
+            data_dir=str(self.database.data_dir.path.resolve()),
+            schema_version=SCHEMA_VERSION,
+            durability=self.database.durability,
+            database_bytes=database_bytes,
+            wal_bytes=wal_bytes,
+            topics=topics,
+        )
+
+    # helpers ------------------------------------------------------------------------
+
+    def _topic(self, conn: sqlite3.Connection, name: str) -> logs.TopicRow:
+        row = logs.topic_by_name(conn, name)
+        if row is None:
+            raise BrokerError(
+                ErrorCode.UNKNOWN_TOPIC,
+                f"topic {name} does not exist",
+                topic=name,
+                hint=f"create it with: fencelog topic create {name}",
+            )
+        return row
+
+    def _topic_info(self, conn: sqlite3.Connection, row: logs.TopicRow) -> TopicInfo:
+        return TopicInfo(
+            name=row.name,
+            partitions=row.partitions,
+            created_ms=row.created_ms,
+            owner_group=row.owner_group,
+            partition_details=logs.partition_infos(conn, row),
+        )
+
+    def _route(self, row: logs.TopicRow, records: Sequence[NewRecord]) -> dict[int, list[int]]:
+        """Each record's partition, as {partition: [indexes into records]}."""
+        by_partition: dict[int, list[int]] = {}
+        for index, record in enumerate(records):
+            partition = record.partition
+            if partition is None:
+                partition = record_rules.choose_partition(
+                    record.key, row.partitions, self._round_robin
+                )
+                self._round_robin += record.key is None
+            elif not 0 <= partition < row.partitions:
+                record_rules.check_partition(row.name, partition, row.partitions)
+            by_partition.setdefault(partition, []).append(index)
+        return by_partition
+
+
+_PENDING = AppendResult("", -1, -1)
+
+
+def _within_bytes(found: list[Record], bytes_max: int) -> list[Record]:
+    if sum(map(len, map(_VALUE, found))) <= bytes_max:
+        return found
+    total = 0
+    for index, record in enumerate(found):
+        total += len(record.value) + (len(record.key) if record.key else 0)
+        if total > bytes_max and index > 0:
+            return found[:index]
+    return found

@@ -1,0 +1,265 @@
+"""One SQLite database per data directory: opening it safely, migrating it, and the
+transactions every change goes through.
+
+Rules this module keeps:
+- WAL mode, `isolation_level=None`, and an explicit `BEGIN IMMEDIATE` for every write, so
+  several processes sharing a data directory serialise their writes in SQLite itself.
+- The schema is the numbered files in schema/, applied in order inside one writer
+  transaction; `PRAGMA user_version` records how many have been applied and
+  `PRAGMA application_id` marks the file as fencelog's.
+- A directory or file that is not fencelog's is refused before anything is written to it.
+- The data directory is 0700 and the database files 0600.
+- storage never decides: it persists what the engine tells it and translates SQLite's
+  failures into BrokerError.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import os
+import re
+import sqlite3
+from collections.abc import Iterator
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Final, Literal
+
+import msgpack
+
+from broker.errors import BrokerError, ErrorCode
+
+DB_FILE: Final = "fencelog.db"
+APPLICATION_ID: Final = 0x46454E43  # "FENC"
+Durability = Literal["full", "normal"]
+DURABILITIES: Final[tuple[Durability, ...]] = ("full", "normal")
+_SYNCHRONOUS: Final[dict[Durability, str]] = {"full": "FULL", "normal": "NORMAL"}
+# Files fencelog itself may leave in a data directory; anything else makes it foreign.
+_OWN_FILE = re.compile(r"^(fencelog\.db(-wal|-shm|-journal)?|server\.json|snapshots|.*\.tmp)$")
+
+sqlite3.register_converter(
+    "fencelog_headers", functools.partial(msgpack.unpackb, use_list=False, raw=False)
+)
+
+
+def encode_headers(headers: tuple[tuple[str, bytes], ...]) -> bytes:
+    return msgpack.packb(headers, use_bin_type=True)
+
+
+EMPTY_HEADERS: Final = encode_headers(())
+
+
+def _schema_scripts() -> list[tuple[int, str]]:
+    folder = resources.files(__package__).joinpath("schema")
+    scripts = []
+    for entry in folder.iterdir():
+        match = re.match(r"^(\d{3})_\w+\.sql$", entry.name)
+        if match:
+            scripts.append((int(match.group(1)), entry.read_text(encoding="utf-8")))
+    scripts.sort()
+    assert [number for number, _ in scripts] == list(range(1, len(scripts) + 1))
+    return scripts
+
+
+SCHEMA_SCRIPTS: Final = _schema_scripts()
+SCHEMA_VERSION: Final = len(SCHEMA_SCRIPTS)
+
+
+def _statements(script: str) -> Iterator[str]:
+    """Split a schema script into complete statements (triggers included)."""
+    pending = ""
+    for line in script.splitlines(keepends=True):
+        pending += line
+        if sqlite3.complete_statement(pending):
+            yield pending
+            pending = ""
+    assert not pending.strip(), "schema script ends mid-statement"
+
+
+@dataclass(frozen=True, slots=True)
+class DataDir:
+    path: Path
+
+    @property
+    def db_path(self) -> Path:
+        return self.path / DB_FILE
+
+    def prepare(self) -> None:
+        """Create the directory (0700) or check that an existing one is fencelog's."""
+        if self.path.exists() and not self.path.is_dir():
+            raise BrokerError(
+                ErrorCode.DATA_DIR_UNREADABLE,
+                f"{self.path} is not a directory",
+                path=str(self.path),
+                hint="pass --broker a directory path (or tcp://HOST:PORT)",
+            )
+        try:
+            self.path.mkdir(mode=0o700, parents=True, exist_ok=True)
+            names = os.listdir(self.path)
+        except OSError as exc:
+            raise BrokerError(
+                ErrorCode.DATA_DIR_UNREADABLE,
+                f"cannot use data directory {self.path}: {exc.strerror}",
+                path=str(self.path),
+                hint="check the path and its permissions",
+            ) from exc
+        if DB_FILE not in names and any(not _OWN_FILE.match(name) for name in names):
+            raise BrokerError(
+                ErrorCode.FOREIGN_DATA_DIR,
+                f"{self.path} is not empty and holds no fencelog data",
+                path=str(self.path),
+                hint="point --broker at an empty or fencelog directory",
+            )
+
+
+class Database:
+    """A connection to one data directory's database."""
+
+    def __init__(self, conn: sqlite3.Connection, data_dir: DataDir, durability: Durability):
+        self.conn = conn
+        self.data_dir = data_dir
+        self.durability = durability
+
+    @classmethod
+    def open(
+        cls, path: Path, durability: Durability = "full", busy_timeout_ms: int = 30_000
+    ) -> Database:
+        if durability not in DURABILITIES:
+            raise BrokerError(
+                ErrorCode.INVALID_ARGUMENT,
+                f"unknown durability {durability!r}",
+                hint="use full or normal",
+            )
+        data_dir = DataDir(path)
+        data_dir.prepare()
+        old_umask = os.umask(0o077)
+        try:
+            conn = sqlite3.connect(
+                data_dir.db_path,
+                isolation_level=None,
+                check_same_thread=False,
+                detect_types=sqlite3.PARSE_COLNAMES,
+                timeout=busy_timeout_ms / 1000,
+            )
+        except sqlite3.Error as exc:
+            raise BrokerError(
+                ErrorCode.DATA_DIR_UNREADABLE,
+                f"cannot open {data_dir.db_path}: {exc}",
+                path=str(data_dir.db_path),
+            ) from exc
+        finally:
+            os.umask(old_umask)
+        database = cls(conn, data_dir, durability)
+        try:
+            database._configure(busy_timeout_ms)
+            database._migrate()
+        except BaseException:
+            conn.close()
+            raise
+        return database
+
+    def _configure(self, busy_timeout_ms: int) -> None:
+        try:
+            application_id = self.conn.execute("PRAGMA application_id").fetchone()[0]
+            tables = self.conn.execute("SELECT count(*) FROM sqlite_schema").fetchone()[0]
+        except sqlite3.DatabaseError as exc:
+            raise BrokerError(
+                ErrorCode.FOREIGN_DATA_DIR,
+                f"{self.data_dir.db_path} is not a fencelog database ({exc})",
+                path=str(self.data_dir.db_path),
+                hint="point --broker at an empty or fencelog directory",
+            ) from exc
+        if application_id != APPLICATION_ID and (application_id != 0 or tables != 0):
+            raise BrokerError(
+                ErrorCode.FOREIGN_DATA_DIR,
+                f"{self.data_dir.db_path} is a SQLite database, but not fencelog's",
+                path=str(self.data_dir.db_path),
+                hint="point --broker at an empty or fencelog directory",
+            )
+        self.conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout_ms)}")
+        self.conn.execute("PRAGMA journal_mode = WAL")
+        self.conn.execute(f"PRAGMA synchronous = {_SYNCHRONOUS[self.durability]}")
+        for name in (DB_FILE, DB_FILE + "-wal", DB_FILE + "-shm"):
+            with contextlib.suppress(FileNotFoundError):
+                os.chmod(self.data_dir.path / name, 0o600)
+
+    def schema_version(self) -> int:
+        return int(self.conn.execute("PRAGMA user_version").fetchone()[0])
+
+    def _migrate(self) -> None:
+        if self.schema_version() == SCHEMA_VERSION:
+            return
+        with self.write() as conn:
+            version = self.schema_version()
+            if version > SCHEMA_VERSION:
+                raise BrokerError(
+                    ErrorCode.SCHEMA_TOO_NEW,
+                    f"{self.data_dir.path} has schema version {version}; "
+                    f"this fencelog knows up to {SCHEMA_VERSION}",
+                    found=version,
+                    supported=SCHEMA_VERSION,
+                    hint="upgrade fencelog to open this data directory",
+                )
+            for number, script in SCHEMA_SCRIPTS[version:]:
+                for statement in _statements(script):
+                    conn.execute(statement)
+                conn.execute(f"PRAGMA user_version = {number}")
+            conn.execute(f"PRAGMA application_id = {APPLICATION_ID}")
+
+    @contextlib.contextmanager
+    def write(self) -> Iterator[sqlite3.Connection]:
+        """One writer transaction: BEGIN IMMEDIATE ... COMMIT, or ROLLBACK on any error."""
+        with _translated("write"):
+            self.conn.execute("BEGIN IMMEDIATE")
+        try:
+            with _translated("write"):
+                yield self.conn
+        except BaseException:
+            if self.conn.in_transaction:
+                self.conn.execute("ROLLBACK")
+            raise
+        with _translated("commit"):
+            self.conn.execute("COMMIT")
+
+    @contextlib.contextmanager
+    def read(self) -> Iterator[sqlite3.Connection]:
+        """A consistent snapshot for several reads (a deferred transaction)."""
+        with _translated("read"):
+            self.conn.execute("BEGIN")
+        try:
+            yield self.conn
+        finally:
+            if self.conn.in_transaction:
+                self.conn.execute("COMMIT")
+
+    def file_sizes(self) -> tuple[int, int]:
+        sizes = []
+        for name in (DB_FILE, DB_FILE + "-wal"):
+            try:
+                sizes.append((self.data_dir.path / name).stat().st_size)
+            except FileNotFoundError:
+                sizes.append(0)
+        return sizes[0], sizes[1]
+
+    def close(self) -> None:
+        self.conn.close()
+
+
+@contextlib.contextmanager
+def _translated(operation: str) -> Iterator[None]:
+    try:
+        yield
+    except (sqlite3.OperationalError, sqlite3.DatabaseError) as exc:
+        if isinstance(exc, sqlite3.IntegrityError):
+            raise
+        message = str(exc)
+        if "locked" in message or "busy" in message:
+            raise BrokerError(
+                ErrorCode.STORAGE_BUSY,
+                f"the data directory stayed locked by another writer during {operation}",
+                hint="retry; a long-running writer holds the database",
+            ) from exc
+        raise BrokerError(
+            ErrorCode.STORAGE_FAILED, f"storage failed during {operation}: {message}"
+        ) from exc

@@ -1,0 +1,119 @@
+"""Topics, partitions and their logs in SQLite: the rows, never the rules.
+
+Every function takes the connection of a transaction the engine opened and does exactly
+what its name says. Whether a topic may be created or a record appended is decided by the
+engine and broker/core before these are called.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from broker.storage.database import EMPTY_HEADERS, encode_headers
+from broker.storage.queries import Q
+from broker.types import NewRecord, PartitionInfo, ProducerFields, Record
+
+
+@dataclass(frozen=True, slots=True)
+class TopicRow:
+    topic_id: int
+    name: str
+    partitions: int
+    created_ms: int
+    owner_group: str | None
+
+
+def insert_topic(
+    conn: sqlite3.Connection, name: str, partitions: int, created_ms: int, owner_group: str | None
+) -> TopicRow:
+    cursor = conn.execute(Q["topic_insert"], (name, partitions, created_ms, owner_group))
+    topic_id = cursor.lastrowid
+    assert topic_id is not None
+    conn.executemany(Q["partition_insert"], ((topic_id, p) for p in range(partitions)))
+    return TopicRow(topic_id, name, partitions, created_ms, owner_group)
+
+
+def topic_by_name(conn: sqlite3.Connection, name: str) -> TopicRow | None:
+    row = conn.execute(Q["topic_by_name"], (name,)).fetchone()
+    return TopicRow(*row) if row else None
+
+
+def all_topics(conn: sqlite3.Connection) -> list[TopicRow]:
+    return [TopicRow(*row) for row in conn.execute(Q["topics_all"])]
+
+
+def delete_topic(conn: sqlite3.Connection, topic: TopicRow) -> None:
+    conn.execute(Q["records_delete_topic"], (topic.topic_id,))
+    conn.execute(Q["partitions_delete_topic"], (topic.topic_id,))
+    conn.execute(Q["topic_delete"], (topic.topic_id,))
+
+
+def partition_infos(conn: sqlite3.Connection, topic: TopicRow) -> tuple[PartitionInfo, ...]:
+    return tuple(
+        PartitionInfo(partition, 0, next_offset, next_offset, size)
+        for partition, next_offset, size in conn.execute(
+            Q["partitions_of_topic"], (topic.topic_id,)
+        )
+    )
+
+
+def end_offset(conn: sqlite3.Connection, topic: TopicRow, partition: int) -> int:
+    row = conn.execute(Q["partition_end"], (topic.topic_id, partition)).fetchone()
+    assert row is not None, "partition rows exist for every partition of a topic"
+    return int(row[0])
+
+
+def append(
+    conn: sqlite3.Connection,
+    topic: TopicRow,
+    partition: int,
+    records: Sequence[NewRecord],
+    now_ms: int,
+    producer: ProducerFields,
+) -> int:
+    """Append records to one partition's log; return the offset of the first."""
+    base_offset = end_offset(conn, topic, partition)
+    topic_id = topic.topic_id
+    pid, generation, epoch, txn_id = (
+        producer.producer_id,
+        producer.generation,
+        producer.epoch,
+        producer.txn_id,
+    )
+    first_sequence = producer.first_sequence
+    rows = (
+        (
+            topic_id,
+            partition,
+            base_offset + index,
+            now_ms if record.timestamp_ms is None else record.timestamp_ms,
+            record.key,
+            record.value,
+            encode_headers(record.headers) if record.headers else EMPTY_HEADERS,
+            pid,
+            generation,
+            first_sequence + index if pid else 0,
+            epoch,
+            txn_id,
+        )
+        for index, record in enumerate(records)
+    )
+    conn.executemany(Q["record_insert"], rows)
+    size = _stored_bytes(records)
+    conn.execute(Q["partition_advance"], (len(records), size, topic_id, partition))
+    return base_offset
+
+
+def _stored_bytes(records: Iterable[NewRecord]) -> int:
+    return sum(len(r.value) + (len(r.key) if r.key else 0) for r in records)
+
+
+def read(
+    conn: sqlite3.Connection, topic: TopicRow, partition: int, offset: int, max_records: int
+) -> list[Record]:
+    cursor = conn.execute(
+        Q["records_read"], (topic.name, topic.topic_id, partition, offset, max_records)
+    )
+    return list(map(Record._make, cursor))
