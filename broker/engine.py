@@ -46,7 +46,7 @@ class Engine:
         self.database = database
         self.limits = limits
         self.clock = clock
-        self._round_robin = random.randrange(1 << 30)
+        self._round_robin = random.randrange(1 << 30)  # noqa: S311 - spreading, not secrecy
 
     @classmethod
     def open(

@@ -44,7 +44,8 @@ sqlite3.register_converter(
 
 
 def encode_headers(headers: tuple[tuple[str, bytes], ...]) -> bytes:
-    return msgpack.packb(headers, use_bin_type=True)
+    packed: bytes = msgpack.packb(headers, use_bin_type=True)
+    return packed
 
 
 EMPTY_HEADERS: Final = encode_headers(())

@@ -1,0 +1,308 @@
+"""The Python client: one interface whether the broker is embedded or served.
+
+    from broker.client import connect
+    with connect("./.fencelog") as client:          # a data directory: embedded
+        client.create_topic("orders", partitions=4)
+        client.produce("orders", [b"a", b"b"], key=b"k")
+        for record in client.consume("orders", partition=0, start=0, max_records=100):
+            ...
+
+`connect()` picks the transport from the target: a path opens the data directory in this
+process (several processes may share it). The consume loop, batching and argument checks
+live here once; a transport only supplies the primitive operations (`_Transport`).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Iterable, Iterator, Sequence
+from pathlib import Path
+from typing import Final, Literal, Protocol
+
+from broker.engine import Clock, Engine, wall_clock_ms
+from broker.errors import BrokerError, ErrorCode
+from broker.limits import DEFAULT_LIMITS, Limits
+from broker.storage.database import Durability
+from broker.types import (
+    NO_PRODUCER,
+    AppendResult,
+    BrokerStatus,
+    Headers,
+    NewRecord,
+    ProducerFields,
+    Record,
+    TopicInfo,
+)
+from broker.watch import WalWatcher
+
+DEFAULT_BROKER: Final = "./.fencelog"
+Start = int | Literal["beginning", "end"]
+Value = bytes | str | NewRecord
+
+
+class _Transport(Protocol):
+    limits: Limits
+
+    def create_topic(self, name: str, partitions: int, *, owner_group: str | None) -> TopicInfo: ...
+    def delete_topic(self, name: str) -> None: ...
+    def list_topics(self) -> list[TopicInfo]: ...
+    def describe_topic(self, name: str) -> TopicInfo: ...
+    def status(self) -> BrokerStatus: ...
+    def produce(
+        self, topic: str, records: Sequence[NewRecord], *, producer: ProducerFields
+    ) -> list[AppendResult]: ...
+    def fetch(
+        self, topic: str, positions: dict[int, int], max_records: int, wait_ms: int
+    ) -> list[Record]: ...
+    def close(self) -> None: ...
+
+
+class EmbeddedTransport:
+    """The engine in this process; waits for other processes' writes through the WAL."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+        self.limits = engine.limits
+        self._watcher: WalWatcher | None = None
+        self.create_topic = engine.create_topic
+        self.delete_topic = engine.delete_topic
+        self.list_topics = engine.list_topics
+        self.describe_topic = engine.describe_topic
+        self.status = engine.status
+        self.produce = engine.produce
+
+    def fetch(
+        self, topic: str, positions: dict[int, int], max_records: int, wait_ms: int
+    ) -> list[Record]:
+        deadline = time.monotonic() + wait_ms / 1000
+        while True:
+            found = self._read_once(topic, positions, max_records)
+            remaining = deadline - time.monotonic()
+            if found or remaining <= 0:
+                return found
+            if self._watcher is None:
+                # Watch first, then read again: a write between the two is not missed.
+                self._watcher = WalWatcher(self.engine.database.data_dir.path)
+                continue
+            self._watcher.wait(remaining)
+
+    def _read_once(self, topic: str, positions: dict[int, int], max_records: int) -> list[Record]:
+        found: list[Record] = []
+        for partition, offset in positions.items():
+            found += self.engine.read(topic, partition, offset, max_records - len(found))
+            if len(found) >= max_records:
+                break
+        return found
+
+    def close(self) -> None:
+        if self._watcher is not None:
+            self._watcher.close()
+        self.engine.close()
+
+
+class Client:
+    """A connection to one broker. Use it as a context manager, or call close()."""
+
+    def __init__(self, transport: _Transport, target: str) -> None:
+        self._transport = transport
+        self.target = target
+        self.limits = transport.limits
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self._transport.close()
+
+    # topics -------------------------------------------------------------------------
+
+    def create_topic(
+        self, name: str, partitions: int = 1, *, owner_group: str | None = None
+    ) -> TopicInfo:
+        return self._transport.create_topic(name, partitions, owner_group=owner_group)
+
+    def delete_topic(self, name: str) -> None:
+        self._transport.delete_topic(name)
+
+    def list_topics(self) -> list[TopicInfo]:
+        return self._transport.list_topics()
+
+    def describe_topic(self, name: str) -> TopicInfo:
+        return self._transport.describe_topic(name)
+
+    def end_offsets(self, topic: str) -> list[int]:
+        return [p.end_offset for p in self.describe_topic(topic).partition_details]
+
+    def status(self) -> BrokerStatus:
+        return self._transport.status()
+
+    # produce ------------------------------------------------------------------------
+
+    def produce(
+        self,
+        topic: str,
+        values: Iterable[Value],
+        *,
+        key: bytes | str | None = None,
+        partition: int | None = None,
+        headers: Headers = (),
+        producer: ProducerFields = NO_PRODUCER,
+    ) -> list[AppendResult]:
+        """Append values (bytes, str, or NewRecord for per-record keys and partitions).
+
+        `key`, `partition` and `headers` apply to every value given as bytes or str.
+        Each batch of up to append_records_max records is one atomic append; results come
+        back in the order of `values`.
+        """
+        default_key = _as_bytes(key) if key is not None else None
+        records = [
+            value
+            if isinstance(value, NewRecord)
+            else NewRecord(_as_bytes(value), default_key, headers, partition)
+            for value in values
+        ]
+        results: list[AppendResult] = []
+        step = self.limits.append_records_max
+        for start in range(0, len(records), step):
+            batch = records[start : start + step]
+            results += self._transport.produce(topic, batch, producer=producer)
+        return results
+
+    # consume ------------------------------------------------------------------------
+
+    def fetch(
+        self,
+        topic: str,
+        positions: dict[int, int],
+        *,
+        max_records: int | None = None,
+        wait_ms: int = 0,
+    ) -> list[Record]:
+        """One fetch from several partitions ({partition: next offset}); waits up to
+        wait_ms for a record when none is there yet."""
+        if wait_ms < 0:
+            raise BrokerError(ErrorCode.INVALID_ARGUMENT, f"wait_ms must be >= 0, not {wait_ms}")
+        limit = min(max_records or self.limits.read_records_max, self.limits.read_records_max)
+        return self._transport.fetch(topic, positions, limit, wait_ms)
+
+    def positions(
+        self, topic: str, partitions: int | Sequence[int] | None, start: Start
+    ) -> dict[int, int]:
+        """The starting offset of each partition to read, from a partition choice and a
+        start: "beginning", "end", or an offset (applied to every chosen partition)."""
+        info = self.describe_topic(topic)
+        if partitions is None:
+            chosen: Sequence[int] = range(info.partitions)
+        elif isinstance(partitions, int):
+            chosen = [partitions]
+        else:
+            chosen = partitions
+        ends = {p.partition: p.end_offset for p in info.partition_details}
+        positions = {}
+        for partition in chosen:
+            if partition not in ends:
+                raise BrokerError(
+                    ErrorCode.UNKNOWN_PARTITION,
+                    f"topic {topic} has partitions 0..{info.partitions - 1}; "
+                    f"there is no partition {partition}",
+                    topic=topic,
+                    partition=partition,
+                )
+            positions[partition] = _start_offset(start, ends[partition])
+        return positions
+
+    def consume(
+        self,
+        topic: str,
+        *,
+        partition: int | Sequence[int] | None = None,
+        start: Start = "beginning",
+        max_records: int | None = None,
+        follow: bool = False,
+        timeout_s: float | None = None,
+        poll_ms: int = 1_000,
+    ) -> Iterator[Record]:
+        """Records from `start`, partition by partition in fetch order.
+
+        Without `follow` it stops at the end offsets as they were when it started (a
+        bounded read); with `follow` it waits for new records until `max_records` have been
+        read or `timeout_s` passes with nothing new (None: forever).
+        """
+        if max_records is not None and max_records < 0:
+            raise BrokerError(ErrorCode.INVALID_ARGUMENT, "max_records must be >= 0")
+        positions = self.positions(topic, partition, start)
+        stop_at = None if follow else self.end_offsets(topic)
+        if stop_at is not None:
+            positions = {p: o for p, o in positions.items() if o < stop_at[p]}
+        remaining = max_records
+        idle_deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        while positions and remaining != 0:
+            wait_ms = _wait_ms(follow, poll_ms, idle_deadline)
+            batch = self.fetch(topic, positions, max_records=remaining, wait_ms=wait_ms)
+            for record in batch:
+                if stop_at is not None and record.offset >= stop_at[record.partition]:
+                    continue
+                positions[record.partition] = record.offset + 1
+                yield record
+                if remaining is not None:
+                    remaining -= 1
+                    if remaining == 0:
+                        return
+            if stop_at is not None:
+                positions = {p: o for p, o in positions.items() if o < stop_at[p]}
+            if batch:
+                idle_deadline = None if timeout_s is None else time.monotonic() + timeout_s
+            elif not follow or (idle_deadline is not None and time.monotonic() >= idle_deadline):
+                return
+
+
+def _wait_ms(follow: bool, poll_ms: int, idle_deadline: float | None) -> int:
+    if not follow:
+        return 0
+    if idle_deadline is None:
+        return poll_ms
+    return max(0, min(poll_ms, int((idle_deadline - time.monotonic()) * 1000)))
+
+
+def _start_offset(start: Start, end_offset: int) -> int:
+    if start == "beginning":
+        return 0
+    if start == "end":
+        return end_offset
+    if isinstance(start, int) and not isinstance(start, bool) and start >= 0:
+        return start
+    raise BrokerError(
+        ErrorCode.INVALID_ARGUMENT,
+        f"start must be 'beginning', 'end' or an offset >= 0, not {start!r}",
+    )
+
+
+def _as_bytes(value: bytes | str) -> bytes:
+    return value.encode("utf-8") if isinstance(value, str) else value
+
+
+def connect(
+    target: str | os.PathLike[str] | None = None,
+    *,
+    durability: Durability = "full",
+    limits: Limits = DEFAULT_LIMITS,
+    clock: Clock = wall_clock_ms,
+) -> Client:
+    """Connect to a broker: a data directory path (embedded). None means
+    $FENCELOG_BROKER, or ./.fencelog."""
+    name = os.fspath(target) if target is not None else None
+    name = name or os.environ.get("FENCELOG_BROKER") or DEFAULT_BROKER
+    if "://" in name:
+        scheme = name.split("://", 1)[0]
+        raise BrokerError(
+            ErrorCode.INVALID_ARGUMENT,
+            f"this fencelog opens data directories only; {scheme}:// is not supported",
+            target=name,
+            hint="pass a data directory path",
+        )
+    engine = Engine.open(Path(name), durability=durability, limits=limits, clock=clock)
+    return Client(EmbeddedTransport(engine), name)

@@ -1,0 +1,1 @@
+"""fencelog's command line: a thin Typer layer over broker.client. Only cli/ imports rich."""

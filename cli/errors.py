@@ -1,0 +1,61 @@
+"""The one place where a BrokerError becomes a message and an exit status.
+
+Exit statuses:
+    0    success (also: `consume --follow` stopped by Ctrl-C or SIGTERM)
+    1    an unexpected failure inside fencelog (a bug: please report it)
+    2    wrong command-line usage (unknown option, bad value for an option)
+    10+  a BrokerError: the status is the error code's number (broker/errors.py), so each
+         error class has its own status, listed in `fencelog --help` and fencelog(1).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any
+
+import click
+from typer.core import TyperGroup
+
+from broker.errors import BrokerError, ErrorCode
+
+JSON_ERRORS_KEY = "fencelog.json_errors"
+
+
+def exit_status(code: ErrorCode) -> int:
+    return int(code)
+
+
+def report(error: BrokerError, as_json: bool) -> None:
+    """One line on stderr: what failed and what to do."""
+    if as_json:
+        sys.stderr.write(json.dumps(error.to_dict(), default=str) + "\n")
+        return
+    line = f"error: {error.message}"
+    if error.hint:
+        line += f" ({error.hint})"
+    sys.stderr.write(f"{line} [{error.code.name}]\n")
+
+
+def exit_status_table() -> list[tuple[int, str]]:
+    rows = [(0, "success"), (1, "internal failure (a bug)"), (2, "usage error")]
+    rows += [(exit_status(code), code.name) for code in ErrorCode]
+    return rows
+
+
+class FencelogGroup(TyperGroup):
+    """The root command: turns a BrokerError from any subcommand into its exit status."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except BrokerError as error:
+            report(error, bool(ctx.meta.get(JSON_ERRORS_KEY)))
+            ctx.exit(exit_status(error.code))
+
+
+def json_option_callback(ctx: click.Context, _param: click.Parameter, value: bool) -> bool:
+    """--json also makes errors JSON objects."""
+    if value:
+        ctx.meta[JSON_ERRORS_KEY] = True
+    return value

@@ -1,0 +1,75 @@
+"""How keys and values travel through a shell: text, base64 or hex; and durations.
+
+text: produce takes each stdin line's bytes as they are (any bytes but the newline) and
+--value/--key as UTF-8. consume prints bytes as UTF-8; bytes that are not valid UTF-8 are
+shown as U+FFFD and the command warns once on stderr, pointing at --format base64, which
+(like hex) is lossless in both directions.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import enum
+import re
+
+from broker.errors import BrokerError, ErrorCode
+
+
+class Format(enum.StrEnum):
+    text = "text"
+    base64 = "base64"
+    hex = "hex"
+
+
+def decode_input(text: bytes, fmt: Format, what: str) -> bytes:
+    """Bytes of a key or value given on the command line or a stdin line."""
+    try:
+        if fmt is Format.base64:
+            return base64.b64decode(text, validate=True)
+        if fmt is Format.hex:
+            return bytes.fromhex(text.decode("ascii"))
+    except (binascii.Error, ValueError, UnicodeDecodeError) as exc:
+        raise BrokerError(
+            ErrorCode.INVALID_ARGUMENT,
+            f"{what} is not valid {fmt.value}: {text[:40]!r}",
+            hint=f"pass {fmt.value} data, or --format text",
+        ) from exc
+    return text
+
+
+class Rendering:
+    """Turns stored bytes into printable text; counts what text mode could not show."""
+
+    def __init__(self, fmt: Format) -> None:
+        self.format = fmt
+        self.lossy = 0
+
+    def show(self, data: bytes | None) -> str | None:
+        if data is None:
+            return None
+        if self.format is Format.base64:
+            return base64.b64encode(data).decode("ascii")
+        if self.format is Format.hex:
+            return data.hex()
+        try:
+            return data.decode("utf-8")
+        except UnicodeDecodeError:
+            self.lossy += 1
+            return data.decode("utf-8", errors="replace")
+
+
+_DURATION = re.compile(r"^(\d+(?:\.\d+)?)(ms|s|m|h)?$")
+_SCALE_S = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
+
+
+def parse_duration(text: str) -> float:
+    """Seconds from '250ms', '30s', '2m', '1h' or a plain number of seconds."""
+    match = _DURATION.match(text.strip())
+    if not match:
+        raise BrokerError(
+            ErrorCode.INVALID_ARGUMENT,
+            f"{text!r} is not a duration",
+            hint="use e.g. 500ms, 30s, 2m or a number of seconds",
+        )
+    return float(match.group(1)) * _SCALE_S[match.group(2)]

@@ -1,0 +1,54 @@
+"""Reading records from stdin, one per line, in batches that do not wait.
+
+A reader thread moves lines into a bounded queue; a batch is whatever is already queued
+(up to a count and a byte bound) once the first line arrives. A file is read in large
+batches; `tail -f` piped in is sent line by line as it comes.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+from collections.abc import Iterator
+from typing import BinaryIO
+
+_EOF = b""
+_QUEUE_LINES_MAX = 10_000
+
+
+def _pump(stream: BinaryIO, lines: queue.Queue[bytes]) -> None:
+    for line in stream:
+        lines.put(line)
+    lines.put(_EOF)
+
+
+def line_batches(stream: BinaryIO, records_max: int, bytes_max: int) -> Iterator[list[bytes]]:
+    """Lines without their line ending, batched; the last line needs no newline."""
+    lines: queue.Queue[bytes] = queue.Queue(maxsize=_QUEUE_LINES_MAX)
+    threading.Thread(target=_pump, args=(stream, lines), daemon=True, name="stdin").start()
+    done = False
+    while not done:
+        line = lines.get()
+        if line is _EOF:
+            return
+        batch = [_strip(line)]
+        size = len(line)
+        while len(batch) < records_max and size < bytes_max:
+            try:
+                line = lines.get_nowait()
+            except queue.Empty:
+                break
+            if line is _EOF:
+                done = True
+                break
+            batch.append(_strip(line))
+            size += len(line)
+        yield batch
+
+
+def _strip(line: bytes) -> bytes:
+    if line.endswith(b"\r\n"):
+        return line[:-2]
+    if line.endswith(b"\n"):
+        return line[:-1]
+    return line

@@ -1,0 +1,29 @@
+"""Options several commands share, declared once."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from cli.errors import json_option_callback
+from cli.formats import Format
+
+JsonFlag = Annotated[
+    bool,
+    typer.Option(
+        "--json",
+        help="Print one JSON object per line (errors too, on stderr).",
+        callback=json_option_callback,
+        is_eager=True,
+    ),
+]
+FormatOption = Annotated[
+    Format,
+    typer.Option(
+        "--format",
+        "-f",
+        help="How keys and values are written: text (UTF-8), base64 or hex (binary-safe).",
+        case_sensitive=False,
+    ),
+]

@@ -1,0 +1,154 @@
+"""fencelog produce: append records from --value options or stdin lines."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterable, Sequence
+from typing import Annotated
+
+import typer
+
+from broker.errors import BrokerError, ErrorCode
+from broker.types import AppendResult, Headers, NewRecord
+from cli.context import state
+from cli.formats import Format, decode_input
+from cli.lines import line_batches
+from cli.options import FormatOption, JsonFlag
+from cli.output import Output, progress
+
+
+def produce(
+    topic: Annotated[str, typer.Argument(help="Topic to append to.")],
+    values: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--value", "-v", help="A record value (repeatable). Without it: one per stdin line."
+        ),
+    ] = None,
+    key: Annotated[str | None, typer.Option("--key", "-k", help="Key for every record.")] = None,
+    key_separator: Annotated[
+        str | None,
+        typer.Option(
+            "--key-separator",
+            help="Split each stdin line at the first SEP into key and value.",
+            metavar="SEP",
+        ),
+    ] = None,
+    partition: Annotated[
+        int | None,
+        typer.Option(
+            "--partition",
+            "-p",
+            help="Partition for every record. Default: crc32(key) mod partitions, "
+            "or round robin without a key.",
+        ),
+    ] = None,
+    headers: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--header", "-H", help="A header NAME=VALUE (repeatable).", metavar="NAME=VALUE"
+        ),
+    ] = None,
+    fmt: FormatOption = Format.text,
+    as_json: JsonFlag = False,
+) -> None:
+    """Append records to a topic and report where each landed.
+
+    Each batch (every --value together, or the stdin lines already available) is appended
+    atomically. With --json, one object per record: topic, partition, offset.
+    """
+    if key is not None and key_separator is not None:
+        raise BrokerError(
+            ErrorCode.INVALID_ARGUMENT, "--key and --key-separator exclude each other"
+        )
+    if key_separator == "":
+        raise BrokerError(ErrorCode.INVALID_ARGUMENT, "--key-separator must not be empty")
+    record_key = decode_input(key.encode("utf-8", "surrogateescape"), fmt, "--key") if key else None
+    parsed = _headers(headers or [])
+    client = state().client()
+    out = Output(as_json)
+    summary = _Summary(topic)
+
+    def records_of(lines: Iterable[bytes]) -> list[NewRecord]:
+        return [_record(line, record_key, key_separator, parsed, partition, fmt) for line in lines]
+
+    if values:
+        encoded = [v.encode("utf-8", "surrogateescape") for v in values]
+        _emit(out, summary, client.produce(topic, records_of(encoded)))
+    else:
+        if sys.stdin.isatty():
+            sys.stderr.write("reading records from stdin, one per line; Ctrl-D ends\n")
+        limits = client.limits
+        batches = line_batches(
+            sys.stdin.buffer, limits.append_records_max, limits.append_bytes_max // 2
+        )
+        with progress(f"producing to {topic}", None) as advance:
+            for batch in batches:
+                _emit(out, summary, client.produce(topic, records_of(batch)))
+                advance(len(batch))
+    if not as_json:
+        out.line(summary.text())
+
+
+def _record(
+    line: bytes,
+    key: bytes | None,
+    separator: str | None,
+    headers: Headers,
+    partition: int | None,
+    fmt: Format,
+) -> NewRecord:
+    if separator is not None:
+        raw_key, found, raw_value = line.partition(separator.encode("utf-8"))
+        if not found:
+            raise BrokerError(
+                ErrorCode.INVALID_ARGUMENT,
+                f"line {line[:40]!r} has no key separator {separator!r}",
+            )
+        key = decode_input(raw_key, fmt, "key")
+        line = raw_value
+    return NewRecord(decode_input(line, fmt, "value"), key, headers, partition)
+
+
+def _headers(pairs: Sequence[str]) -> Headers:
+    parsed = []
+    for pair in pairs:
+        name, found, value = pair.partition("=")
+        if not found or not name:
+            raise BrokerError(
+                ErrorCode.INVALID_ARGUMENT,
+                f"header {pair!r} is not NAME=VALUE",
+                hint="e.g. --header trace=abc",
+            )
+        parsed.append((name, value.encode("utf-8", "surrogateescape")))
+    return tuple(parsed)
+
+
+class _Summary:
+    def __init__(self, topic: str) -> None:
+        self.topic = topic
+        self.ranges: dict[int, tuple[int, int]] = {}
+        self.count = 0
+
+    def add(self, result: AppendResult) -> None:
+        low, high = self.ranges.get(result.partition, (result.offset, result.offset))
+        self.ranges[result.partition] = (min(low, result.offset), max(high, result.offset))
+        self.count += 1
+
+    def text(self) -> str:
+        where = ", ".join(
+            f"partition {p} offsets {lo}-{hi}" if lo != hi else f"partition {p} offset {lo}"
+            for p, (lo, hi) in sorted(self.ranges.items())
+        )
+        plural = "record" if self.count == 1 else "records"
+        return f"produced {self.count} {plural} to {self.topic}" + (f": {where}" if where else "")
+
+
+def _emit(out: Output, summary: _Summary, results: list[AppendResult]) -> None:
+    for result in results:
+        summary.add(result)
+        if out.as_json:
+            out.json(
+                {"topic": result.topic, "partition": result.partition, "offset": result.offset}
+            )
+    out.flush()

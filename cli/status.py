@@ -1,0 +1,40 @@
+"""fencelog status: the data directory, its files, and every topic's end offsets."""
+
+from __future__ import annotations
+
+from cli.context import state
+from cli.options import JsonFlag
+from cli.output import Output
+from cli.topic import topic_dict
+
+
+def status(as_json: JsonFlag = False) -> None:
+    """Show the broker: data directory, schema, durability, sizes, topics, end offsets."""
+    info = state().client().status()
+    out = Output(as_json)
+    if as_json:
+        out.json(
+            {
+                "data_dir": info.data_dir,
+                "schema_version": info.schema_version,
+                "durability": info.durability,
+                "database_bytes": info.database_bytes,
+                "wal_bytes": info.wal_bytes,
+                "topics": [topic_dict(t, partitions=True) for t in info.topics],
+            }
+        )
+        return
+    summary = [
+        ("data directory", info.data_dir),
+        ("schema version", info.schema_version),
+        ("durability", info.durability),
+        ("database bytes", info.database_bytes),
+        ("wal bytes", info.wal_bytes),
+    ]
+    out.table("fencelog", ["", ""], summary)
+    rows = [
+        (t.name, p.partition, p.end_offset, p.records, p.bytes)
+        for t in info.topics
+        for p in t.partition_details
+    ]
+    out.table("end offsets", ["topic", "partition", "end offset", "records", "bytes"], rows)
