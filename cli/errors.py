@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import MutableMapping
 from typing import Any
 
 import click
@@ -44,7 +45,18 @@ def exit_status_table() -> list[tuple[int, str]]:
 
 
 class FencelogGroup(TyperGroup):
-    """The root command: turns a BrokerError from any subcommand into its exit status."""
+    """The root command: turns a BrokerError from any subcommand into its exit status,
+    and answers shell completion with click's standard protocol."""
+
+    def _main_shell_completion(
+        self,
+        ctx_args: MutableMapping[str, Any],
+        prog_name: str,
+        complete_var: str | None = None,
+    ) -> None:
+        # click's own completion protocol (_FENCELOG_COMPLETE=bash_complete ...), which the
+        # scripts in completions/ are generated for; Typer's variant needs private setup.
+        click.Command._main_shell_completion(self, ctx_args, prog_name, complete_var)
 
     def invoke(self, ctx: click.Context) -> Any:
         try:

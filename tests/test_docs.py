@@ -1,0 +1,52 @@
+"""man/ and completions/ are generated from the CLI and must be current."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from cli import docs
+
+
+def test_man_pages_and_completions_are_current() -> None:
+    stale = [str(path.relative_to(docs.ROOT)) for path in docs.stale_files()]
+    assert stale == [], f"regenerate with `make docs`: {stale}"
+
+
+def test_every_command_has_a_man_page() -> None:
+    pages = {path.name for path in (docs.ROOT / "man").iterdir()}
+    for name in ("fencelog.1", "fencelog-produce.1", "fencelog-consume.1", "fencelog-status.1"):
+        assert name in pages
+    assert {f"fencelog-topic-{c}.1" for c in ("create", "list", "describe", "delete")} <= pages
+
+
+def test_main_page_lists_every_exit_status() -> None:
+    page = (docs.ROOT / "man" / "fencelog.1").read_text()
+    assert ".SH EXIT STATUS" in page
+    for name in ("UNKNOWN_TOPIC", "UNKNOWN_PARTITION", "FOREIGN_DATA_DIR", "SCHEMA_TOO_NEW"):
+        assert name in page
+
+
+def _complete(words: str, cword: int) -> list[str]:
+    script = Path(sys.executable).parent / "fencelog"
+    env = os.environ | {
+        "_FENCELOG_COMPLETE": "bash_complete",
+        "COMP_WORDS": words,
+        "COMP_CWORD": str(cword),
+    }
+    done = subprocess.run(
+        [script], check=False, env=env, capture_output=True, text=True, timeout=30
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stdout.splitlines()
+
+
+def test_bash_completion_answers_through_the_generated_protocol() -> None:
+    assert (
+        "_FENCELOG_COMPLETE=bash_complete"
+        in (docs.ROOT / "completions" / "fencelog.bash").read_text()
+    )
+    assert "plain,topic" in _complete("fencelog to", 1)
+    assert "plain,--follow" in _complete("fencelog consume orders --fol", 3)
