@@ -7,9 +7,11 @@
         for record in client.consume("orders", partition=0, start=0, max_records=100):
             ...
 
-`connect()` picks the transport from the target: a path opens the data directory in this
-process (several processes may share it). The consume loop, batching and argument checks
-live here once; a transport only supplies the primitive operations (`_Transport`).
+`connect()` picks the transport from the target: tcp:// or unix:// reaches `fencelog
+serve`; a path opens the data directory in this process (several processes may share
+it) or, while a server owns that directory, goes through the server. The consume loop,
+batching and argument checks live here once; a transport only supplies the primitive
+operations (`_Transport`).
 """
 
 from __future__ import annotations
@@ -20,9 +22,11 @@ from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Final, Literal, Protocol
 
+from broker.discovery import find_server
 from broker.engine import Clock, Engine, wall_clock_ms
 from broker.errors import BrokerError, ErrorCode
 from broker.limits import DEFAULT_LIMITS, Limits
+from broker.remote import Address, ServedTransport
 from broker.storage.database import Durability
 from broker.types import (
     NO_PRODUCER,
@@ -77,7 +81,7 @@ class EmbeddedTransport:
     ) -> list[Record]:
         deadline = time.monotonic() + wait_ms / 1000
         while True:
-            found = self._read_once(topic, positions, max_records)
+            found = self.engine.fetch(topic, positions, max_records)
             remaining = deadline - time.monotonic()
             if found or remaining <= 0:
                 return found
@@ -86,14 +90,6 @@ class EmbeddedTransport:
                 self._watcher = WalWatcher(self.engine.database.data_dir.path)
                 continue
             self._watcher.wait(remaining)
-
-    def _read_once(self, topic: str, positions: dict[int, int], max_records: int) -> list[Record]:
-        found: list[Record] = []
-        for partition, offset in positions.items():
-            found += self.engine.read(topic, partition, offset, max_records - len(found))
-            if len(found) >= max_records:
-                break
-        return found
 
     def close(self) -> None:
         if self._watcher is not None:
@@ -291,18 +287,21 @@ def connect(
     durability: Durability = "full",
     limits: Limits = DEFAULT_LIMITS,
     clock: Clock = wall_clock_ms,
+    token: str | None = None,
 ) -> Client:
-    """Connect to a broker: a data directory path (embedded). None means
-    $FENCELOG_BROKER, or ./.fencelog."""
+    """Connect to a broker.
+
+    target: tcp://HOST:PORT or unix://PATH reaches a served broker; a data directory
+    path opens it embedded in this process, unless a `fencelog serve` owns it, in which
+    case the connection goes through that server. None means $FENCELOG_BROKER, or
+    ./.fencelog. `durability`, `limits` and `clock` apply to an embedded open only.
+    """
     name = os.fspath(target) if target is not None else None
     name = name or os.environ.get("FENCELOG_BROKER") or DEFAULT_BROKER
     if "://" in name:
-        scheme = name.split("://", 1)[0]
-        raise BrokerError(
-            ErrorCode.INVALID_ARGUMENT,
-            f"this fencelog opens data directories only; {scheme}:// is not supported",
-            target=name,
-            hint="pass a data directory path",
-        )
+        return Client(ServedTransport(Address.parse(name), token=token), name)
+    server = find_server(Path(name)) if Path(name).is_dir() else None
+    if server is not None:
+        return Client(ServedTransport(Address.parse(server.url()), token=token), name)
     engine = Engine.open(Path(name), durability=durability, limits=limits, clock=clock)
     return Client(EmbeddedTransport(engine), name)

@@ -14,6 +14,7 @@ import random
 import sqlite3
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from broker.core import records as record_rules
@@ -32,6 +33,16 @@ from broker.types import (
 )
 
 Clock = Callable[[], int]
+
+
+@dataclass(frozen=True, slots=True)
+class ProduceRequest:
+    topic: str
+    records: Sequence[NewRecord]
+    producer: ProducerFields = NO_PRODUCER
+
+
+ProduceOutcome = list[AppendResult] | BrokerError
 _VALUE = operator.itemgetter(5)
 
 
@@ -114,16 +125,44 @@ class Engine:
         """
         record_rules.check_records(records, self.limits)
         with self.database.write() as conn:
-            row = self._topic(conn, topic)
-            by_partition = self._route(row, records)
-            now_ms = self.clock()
-            offsets: dict[int, int] = {}
-            for partition, indexes in by_partition.items():
-                batch = [records[i] for i in indexes]
-                offsets[partition] = logs.append(conn, row, partition, batch, now_ms, producer)
+            return self._produce_in(conn, topic, records, producer)
+
+    def produce_group(self, requests: Sequence[ProduceRequest]) -> list[ProduceOutcome]:
+        """Several produce requests in one transaction (the server's group commit).
+
+        Each request runs inside its own SAVEPOINT, so one that fails leaves nothing and
+        the others still commit; its outcome is the BrokerError instead of results.
+        """
+        outcomes: list[ProduceOutcome] = []
+        with self.database.write() as conn:
+            for request in requests:
+                conn.execute("SAVEPOINT request")
+                try:
+                    record_rules.check_records(request.records, self.limits)
+                    outcome: ProduceOutcome = self._produce_in(
+                        conn, request.topic, request.records, request.producer
+                    )
+                except BrokerError as error:
+                    conn.execute("ROLLBACK TO request")
+                    outcome = error
+                conn.execute("RELEASE request")
+                outcomes.append(outcome)
+        return outcomes
+
+    def _produce_in(
+        self,
+        conn: sqlite3.Connection,
+        topic: str,
+        records: Sequence[NewRecord],
+        producer: ProducerFields,
+    ) -> list[AppendResult]:
+        row = self._topic(conn, topic)
+        by_partition = self._route(row, records)
+        now_ms = self.clock()
         results: list[AppendResult] = [_PENDING] * len(records)
         for partition, indexes in by_partition.items():
-            base_offset = offsets[partition]
+            batch = [records[i] for i in indexes]
+            base_offset = logs.append(conn, row, partition, batch, now_ms, producer)
             for position, index in enumerate(indexes):
                 results[index] = AppendResult(topic, partition, base_offset + position)
         return results
@@ -147,6 +186,25 @@ class Engine:
             record_rules.check_partition(topic, partition, row.partitions)
             found = logs.read(conn, row, partition, offset, limit)
         return _within_bytes(found, self.limits.read_bytes_max)
+
+    def fetch(self, topic: str, positions: dict[int, int], max_records: int) -> list[Record]:
+        """Records from several partitions ({partition: next offset}), partition by
+        partition, at most max_records in all."""
+        found: list[Record] = []
+        for partition, offset in positions.items():
+            found += self.read(topic, partition, offset, max_records - len(found))
+            if len(found) >= max_records:
+                break
+        return found
+
+    # sessions -----------------------------------------------------------------------
+
+    def session_closed(self, session_id: str) -> None:
+        """A client session ended (disconnect, missed heartbeats, or severed).
+
+        The server calls this for every session that ends; what a session holds (claims,
+        exclusive producer access) is attached to it by later features and released here.
+        """
 
     # status -------------------------------------------------------------------------
 

@@ -31,6 +31,7 @@ class ErrorCode(enum.IntEnum):
     SCHEMA_TOO_NEW = 32
     STORAGE_BUSY = 33
     STORAGE_FAILED = 34
+    DATA_DIR_IN_USE = 35
     # ownership (seeds/single-reader-writer.txt)
     OWNED_BY_HIGHER_GENERATION = 40
     FENCED = 41

@@ -7,7 +7,7 @@ fencelog is unbounded: names, values, batches, frames and waits all stop somewhe
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 
 @dataclass(frozen=True, slots=True)
@@ -24,6 +24,37 @@ class Limits:
     read_records_max: int = 10_000
     read_bytes_max: int = 8 * 1024 * 1024
     busy_timeout_ms: int = 30_000
+    # the server and its connections
+    frame_bytes_max: int = 48 * 1024 * 1024
+    connections_max: int = 512
+    inflight_requests_max: int = 128
+    connection_buffer_bytes_max: int = 64 * 1024 * 1024
+    session_timeout_ms: int = 15_000
+    fetch_wait_ms_max: int = 30_000
+    group_commit_requests_max: int = 512
+    group_commit_bytes_max: int = 64 * 1024 * 1024
+    shutdown_grace_ms: int = 10_000
+    connect_timeout_ms: int = 5_000
 
 
 DEFAULT_LIMITS = Limits()
+
+# The bounds a server tells a client in HELLO, so the client splits batches to fit.
+CLIENT_LIMIT_NAMES = (
+    "append_records_max",
+    "append_bytes_max",
+    "read_records_max",
+    "read_bytes_max",
+    "frame_bytes_max",
+    "session_timeout_ms",
+    "fetch_wait_ms_max",
+)
+
+
+def limits_for_client(limits: Limits) -> dict[str, int]:
+    return {name: getattr(limits, name) for name in CLIENT_LIMIT_NAMES}
+
+
+def limits_from_server(told: dict[str, object]) -> Limits:
+    known = {k: v for k, v in told.items() if k in CLIENT_LIMIT_NAMES and isinstance(v, int)}
+    return replace(DEFAULT_LIMITS, **known)

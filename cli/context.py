@@ -14,11 +14,12 @@ from broker.storage.database import Durability
 class State:
     broker: str
     durability: Durability
+    token: str | None = None
     _client: Client | None = field(default=None, repr=False)
 
     def client(self) -> Client:
         if self._client is None:
-            self._client = connect(self.broker, durability=self.durability)
+            self._client = connect(self.broker, durability=self.durability, token=self.token)
             click.get_current_context().call_on_close(self._client.close)
         return self._client
 

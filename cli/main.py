@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Annotated
 
 import click
@@ -10,7 +11,7 @@ import typer
 from broker import __version__
 from broker.client import DEFAULT_BROKER
 from broker.storage.database import Durability
-from cli import consume, produce, status, topic
+from cli import consume, produce, serve, status, topic
 from cli.context import State
 from cli.errors import FencelogGroup, exit_status_table
 
@@ -44,7 +45,8 @@ def main(
             "--broker",
             "-b",
             envvar="FENCELOG_BROKER",
-            help="Data directory of an embedded broker.",
+            help="A data directory (embedded, or through the server that owns it), "
+            "or tcp://HOST:PORT / unix://PATH of a `fencelog serve`.",
             metavar="PATH",
         ),
     ] = DEFAULT_BROKER,
@@ -58,6 +60,14 @@ def main(
             click_type=click.Choice(["full", "normal"]),
         ),
     ] = "full",
+    auth_token_file: Annotated[
+        Path | None,
+        typer.Option(
+            "--auth-token-file",
+            envvar="FENCELOG_AUTH_TOKEN_FILE",
+            help="Token for a server started with --auth-token-file.",
+        ),
+    ] = None,
     version: Annotated[
         bool,
         typer.Option("--version", callback=_version, is_eager=True, help="Print the version."),
@@ -65,13 +75,15 @@ def main(
 ) -> None:
     """fencelog: a local message broker on SQLite for exactly-once work."""
     chosen: Durability = "full" if durability == "full" else "normal"
-    ctx.obj = State(broker=broker, durability=chosen)
+    token = serve.read_token(auth_token_file) if auth_token_file else None
+    ctx.obj = State(broker=broker, durability=chosen, token=token)
 
 
 app.add_typer(topic.app, name="topic")
 app.command("produce")(produce.produce)
 app.command("consume")(consume.consume)
 app.command("status")(status.status)
+app.command("serve")(serve.serve)
 
 
 def command() -> typer.core.TyperGroup:

@@ -36,7 +36,9 @@ Durability = Literal["full", "normal"]
 DURABILITIES: Final[tuple[Durability, ...]] = ("full", "normal")
 _SYNCHRONOUS: Final[dict[Durability, str]] = {"full": "FULL", "normal": "NORMAL"}
 # Files fencelog itself may leave in a data directory; anything else makes it foreign.
-_OWN_FILE = re.compile(r"^(fencelog\.db(-wal|-shm|-journal)?|server\.json|snapshots|.*\.tmp)$")
+_OWN_FILE = re.compile(
+    r"^(fencelog\.db(-wal|-shm|-journal)?|server\.(json|lock)|fencelog\.sock|snapshots|.*\.tmp)$"
+)
 
 sqlite3.register_converter(
     "fencelog_headers", functools.partial(msgpack.unpackb, use_list=False, raw=False)

@@ -1,0 +1,110 @@
+"""Which process owns a data directory: a running server, or nobody.
+
+`fencelog serve` holds an exclusive lock on DATA_DIR/server.lock for as long as it runs
+(the kernel drops it when the process dies, however it dies) and publishes how to reach
+it in DATA_DIR/server.json. An embedded open first asks `find_server()`: while a server
+holds the lock, the open goes through that server instead of around it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Final
+
+from broker.errors import BrokerError, ErrorCode
+
+LOCK_FILE: Final = "server.lock"
+INFO_FILE: Final = "server.json"
+SOCKET_FILE: Final = "fencelog.sock"
+_STARTING_WAIT_S: Final = 5.0
+
+
+@dataclass(frozen=True, slots=True)
+class ServerInfo:
+    pid: int
+    tcp: str | None
+    unix: str | None
+
+    def url(self) -> str:
+        if self.unix:
+            return f"unix://{self.unix}"
+        assert self.tcp is not None, "a server listens somewhere"
+        return f"tcp://{self.tcp}"
+
+
+class ServerLock:
+    """Held by the serving process for its whole life."""
+
+    def __init__(self, data_dir: Path) -> None:
+        self.data_dir = data_dir
+        self._fd = os.open(data_dir / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(self._fd)
+            owner = read_info(data_dir)
+            raise BrokerError(
+                ErrorCode.DATA_DIR_IN_USE,
+                f"a fencelog server already owns {data_dir}"
+                + (f" (pid {owner.pid}, {owner.url()})" if owner else ""),
+                path=str(data_dir),
+                hint="use --broker with its address, or stop it first",
+            ) from None
+
+    def publish(self, info: ServerInfo) -> None:
+        temporary = self.data_dir / (INFO_FILE + ".tmp")
+        temporary.write_text(json.dumps(asdict(info)))
+        os.chmod(temporary, 0o600)
+        temporary.replace(self.data_dir / INFO_FILE)
+
+    def release(self) -> None:
+        with contextlib.suppress(FileNotFoundError):
+            (self.data_dir / INFO_FILE).unlink()
+        fcntl.flock(self._fd, fcntl.LOCK_UN)
+        os.close(self._fd)
+
+
+def read_info(data_dir: Path) -> ServerInfo | None:
+    try:
+        raw = json.loads((data_dir / INFO_FILE).read_text())
+        return ServerInfo(int(raw["pid"]), raw.get("tcp"), raw.get("unix"))
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def _locked(data_dir: Path) -> bool:
+    try:
+        fd = os.open(data_dir / LOCK_FILE, os.O_RDONLY)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)
+    return False
+
+
+def find_server(data_dir: Path) -> ServerInfo | None:
+    """The server that owns data_dir right now, or None."""
+    if not _locked(data_dir):
+        return None
+    deadline = time.monotonic() + _STARTING_WAIT_S
+    while True:  # the lock is taken before server.json is written: wait for it
+        info = read_info(data_dir)
+        if info is not None or not _locked(data_dir):
+            return info
+        if time.monotonic() > deadline:
+            raise BrokerError(
+                ErrorCode.DATA_DIR_IN_USE,
+                f"a process holds {data_dir / LOCK_FILE} but publishes no address",
+                path=str(data_dir),
+            )
+        time.sleep(0.05)

@@ -1,0 +1,191 @@
+"""The payloads of each op: fencelog's values to msgpack-ready maps and back.
+
+Decoding checks every field a peer sends (presence, type, range) and raises
+ProtocolError naming the field, so a server never trusts a payload's shape and a handler
+never sees a wrong type. Rows of records travel as arrays in Record's field order.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, TypeVar
+
+from broker.protocol.frames import ProtocolError
+from broker.types import (
+    AppendResult,
+    BrokerStatus,
+    Headers,
+    NewRecord,
+    PartitionInfo,
+    ProducerFields,
+    Record,
+    TopicInfo,
+)
+
+T = TypeVar("T")
+
+
+def field(args: dict[str, Any], name: str, kind: type[T], *, optional: bool = False) -> T:
+    value = args.get(name)
+    if value is None and optional:
+        return value  # type: ignore[return-value]
+    if kind is int and isinstance(value, bool):
+        raise ProtocolError(f"field {name!r} must be an integer")
+    if not isinstance(value, kind):
+        raise ProtocolError(f"field {name!r} must be {kind.__name__}, not {type(value).__name__}")
+    return value
+
+
+def non_negative(args: dict[str, Any], name: str, *, optional: bool = False) -> int:
+    value = field(args, name, int, optional=optional)
+    if value is not None and value < 0:
+        raise ProtocolError(f"field {name!r} must be >= 0, not {value}")
+    return value
+
+
+# topics ------------------------------------------------------------------------------
+
+
+def topic_to_wire(info: TopicInfo) -> dict[str, Any]:
+    return {
+        "name": info.name,
+        "partitions": info.partitions,
+        "created_ms": info.created_ms,
+        "owner_group": info.owner_group,
+        "details": [
+            (p.partition, p.start_offset, p.end_offset, p.records, p.bytes)
+            for p in info.partition_details
+        ],
+    }
+
+
+def topic_from_wire(wire: dict[str, Any]) -> TopicInfo:
+    return TopicInfo(
+        name=wire["name"],
+        partitions=wire["partitions"],
+        created_ms=wire["created_ms"],
+        owner_group=wire["owner_group"],
+        partition_details=tuple(PartitionInfo(*row) for row in wire["details"]),
+    )
+
+
+def status_to_wire(status: BrokerStatus) -> dict[str, Any]:
+    return {
+        "data_dir": status.data_dir,
+        "schema_version": status.schema_version,
+        "durability": status.durability,
+        "database_bytes": status.database_bytes,
+        "wal_bytes": status.wal_bytes,
+        "topics": [topic_to_wire(t) for t in status.topics],
+    }
+
+
+def status_from_wire(wire: dict[str, Any]) -> BrokerStatus:
+    return BrokerStatus(
+        data_dir=wire["data_dir"],
+        schema_version=wire["schema_version"],
+        durability=wire["durability"],
+        database_bytes=wire["database_bytes"],
+        wal_bytes=wire["wal_bytes"],
+        topics=tuple(topic_from_wire(t) for t in wire["topics"]),
+    )
+
+
+# produce -----------------------------------------------------------------------------
+
+
+def new_records_to_wire(records: Sequence[NewRecord]) -> list[tuple[Any, ...]]:
+    return [(r.value, r.key, r.headers, r.partition, r.timestamp_ms) for r in records]
+
+
+def new_records_from_wire(rows: object) -> list[NewRecord]:
+    if not isinstance(rows, tuple | list):
+        raise ProtocolError("field 'records' must be an array")
+    return [_new_record(index, row) for index, row in enumerate(rows)]
+
+
+def _new_record(index: int, row: object) -> NewRecord:
+    if not (isinstance(row, tuple | list) and len(row) == 5):
+        raise ProtocolError(f"record {index} is not [value, key, headers, partition, timestamp]")
+    value, key, headers, partition, timestamp_ms = row
+    if not isinstance(value, bytes) or not (key is None or isinstance(key, bytes)):
+        raise ProtocolError(f"record {index}: value and key must be binary")
+    for optional_int in (partition, timestamp_ms):
+        if optional_int is not None and (
+            not isinstance(optional_int, int) or isinstance(optional_int, bool)
+        ):
+            raise ProtocolError(f"record {index}: partition and timestamp must be integers")
+    return NewRecord(value, key, _headers(index, headers), partition, timestamp_ms)
+
+
+def _headers(index: int, headers: object) -> Headers:
+    if not isinstance(headers, tuple | list):
+        raise ProtocolError(f"record {index}: headers must be an array")
+    for pair in headers:
+        if not (
+            isinstance(pair, tuple | list)
+            and len(pair) == 2
+            and isinstance(pair[0], str)
+            and isinstance(pair[1], bytes)
+        ):
+            raise ProtocolError(f"record {index}: each header is [name, binary value]")
+    return tuple((name, value) for name, value in headers)
+
+
+def producer_to_wire(producer: ProducerFields) -> tuple[Any, ...]:
+    return (
+        producer.producer_id,
+        producer.generation,
+        producer.first_sequence,
+        producer.epoch,
+        producer.txn_id,
+    )
+
+
+def producer_from_wire(wire: object) -> ProducerFields:
+    if not (isinstance(wire, tuple | list) and len(wire) == 5):
+        raise ProtocolError("field 'producer' is not [pid, generation, sequence, epoch, txn]")
+    if not all(isinstance(v, int) and not isinstance(v, bool) for v in wire[:4]):
+        raise ProtocolError("producer fields must be integers")
+    if wire[4] is not None and not isinstance(wire[4], int):
+        raise ProtocolError("producer txn must be an integer or nil")
+    return ProducerFields(*wire)
+
+
+def results_to_wire(results: Sequence[AppendResult]) -> list[tuple[int, int, bool]]:
+    return [(r.partition, r.offset, r.duplicate) for r in results]
+
+
+def results_from_wire(topic: str, rows: Sequence[Sequence[Any]]) -> list[AppendResult]:
+    return [AppendResult(topic, partition, offset, dup) for partition, offset, dup in rows]
+
+
+# fetch -------------------------------------------------------------------------------
+
+
+def positions_to_wire(positions: dict[int, int]) -> list[tuple[int, int]]:
+    return list(positions.items())
+
+
+def positions_from_wire(wire: object) -> dict[int, int]:
+    if not isinstance(wire, tuple | list) or not wire:
+        raise ProtocolError("field 'positions' must be a non-empty array of [partition, offset]")
+    positions = {}
+    for pair in wire:
+        if not (
+            isinstance(pair, tuple | list)
+            and len(pair) == 2
+            and all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in pair)
+        ):
+            raise ProtocolError("each position is [partition, offset], both >= 0")
+        positions[pair[0]] = pair[1]
+    return positions
+
+
+def records_to_wire(records: Sequence[Record]) -> Sequence[Record]:
+    # A Record is a tuple: msgpack writes it as an array in field order as it is.
+    return records
+
+
+def records_from_wire(rows: Sequence[Sequence[Any]]) -> list[Record]:
+    return list(map(Record._make, rows))

@@ -1,0 +1,162 @@
+"""Framing, sans-I/O: `FrameConnection` turns received bytes into messages and messages
+into bytes to send, and never touches a socket.
+
+    conn = FrameConnection(frame_bytes_max=...)
+    conn.receive_data(data)            # b"" means the peer closed its side
+    while (message := conn.next_message()) is not NEED_DATA:
+        ...                            # CLOSED once the peer closed cleanly
+
+Rules:
+- The length prefix is checked against frame_bytes_max as soon as its 4 bytes are in,
+  before any buffer grows for the body.
+- Anything malformed (an oversized or empty frame, a body that is not msgpack, a wrong
+  shape, an unknown kind or op, a frame cut off by the peer closing) raises
+  ProtocolError. The connection is unusable afterwards: the caller sends an error frame
+  and closes it. Nothing else is affected.
+"""
+
+from __future__ import annotations
+
+import enum
+import struct
+from typing import Any, Final
+
+import msgpack
+
+from broker.errors import BrokerError, ErrorCode
+from broker.protocol.messages import ErrorReply, Kind, Message, Op, Push, Reply, Request
+
+_LENGTH = struct.Struct(">I")
+HEADER_BYTES: Final = _LENGTH.size
+
+
+class Sentinel(enum.Enum):
+    NEED_DATA = "NEED_DATA"
+    CLOSED = "CLOSED"
+
+
+NEED_DATA: Final = Sentinel.NEED_DATA
+CLOSED: Final = Sentinel.CLOSED
+
+
+class ProtocolError(BrokerError):
+    def __init__(self, message: str, **details: Any) -> None:
+        super().__init__(ErrorCode.PROTOCOL_ERROR, message, **details)
+
+
+def encode(message: Message) -> bytes:
+    """The frame for one message."""
+    match message:
+        case Request(request_id, op, args):
+            body = (Kind.REQUEST, request_id, op, args)
+        case Reply(request_id, result):
+            body = (Kind.REPLY, request_id, Op.NONE, result)
+        case ErrorReply(request_id, code, text, details):
+            payload = {"code": code, "message": text, "details": details}
+            body = (Kind.ERROR, request_id, Op.NONE, payload)
+        case Push(event, data):
+            body = (Kind.PUSH, 0, Op.NONE, {"event": event, "data": data})
+    packed: bytes = msgpack.packb(body, use_bin_type=True)
+    return _LENGTH.pack(len(packed)) + packed
+
+
+def decode_body(body: bytes) -> Message:
+    """One frame's body (without its length prefix) as a message."""
+    try:
+        decoded = msgpack.unpackb(body, raw=False, use_list=False, strict_map_key=True)
+    except (ValueError, msgpack.ExtraData, msgpack.FormatError, msgpack.StackError) as exc:
+        raise ProtocolError(f"frame body is not msgpack: {exc}") from exc
+    if not (isinstance(decoded, tuple) and len(decoded) == 4):
+        raise ProtocolError("frame body is not [kind, request_id, op, payload]")
+    kind, request_id, op, payload = decoded
+    if not isinstance(request_id, int) or isinstance(request_id, bool) or request_id < 0:
+        raise ProtocolError(f"bad request id {request_id!r}")
+    if not isinstance(payload, dict):
+        raise ProtocolError("frame payload is not a map")
+    try:
+        kind = Kind(kind)
+        op = Op(op)
+    except ValueError as exc:
+        raise ProtocolError(f"unknown kind or op: {kind!r}, {op!r}") from exc
+    return _message(kind, request_id, op, payload)
+
+
+def _message(kind: Kind, request_id: int, op: Op, payload: dict[str, Any]) -> Message:
+    match kind:
+        case Kind.REQUEST:
+            if op is Op.NONE:
+                raise ProtocolError("a request must name an op")
+            return Request(request_id, op, payload)
+        case Kind.REPLY:
+            return Reply(request_id, payload)
+        case Kind.ERROR:
+            code, text, details = (
+                payload.get("code"),
+                payload.get("message"),
+                payload.get("details"),
+            )
+            if not (isinstance(code, int) and isinstance(text, str) and isinstance(details, dict)):
+                raise ProtocolError("error frame without code, message and details")
+            return ErrorReply(request_id, code, text, details)
+        case Kind.PUSH:
+            event, data = payload.get("event"), payload.get("data")
+            if not (isinstance(event, str) and isinstance(data, dict)):
+                raise ProtocolError("push frame without event and data")
+            return Push(event, data)
+
+
+class FrameConnection:
+    """One side of one connection's byte stream."""
+
+    def __init__(self, frame_bytes_max: int) -> None:
+        self.frame_bytes_max = frame_bytes_max
+        self._buffer = bytearray()
+        self._start = 0  # bytes of _buffer already decoded; compacted lazily
+        self._closed = False
+
+    @property
+    def buffered_bytes(self) -> int:
+        return len(self._buffer) - self._start
+
+    def receive_data(self, data: bytes) -> None:
+        if self._closed:
+            if data:
+                raise ProtocolError("data after the peer closed")
+            return
+        if not data:
+            self._closed = True
+            return
+        if self._start and self._start * 2 >= len(self._buffer):
+            del self._buffer[: self._start]
+            self._start = 0
+        self._buffer += data
+
+    def next_message(self) -> Message | Sentinel:
+        start = self._start
+        if len(self._buffer) - start < HEADER_BYTES:
+            return self._end_or_need()
+        (length,) = _LENGTH.unpack_from(self._buffer, start)
+        if length == 0:
+            raise ProtocolError("empty frame")
+        if length > self.frame_bytes_max:
+            raise ProtocolError(
+                f"frame of {length} bytes is over the limit of {self.frame_bytes_max}",
+                frame_bytes=length,
+                frame_bytes_max=self.frame_bytes_max,
+            )
+        end = start + HEADER_BYTES + length
+        if len(self._buffer) < end:
+            return self._end_or_need()
+        body = bytes(memoryview(self._buffer)[start + HEADER_BYTES : end])
+        self._start = end
+        return decode_body(body)
+
+    def _end_or_need(self) -> Sentinel:
+        if not self._closed:
+            return NEED_DATA
+        if self.buffered_bytes:
+            raise ProtocolError(f"connection closed mid-frame ({self.buffered_bytes} bytes)")
+        return CLOSED
+
+    def send(self, message: Message) -> bytes:
+        return encode(message)

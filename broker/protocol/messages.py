@@ -1,0 +1,74 @@
+"""The messages that travel between a client and `fencelog serve`.
+
+A frame is a 4-byte big-endian length followed by that many bytes of msgpack: an array
+[kind, request_id, op, payload]. `kind` says what the frame is (a request, its reply, an
+error reply, or a push the server sends unasked); `op` names the operation (0 on replies
+and pushes); `payload` is a map with string keys. Ops and kinds are closed, numbered
+sets: a number is never reused.
+
+Replies come back in the order of their requests on one connection, and carry the
+request's id so that a client can check it.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+PROTOCOL_VERSION: Final = 1
+
+
+class Kind(enum.IntEnum):
+    REQUEST = 0
+    REPLY = 1
+    ERROR = 2
+    PUSH = 3
+
+
+class Op(enum.IntEnum):
+    NONE = 0
+    HELLO = 1
+    HEARTBEAT = 2
+    GOODBYE = 3
+    CREATE_TOPIC = 10
+    DELETE_TOPIC = 11
+    LIST_TOPICS = 12
+    DESCRIBE_TOPIC = 13
+    STATUS = 14
+    PRODUCE = 20
+    FETCH = 21
+
+
+@dataclass(frozen=True, slots=True)
+class Request:
+    request_id: int
+    op: Op
+    args: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class Reply:
+    request_id: int
+    result: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class ErrorReply:
+    """A failed request (request_id > 0) or a connection-level error (request_id 0)."""
+
+    request_id: int
+    code: int
+    message: str
+    details: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class Push:
+    """Something the server tells a client unasked, e.g. that its session was severed."""
+
+    event: str
+    data: dict[str, Any] = field(default_factory=dict)
+
+
+Message = Request | Reply | ErrorReply | Push

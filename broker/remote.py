@@ -1,0 +1,392 @@
+"""Reaching a served broker: an asyncio connection at the core, a sync transport over it.
+
+- `AsyncConnection` is one TCP or unix connection: HELLO on open, pipelined requests
+  (each awaits its reply; replies arrive in request order), heartbeats while idle, and
+  error frames turned back into the BrokerError the embedded engine would have raised.
+- `AsyncClient` keeps one connection to an address and reconnects with exponential
+  backoff when it was lost. A request in flight when the connection drops fails with
+  CONNECTION_FAILED: whether it was applied is unknown, and retrying it is the caller's
+  (later, the idempotent producer's) decision, never a silent resend.
+- `ServedTransport` runs an AsyncClient on a private event loop thread for the sync
+  `broker.client.Client`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import itertools
+import threading
+from collections.abc import Callable, Coroutine, Sequence
+from dataclasses import dataclass
+from typing import Any, Final, TypeVar
+
+from broker import __version__
+from broker.errors import BrokerError, ErrorCode
+from broker.limits import DEFAULT_LIMITS, Limits, limits_from_server
+from broker.protocol import codec
+from broker.protocol.frames import NEED_DATA, FrameConnection, Sentinel
+from broker.protocol.messages import ErrorReply, Op, Push, Reply, Request
+from broker.types import (
+    AppendResult,
+    BrokerStatus,
+    NewRecord,
+    ProducerFields,
+    Record,
+    TopicInfo,
+)
+
+T = TypeVar("T")
+_READ_CHUNK_BYTES: Final = 256 * 1024
+_BACKOFF_FIRST_S: Final = 0.02
+_BACKOFF_MAX_S: Final = 1.0
+
+
+@dataclass(frozen=True, slots=True)
+class Address:
+    """tcp://HOST:PORT or unix://PATH."""
+
+    scheme: str
+    host: str = ""
+    port: int = 0
+    path: str = ""
+
+    @classmethod
+    def parse(cls, url: str) -> Address:
+        scheme, _, rest = url.partition("://")
+        if scheme == "unix" and rest:
+            return cls("unix", path=rest)
+        if scheme == "tcp":
+            host, _, port = rest.rpartition(":")
+            if host and port.isdigit() and 0 < int(port) < 65536:
+                return cls("tcp", host=host.strip("[]"), port=int(port))
+        raise BrokerError(
+            ErrorCode.INVALID_ARGUMENT,
+            f"{url!r} is not a broker address",
+            hint="use tcp://HOST:PORT, unix://PATH, or a data directory path",
+        )
+
+    def __str__(self) -> str:
+        return f"unix://{self.path}" if self.scheme == "unix" else f"tcp://{self.host}:{self.port}"
+
+
+class AsyncConnection:
+    def __init__(
+        self,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        frame_bytes_max: int,
+        on_push: Callable[[Push], None] | None,
+    ) -> None:
+        self._reader = reader
+        self._writer = writer
+        self._frames = FrameConnection(frame_bytes_max)
+        self._pending: collections.deque[tuple[int, asyncio.Future[dict[str, Any]]]] = (
+            collections.deque()
+        )
+        self._ids = itertools.count(1)
+        self._on_push = on_push
+        self._closed: BrokerError | None = None
+        self._last_sent = asyncio.get_running_loop().time()
+        self._receiver = asyncio.create_task(self._receive())
+        self._heartbeat: asyncio.Task[None] | None = None
+        self.session_id = ""
+        self.limits = DEFAULT_LIMITS
+
+    @classmethod
+    async def open(
+        cls,
+        address: Address,
+        *,
+        token: str | None = None,
+        timeout_s: float = 5.0,
+        on_push: Callable[[Push], None] | None = None,
+    ) -> AsyncConnection:
+        try:
+            async with asyncio.timeout(timeout_s):
+                if address.scheme == "unix":
+                    reader, writer = await asyncio.open_unix_connection(
+                        address.path, limit=_READ_CHUNK_BYTES
+                    )
+                else:
+                    reader, writer = await asyncio.open_connection(
+                        address.host, address.port, limit=_READ_CHUNK_BYTES
+                    )
+        except (OSError, TimeoutError) as exc:
+            raise BrokerError(
+                ErrorCode.CONNECTION_FAILED,
+                f"cannot connect to {address}: {exc}",
+                hint="is `fencelog serve` running there?",
+            ) from exc
+        connection = cls(reader, writer, DEFAULT_LIMITS.frame_bytes_max, on_push)
+        try:
+            hello = await connection.request(
+                Op.HELLO, {"client": f"fencelog-py {__version__}", "token": token}
+            )
+        except BaseException:
+            await connection.close()
+            raise
+        connection.session_id = str(hello.get("session_id", ""))
+        connection.limits = limits_from_server(dict(hello.get("limits", {})))
+        connection._start_heartbeats()
+        return connection
+
+    @property
+    def closed(self) -> bool:
+        return self._closed is not None
+
+    async def request(self, op: Op, args: dict[str, Any]) -> dict[str, Any]:
+        if self._closed is not None:
+            raise self._closed
+        request_id = next(self._ids)
+        future: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
+        self._pending.append((request_id, future))
+        self._writer.write(self._frames.send(Request(request_id, op, args)))
+        self._last_sent = asyncio.get_running_loop().time()
+        try:
+            await self._writer.drain()
+        except (ConnectionError, OSError) as exc:
+            self._fail_all(_lost(exc))
+        return await future
+
+    def _start_heartbeats(self) -> None:
+        interval_s = self.limits.session_timeout_ms / 3000
+
+        async def beat() -> None:
+            loop = asyncio.get_running_loop()
+            while self._closed is None:
+                await asyncio.sleep(interval_s)
+                if loop.time() - self._last_sent >= interval_s and self._closed is None:
+                    with contextlib.suppress(BrokerError):
+                        await self.request(Op.HEARTBEAT, {})
+
+        self._heartbeat = asyncio.create_task(beat())
+
+    async def _receive(self) -> None:
+        try:
+            while True:
+                data = await self._reader.read(_READ_CHUNK_BYTES)
+                self._frames.receive_data(data)
+                while not isinstance(message := self._frames.next_message(), Sentinel):
+                    self._deliver(message)
+                if message is not NEED_DATA:
+                    raise BrokerError(
+                        ErrorCode.CONNECTION_FAILED, "the broker closed the connection"
+                    )
+        except BrokerError as error:
+            self._fail_all(error)
+        except (ConnectionError, OSError) as exc:
+            self._fail_all(_lost(exc))
+
+    def _deliver(self, message: object) -> None:
+        if isinstance(message, Push):
+            if self._on_push is not None:
+                self._on_push(message)
+            return
+        if isinstance(message, ErrorReply) and message.request_id == 0:
+            raise _error_of(message)  # connection-level: fails everything in flight
+        if not isinstance(message, Reply | ErrorReply) or not self._pending:
+            raise BrokerError(ErrorCode.PROTOCOL_ERROR, "the broker sent an unexpected frame")
+        request_id, future = self._pending.popleft()
+        if message.request_id != request_id:
+            raise BrokerError(ErrorCode.PROTOCOL_ERROR, "the broker answered out of order")
+        if future.done():
+            return
+        if isinstance(message, ErrorReply):
+            future.set_exception(_error_of(message))
+        else:
+            future.set_result(message.result)
+
+    def _fail_all(self, error: BrokerError) -> None:
+        if self._closed is None:
+            self._closed = error
+        while self._pending:
+            _, future = self._pending.popleft()
+            if not future.done():
+                future.set_exception(error)
+        self._writer.close()
+
+    async def close(self) -> None:
+        if self._closed is None:
+            with contextlib.suppress(BrokerError):
+                await asyncio.wait_for(self.request(Op.GOODBYE, {}), 1.0)
+        self._fail_all(BrokerError(ErrorCode.CONNECTION_FAILED, "the connection is closed"))
+        for task in (self._receiver, self._heartbeat):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError, BrokerError):
+                    await task
+        with contextlib.suppress(ConnectionError, OSError):
+            await self._writer.wait_closed()
+
+
+def _lost(exc: BaseException) -> BrokerError:
+    return BrokerError(ErrorCode.CONNECTION_FAILED, f"the connection to the broker was lost: {exc}")
+
+
+def _error_of(message: ErrorReply) -> BrokerError:
+    try:
+        code = ErrorCode(message.code)
+    except ValueError:
+        code = ErrorCode.INTERNAL
+    return BrokerError(code, message.message, **message.details)
+
+
+class AsyncClient:
+    """One broker address; reconnects with backoff when the connection was lost."""
+
+    def __init__(
+        self,
+        address: Address,
+        *,
+        token: str | None = None,
+        connect_timeout_s: float = DEFAULT_LIMITS.connect_timeout_ms / 1000,
+        on_push: Callable[[Push], None] | None = None,
+    ) -> None:
+        self.address = address
+        self._token = token
+        self._connect_timeout_s = connect_timeout_s
+        self._on_push = on_push
+        self._connection: AsyncConnection | None = None
+        self._connecting = asyncio.Lock()
+
+    async def connection(self) -> AsyncConnection:
+        if self._connection is not None and not self._connection.closed:
+            return self._connection
+        async with self._connecting:
+            if self._connection is None or self._connection.closed:
+                self._connection = await self._connect_with_backoff()
+            return self._connection
+
+    async def _connect_with_backoff(self) -> AsyncConnection:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self._connect_timeout_s
+        delay = _BACKOFF_FIRST_S
+        while True:
+            remaining = deadline - loop.time()
+            try:
+                return await AsyncConnection.open(
+                    self.address,
+                    token=self._token,
+                    timeout_s=max(remaining, 0.05),
+                    on_push=self._on_push,
+                )
+            except BrokerError as error:
+                if error.code is not ErrorCode.CONNECTION_FAILED or remaining <= delay:
+                    raise
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, _BACKOFF_MAX_S)
+
+    async def limits(self) -> Limits:
+        return (await self.connection()).limits
+
+    async def request(self, op: Op, args: dict[str, Any]) -> dict[str, Any]:
+        return await (await self.connection()).request(op, args)
+
+    async def close(self) -> None:
+        if self._connection is not None:
+            await self._connection.close()
+
+    # operations -----------------------------------------------------------------------
+
+    async def create_topic(
+        self, name: str, partitions: int, *, owner_group: str | None = None
+    ) -> TopicInfo:
+        args = {"name": name, "partitions": partitions, "owner_group": owner_group}
+        return codec.topic_from_wire(await self.request(Op.CREATE_TOPIC, args))
+
+    async def delete_topic(self, name: str) -> None:
+        await self.request(Op.DELETE_TOPIC, {"name": name})
+
+    async def list_topics(self) -> list[TopicInfo]:
+        reply = await self.request(Op.LIST_TOPICS, {})
+        return [codec.topic_from_wire(t) for t in reply["topics"]]
+
+    async def describe_topic(self, name: str) -> TopicInfo:
+        return codec.topic_from_wire(await self.request(Op.DESCRIBE_TOPIC, {"name": name}))
+
+    async def status(self) -> BrokerStatus:
+        return codec.status_from_wire(await self.request(Op.STATUS, {}))
+
+    async def produce(
+        self, topic: str, records: Sequence[NewRecord], *, producer: ProducerFields
+    ) -> list[AppendResult]:
+        args = {
+            "topic": topic,
+            "records": codec.new_records_to_wire(records),
+            "producer": codec.producer_to_wire(producer),
+        }
+        reply = await self.request(Op.PRODUCE, args)
+        return codec.results_from_wire(topic, reply["results"])
+
+    async def fetch(
+        self, topic: str, positions: dict[int, int], max_records: int, wait_ms: int
+    ) -> list[Record]:
+        args = {
+            "topic": topic,
+            "positions": codec.positions_to_wire(positions),
+            "max_records": max_records,
+            "wait_ms": wait_ms,
+        }
+        reply = await self.request(Op.FETCH, args)
+        return codec.records_from_wire(reply["records"])
+
+
+class ServedTransport:
+    """The sync face of an AsyncClient, for broker.client.Client."""
+
+    def __init__(self, address: Address, *, token: str | None = None) -> None:
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(
+            target=self._loop.run_forever, name="fencelog-client", daemon=True
+        )
+        self._thread.start()
+        self.client = self._call(_make_client(address, token))
+        try:
+            self.limits = self._call(self.client.limits())
+        except BaseException:
+            self._stop_loop()
+            raise
+
+    def _call(self, work: Coroutine[Any, Any, T]) -> T:
+        return asyncio.run_coroutine_threadsafe(work, self._loop).result()
+
+    def create_topic(self, name: str, partitions: int, *, owner_group: str | None) -> TopicInfo:
+        return self._call(self.client.create_topic(name, partitions, owner_group=owner_group))
+
+    def delete_topic(self, name: str) -> None:
+        self._call(self.client.delete_topic(name))
+
+    def list_topics(self) -> list[TopicInfo]:
+        return self._call(self.client.list_topics())
+
+    def describe_topic(self, name: str) -> TopicInfo:
+        return self._call(self.client.describe_topic(name))
+
+    def status(self) -> BrokerStatus:
+        return self._call(self.client.status())
+
+    def produce(
+        self, topic: str, records: Sequence[NewRecord], *, producer: ProducerFields
+    ) -> list[AppendResult]:
+        return self._call(self.client.produce(topic, records, producer=producer))
+
+    def fetch(
+        self, topic: str, positions: dict[int, int], max_records: int, wait_ms: int
+    ) -> list[Record]:
+        return self._call(self.client.fetch(topic, positions, max_records, wait_ms))
+
+    def close(self) -> None:
+        with contextlib.suppress(BrokerError):
+            self._call(self.client.close())
+        self._stop_loop()
+
+    def _stop_loop(self) -> None:
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(timeout=5)
+        self._loop.close()
+
+
+async def _make_client(address: Address, token: str | None) -> AsyncClient:
+    return AsyncClient(address, token=token)

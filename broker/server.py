@@ -1,0 +1,485 @@
+"""`fencelog serve`: moves bytes between sockets and the engine. It decides nothing.
+
+Shape:
+- One asyncio loop accepts connections (TCP on 127.0.0.1 by default, and a unix socket in
+  the data directory). Each connection is a session: HELLO first (with the auth token
+  when one is configured), then pipelined requests; replies go back in request order.
+- Two engines on the same data directory, each used by one thread: the writer (every
+  change) and the reader (fetch, list, describe, status). In WAL mode readers never wait
+  for the writer.
+- Group commit: produce requests queue up while the writer commits the previous group,
+  then go into one SQLite transaction together (each in its own SAVEPOINT). A request
+  is answered only after that COMMIT returns.
+- Fetch long-polls: with nothing to return it waits, up to the request's wait_ms, for
+  the writer to commit to that topic.
+- Sessions end on disconnect, on a protocol error, or after session_timeout_ms without
+  any frame (clients send HEARTBEAT when idle); the engine hears each end.
+- Bad input costs only its own connection: an error frame, then close.
+- stop(): stop accepting, answer every request already read, close SQLite cleanly.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hmac
+import ipaddress
+import itertools
+import logging
+import os
+from collections.abc import Awaitable, Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from functools import partial
+from pathlib import Path
+from typing import Any, Final, TypeVar
+
+from broker import __version__
+from broker.discovery import SOCKET_FILE, ServerInfo, ServerLock
+from broker.engine import Clock, Engine, ProduceOutcome, ProduceRequest, wall_clock_ms
+from broker.errors import BrokerError, ErrorCode
+from broker.limits import DEFAULT_LIMITS, Limits, limits_for_client
+from broker.protocol import codec
+from broker.protocol.frames import NEED_DATA, FrameConnection, ProtocolError, Sentinel
+from broker.protocol.messages import PROTOCOL_VERSION, ErrorReply, Op, Push, Reply, Request
+from broker.storage.database import Durability
+
+log = logging.getLogger("fencelog.server")
+T = TypeVar("T")
+_READ_CHUNK_BYTES: Final = 256 * 1024
+_UNIX_PATH_BYTES_MAX: Final = 100
+Handler = Callable[["Session", dict[str, Any]], Awaitable[dict[str, Any]]]
+
+
+@dataclass(eq=False)
+class Session:
+    session_id: str
+    peer: str
+    writer: asyncio.StreamWriter
+    last_seen: float
+    authenticated: bool = False
+    said_hello: bool = False
+    tasks: set[asyncio.Task[Any]] = field(default_factory=set)
+
+    def close(self) -> None:
+        self.writer.close()
+
+
+@dataclass
+class _PendingProduce:
+    request: ProduceRequest
+    size: int
+    future: asyncio.Future[ProduceOutcome]
+
+
+class Server:
+    def __init__(
+        self,
+        data_dir: Path,
+        *,
+        durability: Durability = "full",
+        limits: Limits = DEFAULT_LIMITS,
+        auth_token: str | None = None,
+        clock: Clock = wall_clock_ms,
+    ) -> None:
+        self.data_dir = data_dir
+        self.durability = durability
+        self.limits = limits
+        self._auth_token = auth_token
+        self._clock = clock
+        self.sessions: dict[str, Session] = {}
+        self._session_ids = itertools.count(1)
+        self._servers: list[asyncio.Server] = []
+        self._stopping = asyncio.Event()
+        self._stopped = asyncio.Event()
+        self._connection_tasks: set[asyncio.Task[None]] = set()
+        self._produce_queue: asyncio.Queue[_PendingProduce] = asyncio.Queue()
+        self._topic_events: dict[str, asyncio.Event] = {}
+        self._writer_pool = ThreadPoolExecutor(1, thread_name_prefix="fencelog-writer")
+        self._reader_pool = ThreadPoolExecutor(1, thread_name_prefix="fencelog-reader")
+        self._background: list[asyncio.Task[None]] = []
+        self._lock: ServerLock | None = None
+        self.info: ServerInfo | None = None
+        self._handlers: dict[Op, Handler] = {
+            Op.HEARTBEAT: self._heartbeat,
+            Op.GOODBYE: self._heartbeat,
+            Op.CREATE_TOPIC: self._create_topic,
+            Op.DELETE_TOPIC: self._delete_topic,
+            Op.LIST_TOPICS: self._list_topics,
+            Op.DESCRIBE_TOPIC: self._describe_topic,
+            Op.STATUS: self._status,
+            Op.PRODUCE: self._produce,
+            Op.FETCH: self._fetch,
+        }
+
+    # life cycle ---------------------------------------------------------------------
+
+    async def start(self, host: str = "127.0.0.1", port: int = 7420, unix: bool = True) -> None:
+        if not _is_loopback(host) and self._auth_token is None:
+            raise BrokerError(
+                ErrorCode.INVALID_ARGUMENT,
+                f"listening on {host} exposes the broker beyond this machine",
+                hint="pass --auth-token-file, or listen on 127.0.0.1",
+            )
+        writer = Engine.open(
+            self.data_dir, durability=self.durability, limits=self.limits, clock=self._clock
+        )
+        self._lock = ServerLock(self.data_dir)
+        self._writer = writer
+        self._reader = Engine.open(
+            self.data_dir, durability=self.durability, limits=self.limits, clock=self._clock
+        )
+        tcp = await asyncio.start_server(self._connection, host, port, limit=_READ_CHUNK_BYTES)
+        self._servers.append(tcp)
+        bound = tcp.sockets[0].getsockname()
+        unix_path = self._unix_path() if unix else None
+        if unix_path is not None:
+            with contextlib.suppress(FileNotFoundError):
+                unix_path.unlink()
+            old_umask = os.umask(0o077)
+            try:
+                self._servers.append(await asyncio.start_unix_server(self._connection, unix_path))
+            finally:
+                os.umask(old_umask)
+        self.info = ServerInfo(
+            os.getpid(), f"{bound[0]}:{bound[1]}", str(unix_path) if unix_path else None
+        )
+        self._lock.publish(self.info)
+        self._background = [
+            asyncio.create_task(self._commit_loop(), name="group-commit"),
+            asyncio.create_task(self._reap_sessions(), name="session-reaper"),
+        ]
+        log.info("serving %s on tcp://%s", self.data_dir, self.info.tcp)
+
+    def _unix_path(self) -> Path | None:
+        path = (self.data_dir / SOCKET_FILE).resolve()
+        if len(os.fsencode(path)) > _UNIX_PATH_BYTES_MAX:
+            log.warning("data directory path too long for a unix socket; TCP only")
+            return None
+        return path
+
+    async def wait_stopped(self) -> None:
+        await self._stopped.wait()
+
+    async def stop(self) -> None:
+        """Stop accepting, finish what was read, close SQLite cleanly."""
+        if self._stopping.is_set():
+            await self._stopped.wait()
+            return
+        self._stopping.set()
+        for server in self._servers:
+            server.close()
+        for event in self._topic_events.values():
+            event.set()
+        grace_s = self.limits.shutdown_grace_ms / 1000
+        for task in list(self._connection_tasks):
+            task.cancel()
+        if self._connection_tasks:
+            await asyncio.wait(self._connection_tasks, timeout=grace_s)
+        for task in self._background:
+            task.cancel()
+        await asyncio.gather(*self._background, return_exceptions=True)
+        loop = asyncio.get_running_loop()
+        await loop.run_in_executor(self._writer_pool, self._writer.close)
+        await loop.run_in_executor(self._reader_pool, self._reader.close)
+        self._writer_pool.shutdown()
+        self._reader_pool.shutdown()
+        if self.info and self.info.unix:
+            with contextlib.suppress(FileNotFoundError):
+                Path(self.info.unix).unlink()
+        if self._lock:
+            self._lock.release()
+        self._stopped.set()
+        log.info("stopped")
+
+    # connections --------------------------------------------------------------------
+
+    async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        if len(self.sessions) >= self.limits.connections_max or self._stopping.is_set():
+            await _refuse(
+                writer,
+                ErrorCode.TOO_MANY_REQUESTS,
+                f"the server holds its limit of {self.limits.connections_max} connections",
+            )
+            return
+        loop = asyncio.get_running_loop()
+        session = Session(
+            f"s{next(self._session_ids)}",
+            _peer(writer),
+            writer,
+            loop.time(),
+            authenticated=self._auth_token is None,
+        )
+        self.sessions[session.session_id] = session
+        self._connection_tasks.add(task)
+        replies: asyncio.Queue[tuple[int, asyncio.Future[dict[str, Any]]] | None] = asyncio.Queue(
+            self.limits.inflight_requests_max
+        )
+        sender = asyncio.create_task(self._send_replies(replies, writer))
+        try:
+            await self._read_requests(session, reader, replies)
+        except BrokerError as error:  # malformed input or failed authentication
+            log.info("session %s (%s): %s", session.session_id, session.peer, error.message)
+            await replies.put((0, _failed(error)))
+        except asyncio.CancelledError:
+            pass  # stopping: answer what was read, then close
+        except (ConnectionError, OSError):
+            pass
+        finally:
+            with contextlib.suppress(asyncio.CancelledError):
+                await replies.put(None)
+                await sender
+            self._connection_tasks.discard(task)
+            await self._end_session(session)
+
+    async def _read_requests(
+        self,
+        session: Session,
+        reader: asyncio.StreamReader,
+        replies: asyncio.Queue[tuple[int, asyncio.Future[dict[str, Any]]] | None],
+    ) -> None:
+        frames = FrameConnection(self.limits.frame_bytes_max)
+        loop = asyncio.get_running_loop()
+        while True:
+            data = await reader.read(_READ_CHUNK_BYTES)
+            frames.receive_data(data)
+            while True:
+                message = frames.next_message()
+                if isinstance(message, Sentinel):
+                    if message is NEED_DATA:
+                        break
+                    return  # closed cleanly
+                if not isinstance(message, Request):
+                    raise ProtocolError("a client sends requests only")
+                session.last_seen = loop.time()
+                future = self._start(session, message)
+                await replies.put((message.request_id, future))
+                if message.op is Op.GOODBYE:
+                    return
+            if frames.buffered_bytes > self.limits.connection_buffer_bytes_max:
+                raise ProtocolError("connection buffer limit exceeded")
+
+    def _start(self, session: Session, request: Request) -> asyncio.Future[dict[str, Any]]:
+        if request.op is Op.HELLO:
+            return _done(self._hello(session, request.args))
+        if not session.said_hello or not session.authenticated:
+            raise ProtocolError("the first request on a connection is HELLO")
+        handler = self._handlers.get(request.op)
+        if handler is None:
+            raise ProtocolError(f"op {request.op.name} is not served")
+        return asyncio.ensure_future(handler(session, request.args))
+
+    async def _send_replies(
+        self,
+        replies: asyncio.Queue[tuple[int, asyncio.Future[dict[str, Any]]] | None],
+        writer: asyncio.StreamWriter,
+    ) -> None:
+        frames = FrameConnection(self.limits.frame_bytes_max)
+        while (item := await replies.get()) is not None:
+            request_id, future = item
+            try:
+                message: Reply | ErrorReply = Reply(request_id, await future)
+            except BrokerError as error:
+                message = ErrorReply(
+                    request_id, int(error.code), error.message, dict(error.details)
+                )
+            except Exception as error:  # a bug of ours: the session still gets an answer
+                log.exception("request %d failed", request_id)
+                message = ErrorReply(request_id, int(ErrorCode.INTERNAL), repr(error), {})
+            with contextlib.suppress(ConnectionError, OSError):
+                writer.write(frames.send(message))
+                if replies.empty():
+                    await writer.drain()
+            if isinstance(message, ErrorReply) and request_id == 0:
+                break  # a connection-level error: nothing more on this connection
+        with contextlib.suppress(ConnectionError, OSError):
+            await writer.drain()
+            writer.close()
+
+    async def _end_session(self, session: Session) -> None:
+        self.sessions.pop(session.session_id, None)
+        session.close()
+        loop = asyncio.get_running_loop()
+        with contextlib.suppress(RuntimeError):  # the writer pool is gone when stopping
+            await loop.run_in_executor(
+                self._writer_pool, self._writer.session_closed, session.session_id
+            )
+
+    async def _reap_sessions(self) -> None:
+        loop = asyncio.get_running_loop()
+        timeout_s = self.limits.session_timeout_ms / 1000
+        while True:
+            await asyncio.sleep(timeout_s / 4)
+            now = loop.time()
+            for session in list(self.sessions.values()):
+                if now - session.last_seen > timeout_s:
+                    log.info("session %s missed heartbeats; closing", session.session_id)
+                    await self.sever(session.session_id, "missed heartbeats")
+
+    async def sever(self, session_id: str, reason: str) -> None:
+        """End a session now: tell it why, then close its connection."""
+        session = self.sessions.get(session_id)
+        if session is None:
+            return
+        with contextlib.suppress(ConnectionError, OSError):
+            session.writer.write(
+                FrameConnection(self.limits.frame_bytes_max).send(
+                    Push("session_closed", {"reason": reason})
+                )
+            )
+        session.close()
+
+    # handlers -----------------------------------------------------------------------
+
+    def _hello(self, session: Session, args: dict[str, Any]) -> dict[str, Any]:
+        if self._auth_token is not None:
+            token = args.get("token")
+            if not isinstance(token, str) or not hmac.compare_digest(
+                token.encode(), self._auth_token.encode()
+            ):
+                # never echo or log the token
+                raise BrokerError(
+                    ErrorCode.AUTH_FAILED,
+                    "authentication failed",
+                    hint="check the token file the server was given",
+                )
+            session.authenticated = True
+        session.said_hello = True
+        return {
+            "session_id": session.session_id,
+            "server": f"fencelog {__version__}",
+            "protocol": PROTOCOL_VERSION,
+            "limits": limits_for_client(self.limits),
+        }
+
+    async def _heartbeat(self, session: Session, args: dict[str, Any]) -> dict[str, Any]:
+        return {}
+
+    async def _create_topic(self, session: Session, args: dict[str, Any]) -> dict[str, Any]:
+        name = codec.field(args, "name", str)
+        partitions = codec.non_negative(args, "partitions")
+        owner_group = codec.field(args, "owner_group", str, optional=True)
+        info = await self._write(
+            lambda: self._writer.create_topic(name, partitions, owner_group=owner_group)
+        )
+        return codec.topic_to_wire(info)
+
+    async def _delete_topic(self, session: Session, args: dict[str, Any]) -> dict[str, Any]:
+        name = codec.field(args, "name", str)
+        await self._write(lambda: self._writer.delete_topic(name))
+        self._wake(name)
+        return {}
+
+    async def _list_topics(self, session: Session, args: dict[str, Any]) -> dict[str, Any]:
+        topics = await self._read(self._reader.list_topics)
+        return {"topics": [codec.topic_to_wire(t) for t in topics]}
+
+    async def _describe_topic(self, session: Session, args: dict[str, Any]) -> dict[str, Any]:
+        name = codec.field(args, "name", str)
+        return codec.topic_to_wire(await self._read(lambda: self._reader.describe_topic(name)))
+
+    async def _status(self, session: Session, args: dict[str, Any]) -> dict[str, Any]:
+        return codec.status_to_wire(await self._read(self._reader.status))
+
+    async def _produce(self, session: Session, args: dict[str, Any]) -> dict[str, Any]:
+        topic = codec.field(args, "topic", str)
+        records = codec.new_records_from_wire(args.get("records"))
+        producer = codec.producer_from_wire(args.get("producer"))
+        size = sum(len(r.value) for r in records)
+        future: asyncio.Future[ProduceOutcome] = asyncio.get_running_loop().create_future()
+        await self._produce_queue.put(
+            _PendingProduce(ProduceRequest(topic, records, producer), size, future)
+        )
+        outcome = await future
+        if isinstance(outcome, BrokerError):
+            raise outcome
+        return {"results": codec.results_to_wire(outcome)}
+
+    async def _fetch(self, session: Session, args: dict[str, Any]) -> dict[str, Any]:
+        topic = codec.field(args, "topic", str)
+        positions = codec.positions_from_wire(args.get("positions"))
+        max_records = max(
+            1, min(codec.non_negative(args, "max_records"), self.limits.read_records_max)
+        )
+        wait_ms = min(codec.non_negative(args, "wait_ms"), self.limits.fetch_wait_ms_max)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + wait_ms / 1000
+        while True:
+            appended = self._topic_events.setdefault(topic, asyncio.Event())
+            found = await self._read(lambda: self._reader.fetch(topic, positions, max_records))
+            remaining = deadline - loop.time()
+            if found or remaining <= 0 or self._stopping.is_set():
+                return {"records": codec.records_to_wire(found)}
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(appended.wait(), remaining)
+
+    # the writer and the reader --------------------------------------------------------
+
+    async def _write(self, work: Callable[[], T]) -> T:
+        return await asyncio.get_running_loop().run_in_executor(self._writer_pool, work)
+
+    async def _read(self, work: Callable[[], T]) -> T:
+        return await asyncio.get_running_loop().run_in_executor(self._reader_pool, work)
+
+    async def _commit_loop(self) -> None:
+        while True:
+            group = [await self._produce_queue.get()]
+            size = group[0].size
+            while (
+                not self._produce_queue.empty()
+                and len(group) < self.limits.group_commit_requests_max
+                and size < self.limits.group_commit_bytes_max
+            ):
+                pending = self._produce_queue.get_nowait()
+                group.append(pending)
+                size += pending.size
+            requests = [pending.request for pending in group]
+            try:
+                outcomes = await self._write(partial(self._writer.produce_group, requests))
+            except BrokerError as error:
+                outcomes = [error] * len(group)
+            for pending, outcome in zip(group, outcomes, strict=True):
+                if not pending.future.done():
+                    pending.future.set_result(outcome)
+            for topic in {pending.request.topic for pending in group}:
+                self._wake(topic)
+
+    def _wake(self, topic: str) -> None:
+        event = self._topic_events.pop(topic, None)
+        if event is not None:
+            event.set()
+
+
+def _is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def _peer(writer: asyncio.StreamWriter) -> str:
+    peer = writer.get_extra_info("peername")
+    return f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else "unix"
+
+
+def _done(result: dict[str, Any]) -> asyncio.Future[dict[str, Any]]:
+    future: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
+    future.set_result(result)
+    return future
+
+
+def _failed(error: BrokerError) -> asyncio.Future[dict[str, Any]]:
+    future: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
+    future.set_exception(error)
+    return future
+
+
+async def _refuse(writer: asyncio.StreamWriter, code: ErrorCode, message: str) -> None:
+    with contextlib.suppress(ConnectionError, OSError):
+        writer.write(FrameConnection(1).send(ErrorReply(0, int(code), message, {})))
+        await writer.drain()
+    writer.close()

@@ -1,0 +1,134 @@
+"""fencelog serve: own a data directory and serve it over TCP and a unix socket."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import signal
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from broker.errors import BrokerError, ErrorCode
+from broker.server import Server
+from cli.context import state
+from cli.formats import parse_duration
+
+
+def serve(
+    listen: Annotated[
+        str,
+        typer.Option(
+            "--listen",
+            "-l",
+            help="HOST:PORT to listen on (port 0: any free port).",
+            metavar="HOST:PORT",
+        ),
+    ] = "127.0.0.1:7420",
+    ready_file: Annotated[
+        Path | None,
+        typer.Option(
+            "--ready-file",
+            help="Once listening, write {pid, tcp, unix} as JSON here (for scripts and CI).",
+        ),
+    ] = None,
+    auth_token_file: Annotated[
+        Path | None,
+        typer.Option(
+            "--auth-token-file",
+            help="Require this file's token from every client (needed to listen beyond 127.0.0.1).",
+        ),
+    ] = None,
+    session_timeout: Annotated[
+        str,
+        typer.Option(
+            "--session-timeout",
+            help="Close a session after this long without a frame from it.",
+            metavar="DURATION",
+        ),
+    ] = "15s",
+    no_unix: Annotated[
+        bool, typer.Option("--no-unix", help="Do not listen on DATA_DIR/fencelog.sock.")
+    ] = False,
+    verbose: Annotated[bool, typer.Option("--verbose", help="Log sessions to stderr.")] = False,
+) -> None:
+    """Serve the data directory (--broker) until SIGTERM or Ctrl-C, then stop cleanly.
+
+    While it runs, other fencelog commands and clients given the same data directory go
+    through this server. Prints the addresses it listens on.
+    """
+    current = state()
+    if "://" in current.broker:
+        raise BrokerError(
+            ErrorCode.INVALID_ARGUMENT,
+            "serve needs a data directory, not a broker address",
+            hint="fencelog --broker PATH serve",
+        )
+    host, port = _host_port(listen)
+    token = read_token(auth_token_file) if auth_token_file else None
+    timeout_ms = int(parse_duration(session_timeout) * 1000)
+    if timeout_ms <= 0:
+        raise BrokerError(ErrorCode.INVALID_ARGUMENT, "--session-timeout must be positive")
+    logging.basicConfig(
+        level=logging.INFO if verbose else logging.WARNING,
+        format="%(asctime)s %(name)s %(levelname)s %(message)s",
+        stream=sys.stderr,
+    )
+    from dataclasses import replace
+
+    from broker.limits import DEFAULT_LIMITS
+
+    limits = replace(DEFAULT_LIMITS, session_timeout_ms=timeout_ms)
+    server = Server(
+        Path(current.broker), durability=current.durability, limits=limits, auth_token=token
+    )
+    asyncio.run(_run(server, host, port, not no_unix, ready_file))
+
+
+async def _run(server: Server, host: str, port: int, unix: bool, ready_file: Path | None) -> None:
+    await server.start(host, port, unix=unix)
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, lambda: asyncio.ensure_future(server.stop()))
+    info = server.info
+    assert info is not None
+    addresses = {"pid": info.pid, "tcp": info.tcp, "unix": info.unix}
+    if ready_file is not None:
+        temporary = ready_file.with_name(ready_file.name + ".tmp")
+        temporary.write_text(json.dumps(addresses))
+        temporary.replace(ready_file)
+    where = f"tcp://{info.tcp}" + (f" and unix://{info.unix}" if info.unix else "")
+    sys.stdout.write(f"fencelog serving {server.data_dir} on {where} (pid {os.getpid()})\n")
+    sys.stdout.flush()
+    await server.wait_stopped()
+
+
+def _host_port(listen: str) -> tuple[str, int]:
+    host, _, port = listen.rpartition(":")
+    if not host or not port.isdigit() or int(port) > 65535:
+        raise BrokerError(
+            ErrorCode.INVALID_ARGUMENT,
+            f"--listen {listen!r} is not HOST:PORT",
+            hint="e.g. --listen 127.0.0.1:7420 or 127.0.0.1:0",
+        )
+    return host.strip("[]"), int(port)
+
+
+def read_token(path: Path) -> str:
+    try:
+        token = path.read_text().strip()
+    except OSError as exc:
+        raise BrokerError(
+            ErrorCode.INVALID_ARGUMENT, f"cannot read the auth token file {path}: {exc.strerror}"
+        ) from exc
+    if len(token) < 16:
+        raise BrokerError(
+            ErrorCode.INVALID_ARGUMENT,
+            f"the auth token in {path} is shorter than 16 characters",
+            hint="use a long random token, e.g. from `openssl rand -hex 32`",
+        )
+    return token
