@@ -1,0 +1,55 @@
+"""Fixtures every test file uses: a data directory, the CLI through click's CliRunner, an
+open engine, and real subprocesses that are stopped at teardown."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner, Result
+from helpers import Invoke, Processes
+
+import broker
+from cli.main import command
+
+
+@pytest.fixture
+def data_dir(tmp_path: Path) -> Path:
+    return tmp_path / "data"
+
+
+@pytest.fixture
+def runner(monkeypatch: pytest.MonkeyPatch) -> CliRunner:
+    # What a user's shell would have: no broker or durability chosen by the environment.
+    for name in ("FENCELOG_BROKER", "FENCELOG_DURABILITY", "NO_COLOR"):
+        monkeypatch.delenv(name, raising=False)
+    return CliRunner()
+
+
+@pytest.fixture
+def invoke(runner: CliRunner, data_dir: Path) -> Invoke:
+    def run(
+        *args: str,
+        input: str | bytes | None = None,
+        env: Mapping[str, str | None] | None = None,
+    ) -> Result:
+        return runner.invoke(command(), ["--broker", str(data_dir), *args], input=input, env=env)
+
+    return run
+
+
+@pytest.fixture
+def engine(data_dir: Path) -> Iterator[broker.Engine]:
+    opened = broker.open(data_dir)
+    yield opened
+    opened.close()
+
+
+@pytest.fixture
+def processes() -> Iterator[Processes]:
+    started = Processes()
+    try:
+        yield started
+    finally:
+        started.close()

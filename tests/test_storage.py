@@ -1,0 +1,189 @@
+"""broker/storage: what a data directory holds on disk, and which directories are refused.
+
+The stored state is inspected with sqlite-utils, straight from the file, not through the
+engine that wrote it. Every refusal is also checked to leave what was there untouched.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import stat
+from pathlib import Path
+from typing import Any
+
+import pytest
+import sqlite_utils
+
+import broker
+from broker.errors import BrokerError, ErrorCode
+from broker.storage.database import APPLICATION_ID, DB_FILE, SCHEMA_VERSION
+from broker.types import NewRecord
+
+
+def pragma(path: Path, name: str) -> Any:
+    with contextlib.closing(sqlite_utils.Database(path)) as db:
+        return next(iter(db.query(f"PRAGMA {name}")))[name]
+
+
+def mode(path: Path) -> int:
+    return stat.S_IMODE(path.stat().st_mode)
+
+
+def open_error(path: Path) -> BrokerError:
+    with pytest.raises(BrokerError) as excinfo:
+        broker.open(path).close()
+    return excinfo.value
+
+
+# a fencelog data directory ------------------------------------------------------------
+
+
+def test_schema_version_is_recorded(engine: broker.Engine, data_dir: Path) -> None:
+    assert SCHEMA_VERSION >= 1
+    assert pragma(data_dir / DB_FILE, "user_version") == SCHEMA_VERSION
+
+
+def test_database_is_in_wal_mode(engine: broker.Engine, data_dir: Path) -> None:
+    assert pragma(data_dir / DB_FILE, "journal_mode") == "wal"
+
+
+def test_database_is_marked_as_fencelogs(engine: broker.Engine, data_dir: Path) -> None:
+    assert pragma(data_dir / DB_FILE, "application_id") == APPLICATION_ID
+
+
+def test_data_dir_is_0700_and_files_0600(engine: broker.Engine, data_dir: Path) -> None:
+    engine.create_topic("orders")
+    engine.produce("orders", [NewRecord(b"x")])
+    assert mode(data_dir) == 0o700
+    files = [p for p in data_dir.iterdir() if p.name.startswith(DB_FILE)]
+    assert data_dir / DB_FILE in files
+    for path in files:  # the -wal and -shm files too, while the engine has them open
+        assert mode(path) == 0o600, path.name
+
+
+def test_nested_data_dir_is_created(tmp_path: Path) -> None:
+    nested = tmp_path / "a" / "b" / "data"
+    with broker.open(nested) as engine:
+        engine.create_topic("orders")
+    assert (nested / DB_FILE).is_file()
+    assert mode(nested) == 0o700
+
+
+def test_stored_rows_after_produce(engine: broker.Engine, data_dir: Path) -> None:
+    engine.create_topic("orders", partitions=2)
+    engine.produce(
+        "orders",
+        [NewRecord(b"a", key=b"k", partition=1), NewRecord(b"bc", partition=1)],
+    )
+    with contextlib.closing(sqlite_utils.Database(data_dir / DB_FILE)) as db:
+        partitions = list(db.query("SELECT partition, next_offset, bytes FROM partitions"))
+        rows = list(
+            db.query("SELECT partition, offset, key, value, producer_id, txn_id FROM records")
+        )
+    assert sorted(partitions, key=lambda p: p["partition"]) == [
+        {"partition": 0, "next_offset": 0, "bytes": 0},
+        {"partition": 1, "next_offset": 2, "bytes": 4},
+    ]
+    assert sorted(rows, key=lambda r: r["offset"]) == [
+        {"partition": 1, "offset": 0, "key": b"k", "value": b"a", "producer_id": 0, "txn_id": None},
+        {
+            "partition": 1,
+            "offset": 1,
+            "key": None,
+            "value": b"bc",
+            "producer_id": 0,
+            "txn_id": None,
+        },
+    ]
+
+
+def test_records_survive_close_and_reopen(data_dir: Path) -> None:
+    with broker.open(data_dir) as engine:
+        engine.create_topic("orders", partitions=2)
+        engine.produce("orders", [NewRecord(b"one", partition=1), NewRecord(b"two", partition=1)])
+    with broker.open(data_dir) as engine:
+        assert engine.end_offsets("orders") == [0, 2]
+        assert [r.value for r in engine.read("orders", 1, 0)] == [b"one", b"two"]
+        assert pragma(data_dir / DB_FILE, "user_version") == SCHEMA_VERSION
+
+
+def test_directory_with_only_fencelog_scratch_files_is_accepted(data_dir: Path) -> None:
+    data_dir.mkdir()
+    (data_dir / "leftover.tmp").write_bytes(b"")
+    with broker.open(data_dir) as engine:
+        engine.create_topic("orders")
+    assert (data_dir / DB_FILE).is_file()
+
+
+# directories and files that are not fencelog's ------------------------------------------
+
+
+def test_non_empty_foreign_directory_is_refused_untouched(data_dir: Path) -> None:
+    data_dir.mkdir()
+    (data_dir / "notes.txt").write_text("mine\n")
+    error = open_error(data_dir)
+    assert error.code is ErrorCode.FOREIGN_DATA_DIR
+    assert sorted(p.name for p in data_dir.iterdir()) == ["notes.txt"]
+    assert (data_dir / "notes.txt").read_text() == "mine\n"
+
+
+@pytest.mark.parametrize(
+    "content", [b"hello, this is not a database\n", b"\x00" * 100 + b"SQLite format 3" * 300]
+)
+def test_garbage_database_file_is_refused_untouched(data_dir: Path, content: bytes) -> None:
+    data_dir.mkdir()
+    (data_dir / DB_FILE).write_bytes(content)
+    error = open_error(data_dir)
+    assert error.code is ErrorCode.FOREIGN_DATA_DIR
+    assert (data_dir / DB_FILE).read_bytes() == content
+    assert sorted(p.name for p in data_dir.iterdir()) == [DB_FILE]
+
+
+def test_someone_elses_sqlite_database_is_refused_untouched(data_dir: Path) -> None:
+    data_dir.mkdir()
+    with contextlib.closing(sqlite_utils.Database(data_dir / DB_FILE)) as db:
+        db.table("invoices").insert({"id": 1, "amount": 12})
+    before = (data_dir / DB_FILE).read_bytes()
+    error = open_error(data_dir)
+    assert error.code is ErrorCode.FOREIGN_DATA_DIR
+    assert "not fencelog's" in error.message
+    assert (data_dir / DB_FILE).read_bytes() == before
+    with contextlib.closing(sqlite_utils.Database(data_dir / DB_FILE)) as db:
+        assert db.table_names() == ["invoices"]
+        assert list(db.query("SELECT id, amount FROM invoices")) == [{"id": 1, "amount": 12}]
+    assert pragma(data_dir / DB_FILE, "journal_mode") == "delete"
+
+
+def test_newer_schema_is_refused_untouched(data_dir: Path) -> None:
+    with broker.open(data_dir) as engine:
+        engine.create_topic("orders")
+        engine.produce("orders", [NewRecord(b"kept")])
+    newer = SCHEMA_VERSION + 1
+    with contextlib.closing(sqlite_utils.Database(data_dir / DB_FILE)) as db:
+        db.execute(f"PRAGMA user_version = {newer}")
+    before = (data_dir / DB_FILE).read_bytes()
+
+    error = open_error(data_dir)
+
+    assert error.code is ErrorCode.SCHEMA_TOO_NEW
+    assert error.details["found"] == newer
+    assert error.details["supported"] == SCHEMA_VERSION
+    assert "upgrade" in (error.hint or "")
+    assert (data_dir / DB_FILE).read_bytes() == before
+    assert pragma(data_dir / DB_FILE, "user_version") == newer
+
+
+def test_regular_file_as_data_dir_is_unreadable(tmp_path: Path) -> None:
+    path = tmp_path / "not-a-dir"
+    path.write_bytes(b"contents")
+    error = open_error(path)
+    assert error.code is ErrorCode.DATA_DIR_UNREADABLE
+    assert "not a directory" in error.message
+    assert path.read_bytes() == b"contents"
+
+
+def test_unknown_durability_is_refused_before_creating_anything(data_dir: Path) -> None:
+    with pytest.raises(BrokerError) as excinfo:
+        broker.open(data_dir, durability="fast")  # type: ignore[arg-type]
+    assert excinfo.value.code is ErrorCode.INVALID_ARGUMENT
+    assert not data_dir.exists()
