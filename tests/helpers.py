@@ -45,7 +45,8 @@ def expect(result: Result, status: int) -> Result:
     """Assert the exit status, showing what the user saw (and any traceback) if not."""
     if result.exit_code != status:
         detail = ""
-        if result.exc_info is not None and not isinstance(result.exception, SystemExit):
+        unexpected = result.exception is not None and not isinstance(result.exception, SystemExit)
+        if unexpected and result.exc_info is not None:
             import traceback
 
             detail = "".join(traceback.format_exception(*result.exc_info))
