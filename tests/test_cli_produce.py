@@ -118,6 +118,17 @@ def test_line_without_key_separator_exits_10(orders: Invoke, data_dir: Path) -> 
     assert stored_rows(data_dir) == before
 
 
+def test_empty_key_is_stored_as_an_empty_key(orders: Invoke, data_dir: Path) -> None:
+    # The log keeps None and b"" apart (consume shows null and ""); an empty --key is
+    # the empty key, as an empty key before --key-separator already is.
+    expect(orders("produce", "orders", "-p", "0", "--key-separator", ":", input=":x\n"), 0)
+    expect(orders("produce", "orders", "-p", "0", "--key", "", "--value", "y"), 0)
+    expect(orders("produce", "orders", "-p", "0", "-f", "hex", "--key", "", "-v", "7a"), 0)
+    assert [(r.key, r.value) for r in read_all(data_dir)] == [(b"", b"x"), (b"", b"y"), (b"", b"z")]
+    shown = json_lines(expect(orders("consume", "orders", "--json"), 0).stdout)
+    assert [r["key"] for r in shown] == ["", "", ""]
+
+
 def test_key_and_key_separator_exclude_each_other(orders: Invoke) -> None:
     result = expect(
         orders("produce", "orders", "--key", "k", "--key-separator", ":", input="a:b\n"), 10
