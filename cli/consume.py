@@ -72,6 +72,8 @@ def consume(
             for record in records:
                 _print(out, rendering, record)
                 advance(1)
+                if follow:  # a tail reaches a pipe record by record
+                    out.flush()
     except KeyboardInterrupt:
         pass
     finally:
@@ -91,7 +93,7 @@ def _interrupt(_signum: int, _frame: FrameType | None) -> None:
 def _start(text: str) -> Start:
     if text in ("beginning", "end"):
         return "beginning" if text == "beginning" else "end"
-    if text.isdigit():
+    if _is_offset(text):
         return int(text)
     raise BrokerError(
         ErrorCode.INVALID_ARGUMENT,
@@ -100,10 +102,14 @@ def _start(text: str) -> Start:
     )
 
 
+def _is_offset(text: str) -> bool:
+    return text.isascii() and text.isdigit()
+
+
 def _bounded_total(ends: list[int], partitions: list[int] | None, start: str) -> int | None:
-    if not start.isdigit() and start != "beginning":
+    if not _is_offset(start) and start != "beginning":
         return None
-    first = int(start) if start.isdigit() else 0
+    first = int(start) if _is_offset(start) else 0
     chosen = partitions or range(len(ends))
     return sum(max(0, ends[p] - first) for p in chosen if 0 <= p < len(ends))
 

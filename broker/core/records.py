@@ -37,7 +37,7 @@ def check_topic_name(name: str, limits: Limits) -> None:
             f"topic name is {len(name)} characters; the limit is {limits.topic_name_chars_max}",
             topic=name[:40] + "...",
         )
-    if not _TOPIC_NAME.match(name) or name in {".", ".."}:
+    if not _TOPIC_NAME.fullmatch(name) or name in {".", ".."}:
         raise BrokerError(
             ErrorCode.INVALID_TOPIC_NAME,
             f"topic name {name!r} has characters other than A-Z a-z 0-9 . _ -",
