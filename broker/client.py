@@ -16,18 +16,23 @@ operations (`_Transport`).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Final, Literal, Protocol
 
+from broker.core.ownership import Fence
 from broker.discovery import find_server
+from broker.embedded import EmbeddedTransport
 from broker.engine import Clock, Engine, wall_clock_ms
 from broker.errors import BrokerError, ErrorCode
 from broker.limits import DEFAULT_LIMITS, Limits
+from broker.owners import Claimed, OwnershipInfo
 from broker.remote import Address, ServedTransport
 from broker.storage.database import Durability
+from broker.storage.ownership import AuditRow
 from broker.types import (
     NO_PRODUCER,
     AppendResult,
@@ -38,7 +43,6 @@ from broker.types import (
     Record,
     TopicInfo,
 )
-from broker.watch import WalWatcher
 
 DEFAULT_BROKER: Final = "./.fencelog"
 Start = int | Literal["beginning", "end"]
@@ -54,47 +58,28 @@ class _Transport(Protocol):
     def describe_topic(self, name: str) -> TopicInfo: ...
     def status(self) -> BrokerStatus: ...
     def produce(
-        self, topic: str, records: Sequence[NewRecord], *, producer: ProducerFields
+        self,
+        topic: str,
+        records: Sequence[NewRecord],
+        *,
+        producer: ProducerFields,
+        fences: Sequence[Fence],
     ) -> list[AppendResult]: ...
     def fetch(
-        self, topic: str, positions: dict[int, int], max_records: int, wait_ms: int
+        self,
+        topic: str,
+        positions: dict[int, int],
+        max_records: int,
+        wait_ms: int,
+        fences: Sequence[Fence],
     ) -> list[Record]: ...
+    def session_id(self) -> str: ...
+    def on_severed(self, callback: Callable[[str], None]) -> None: ...
+    def own(self, group: str, claims: Sequence[tuple[str, int]]) -> list[Claimed]: ...
+    def release(self, group: str, resources: Sequence[str] | None) -> list[str]: ...
+    def ownership(self, group: str | None) -> list[OwnershipInfo]: ...
+    def ownership_history(self, group: str | None, limit: int) -> list[AuditRow]: ...
     def close(self) -> None: ...
-
-
-class EmbeddedTransport:
-    """The engine in this process; waits for other processes' writes through the WAL."""
-
-    def __init__(self, engine: Engine) -> None:
-        self.engine = engine
-        self.limits = engine.limits
-        self._watcher: WalWatcher | None = None
-        self.create_topic = engine.create_topic
-        self.delete_topic = engine.delete_topic
-        self.list_topics = engine.list_topics
-        self.describe_topic = engine.describe_topic
-        self.status = engine.status
-        self.produce = engine.produce
-
-    def fetch(
-        self, topic: str, positions: dict[int, int], max_records: int, wait_ms: int
-    ) -> list[Record]:
-        deadline = time.monotonic() + wait_ms / 1000
-        while True:
-            found = self.engine.fetch(topic, positions, max_records)
-            remaining = deadline - time.monotonic()
-            if found or remaining <= 0:
-                return found
-            if self._watcher is None:
-                # Watch first, then read again: a write between the two is not missed.
-                self._watcher = WalWatcher(self.engine.database.data_dir.path)
-                continue
-            self._watcher.wait(remaining)
-
-    def close(self) -> None:
-        if self._watcher is not None:
-            self._watcher.close()
-        self.engine.close()
 
 
 class Client:
@@ -147,12 +132,14 @@ class Client:
         partition: int | None = None,
         headers: Headers = (),
         producer: ProducerFields = NO_PRODUCER,
+        fences: Sequence[Fence] = (),
     ) -> list[AppendResult]:
         """Append values (bytes, str, or NewRecord for per-record keys and partitions).
 
         `key`, `partition` and `headers` apply to every value given as bytes or str.
         Each batch of up to append_records_max records is one atomic append; results come
-        back in the order of `values`.
+        back in the order of `values`. `fences` (e.g. `claimed.fence`) must be current,
+        or the append fails with FENCED and nothing is written.
         """
         default_key = _as_bytes(key) if key is not None else None
         records = [
@@ -165,7 +152,7 @@ class Client:
         step = self.limits.append_records_max
         for start in range(0, len(records), step):
             batch = records[start : start + step]
-            results += self._transport.produce(topic, batch, producer=producer)
+            results += self._transport.produce(topic, batch, producer=producer, fences=fences)
         return results
 
     # consume ------------------------------------------------------------------------
@@ -177,13 +164,16 @@ class Client:
         *,
         max_records: int | None = None,
         wait_ms: int = 0,
+        fences: Sequence[Fence] = (),
     ) -> list[Record]:
         """One fetch from several partitions ({partition: next offset}); waits up to
         wait_ms for a record when none is there yet."""
         if wait_ms < 0:
             raise BrokerError(ErrorCode.INVALID_ARGUMENT, f"wait_ms must be >= 0, not {wait_ms}")
+        if max_records == 0:
+            return []
         limit = min(max_records or self.limits.read_records_max, self.limits.read_records_max)
-        return self._transport.fetch(topic, positions, limit, wait_ms)
+        return self._transport.fetch(topic, positions, limit, wait_ms, fences)
 
     def positions(
         self, topic: str, partitions: int | Sequence[int] | None, start: Start
@@ -221,6 +211,7 @@ class Client:
         follow: bool = False,
         timeout_s: float | None = None,
         poll_ms: int = 1_000,
+        fences: Sequence[Fence] = (),
     ) -> Iterator[Record]:
         """Records from `start`, partition by partition in fetch order.
 
@@ -238,7 +229,9 @@ class Client:
         idle_deadline = None if timeout_s is None else time.monotonic() + timeout_s
         while positions and remaining != 0:
             wait_ms = _wait_ms(follow, poll_ms, idle_deadline)
-            batch = self.fetch(topic, positions, max_records=remaining, wait_ms=wait_ms)
+            batch = self.fetch(
+                topic, positions, max_records=remaining, wait_ms=wait_ms, fences=fences
+            )
             for record in batch:
                 if stop_at is not None and record.offset >= stop_at[record.partition]:
                     continue
@@ -254,6 +247,56 @@ class Client:
                 idle_deadline = None if timeout_s is None else time.monotonic() + timeout_s
             elif not follow or (idle_deadline is not None and time.monotonic() >= idle_deadline):
                 return
+
+    # ownership ----------------------------------------------------------------------
+
+    @property
+    def session_id(self) -> str:
+        """This client's session: a connection (served) or this process (embedded)."""
+        return self._transport.session_id()
+
+    def own(
+        self, group: str, resources: Mapping[str, int] | Iterable[str], *, generation: int = 1
+    ) -> list[Claimed]:
+        """Claim resources of a group, all or none (OWNED_BY_HIGHER_GENERATION).
+
+        `resources` maps each resource to its generation, or names resources that all get
+        `generation`. Generation 0 resets (always granted, audited). A claim severs an
+        older holder; see DESIGN.md section 3.
+        """
+        if isinstance(resources, Mapping):
+            claims = list(resources.items())
+        else:
+            claims = [(resource, generation) for resource in resources]
+        return self._transport.own(group, claims)
+
+    def release(self, group: str, resources: Sequence[str] | None = None) -> list[str]:
+        """Release this session's claims in group (all of them, or the named ones)."""
+        return self._transport.release(group, resources)
+
+    def ownership(self, group: str | None = None) -> list[OwnershipInfo]:
+        """Every (group, resource): generation, holder and whether it is live."""
+        return self._transport.ownership(group)
+
+    def ownership_history(self, group: str | None = None, limit: int = 100) -> list[AuditRow]:
+        """The newest audit rows: claims, refusals, severings, resets, releases."""
+        return self._transport.ownership_history(group, limit)
+
+    def on_severed(self, callback: Callable[[str], None]) -> None:
+        """Call callback(reason), from a background thread, when this session is severed."""
+        self._transport.on_severed(callback)
+
+    @contextlib.contextmanager
+    def holding(
+        self, group: str, resources: Mapping[str, int] | Iterable[str], *, generation: int = 1
+    ) -> Iterator[list[Claimed]]:
+        """Hold a claim for the body of a with-block; released on the way out."""
+        claimed = self.own(group, resources, generation=generation)
+        try:
+            yield claimed
+        finally:
+            with contextlib.suppress(BrokerError):
+                self.release(group, [c.resource for c in claimed])
 
 
 def _wait_ms(follow: bool, poll_ms: int, idle_deadline: float | None) -> int:

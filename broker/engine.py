@@ -17,9 +17,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from broker.core import ownership as ownership_rules
 from broker.core import records as record_rules
+from broker.core.ownership import Fence
 from broker.errors import BrokerError, ErrorCode
 from broker.limits import DEFAULT_LIMITS, Limits
+from broker.owners import Owners
 from broker.storage import logs
 from broker.storage.database import SCHEMA_VERSION, Database, Durability
 from broker.types import (
@@ -40,6 +43,7 @@ class ProduceRequest:
     topic: str
     records: Sequence[NewRecord]
     producer: ProducerFields = NO_PRODUCER
+    fences: Sequence[Fence] = ()
 
 
 ProduceOutcome = list[AppendResult] | BrokerError
@@ -58,6 +62,7 @@ class Engine:
         self.limits = limits
         self.clock = clock
         self._round_robin = random.randrange(1 << 30)  # noqa: S311 - spreading, not secrecy
+        self.owners = Owners(database, limits, clock, served_sessions=tuple)
 
     @classmethod
     def open(
@@ -87,6 +92,8 @@ class Engine:
     ) -> TopicInfo:
         record_rules.check_topic_name(name, self.limits)
         record_rules.check_partition_count(partitions, self.limits)
+        if owner_group is not None:
+            ownership_rules.check_name("owner group", owner_group)
         with self.database.write() as conn:
             if logs.topic_by_name(conn, name) is not None:
                 raise BrokerError(
@@ -118,14 +125,17 @@ class Engine:
         records: Sequence[NewRecord],
         *,
         producer: ProducerFields = NO_PRODUCER,
+        fences: Sequence[Fence] = (),
     ) -> list[AppendResult]:
         """Append records, each to its own or a chosen partition, in one transaction.
 
-        Results come back in the order of `records`.
+        Every fence must be current (else FENCED); a topic with an owner group also needs,
+        for each partition P written, the fence of TOPIC/P in that group. Results come
+        back in the order of `records`.
         """
         record_rules.check_records(records, self.limits)
         with self.database.write() as conn:
-            return self._produce_in(conn, topic, records, producer)
+            return self._produce_in(conn, ProduceRequest(topic, records, producer, fences))
 
     def produce_group(self, requests: Sequence[ProduceRequest]) -> list[ProduceOutcome]:
         """Several produce requests in one transaction (the server's group commit).
@@ -139,9 +149,7 @@ class Engine:
                 conn.execute("SAVEPOINT request")
                 try:
                     record_rules.check_records(request.records, self.limits)
-                    outcome: ProduceOutcome = self._produce_in(
-                        conn, request.topic, request.records, request.producer
-                    )
+                    outcome: ProduceOutcome = self._produce_in(conn, request)
                 except BrokerError as error:
                     conn.execute("ROLLBACK TO request")
                     outcome = error
@@ -149,15 +157,11 @@ class Engine:
                 outcomes.append(outcome)
         return outcomes
 
-    def _produce_in(
-        self,
-        conn: sqlite3.Connection,
-        topic: str,
-        records: Sequence[NewRecord],
-        producer: ProducerFields,
-    ) -> list[AppendResult]:
+    def _produce_in(self, conn: sqlite3.Connection, request: ProduceRequest) -> list[AppendResult]:
+        topic, records, producer = request.topic, request.records, request.producer
         row = self._topic(conn, topic)
         by_partition = self._route(row, records)
+        self._check_fences(conn, row, by_partition, request.fences)
         now_ms = self.clock()
         results: list[AppendResult] = [_PENDING] * len(records)
         for partition, indexes in by_partition.items():
@@ -180,16 +184,25 @@ class Engine:
             raise BrokerError(
                 ErrorCode.INVALID_ARGUMENT, f"offsets start at 0, not {offset}", offset=offset
             )
-        limit = min(max_records or self.limits.read_records_max, self.limits.read_records_max)
+        limit = _bounded(max_records, self.limits.read_records_max)
         with self.database.read() as conn:
             row = self._topic(conn, topic)
             record_rules.check_partition(topic, partition, row.partitions)
             found = logs.read(conn, row, partition, offset, limit)
         return _within_bytes(found, self.limits.read_bytes_max)
 
-    def fetch(self, topic: str, positions: dict[int, int], max_records: int) -> list[Record]:
+    def fetch(
+        self,
+        topic: str,
+        positions: dict[int, int],
+        max_records: int,
+        fences: Sequence[Fence] = (),
+    ) -> list[Record]:
         """Records from several partitions ({partition: next offset}), partition by
-        partition, at most max_records in all."""
+        partition, at most max_records in all. Every fence must be current."""
+        if fences:
+            with self.database.read() as conn:
+                self.owners.check_fences(conn, fences)
         found: list[Record] = []
         for partition, offset in positions.items():
             found += self.read(topic, partition, offset, max_records - len(found))
@@ -202,9 +215,10 @@ class Engine:
     def session_closed(self, session_id: str) -> None:
         """A client session ended (disconnect, missed heartbeats, or severed).
 
-        The server calls this for every session that ends; what a session holds (claims,
-        exclusive producer access) is attached to it by later features and released here.
+        The server calls this for every session that ends, an embedded client when it
+        closes; everything the session holds is released.
         """
+        self.owners.session_closed(session_id)
 
     # status -------------------------------------------------------------------------
 
@@ -242,6 +256,29 @@ class Engine:
             partition_details=logs.partition_infos(conn, row),
         )
 
+    def _check_fences(
+        self,
+        conn: sqlite3.Connection,
+        row: logs.TopicRow,
+        by_partition: dict[int, list[int]],
+        fences: Sequence[Fence],
+    ) -> None:
+        self.owners.check_fences(conn, fences)
+        if row.owner_group is None:
+            return
+        fenced = {f.resource for f in fences if f.group == row.owner_group}
+        for partition in sorted(by_partition):
+            resource = ownership_rules.partition_resource(row.name, partition)
+            if resource not in fenced:
+                raise BrokerError(
+                    ErrorCode.FENCED,
+                    f"writes to {resource} need the fence of {row.owner_group}:{resource}",
+                    group=row.owner_group,
+                    resource=resource,
+                    hint=f"claim it (fencelog own {row.owner_group} {resource}) and pass "
+                    f"--fence {row.owner_group}:{resource}:GENERATION",
+                )
+
     def _route(self, row: logs.TopicRow, records: Sequence[NewRecord]) -> dict[int, list[int]]:
         """Each record's partition, as {partition: [indexes into records]}."""
         by_partition: dict[int, list[int]] = {}
@@ -259,6 +296,16 @@ class Engine:
 
 
 _PENDING = AppendResult("", -1, -1)
+
+
+def _bounded(max_records: int | None, records_max: int) -> int:
+    if max_records is None:
+        return records_max
+    if max_records < 0:
+        raise BrokerError(
+            ErrorCode.INVALID_ARGUMENT, f"max_records must be >= 0, not {max_records}"
+        )
+    return min(max_records, records_max)
 
 
 def _within_bytes(found: list[Record], bytes_max: int) -> list[Record]:

@@ -24,6 +24,9 @@ class Limits:
     read_records_max: int = 10_000
     read_bytes_max: int = 8 * 1024 * 1024
     busy_timeout_ms: int = 30_000
+    # ownership
+    ownership_audit_rows_max: int = 100_000
+    own_resources_max: int = 1_000
     # the server and its connections
     frame_bytes_max: int = 48 * 1024 * 1024
     connections_max: int = 512

@@ -23,12 +23,16 @@ from dataclasses import dataclass
 from typing import Any, Final, TypeVar
 
 from broker import __version__
+from broker.core.ownership import Fence
 from broker.errors import BrokerError, ErrorCode
 from broker.limits import DEFAULT_LIMITS, Limits, limits_from_server
+from broker.owners import Claimed, OwnershipInfo
 from broker.protocol import codec
 from broker.protocol.frames import NEED_DATA, FrameConnection, Sentinel
 from broker.protocol.messages import ErrorReply, Op, Push, Reply, Request
+from broker.storage.ownership import AuditRow
 from broker.types import (
+    NO_PRODUCER,
     AppendResult,
     BrokerStatus,
     NewRecord,
@@ -59,7 +63,7 @@ class Address:
             return cls("unix", path=rest)
         if scheme == "tcp":
             host, _, port = rest.rpartition(":")
-            if host and port.isdigit() and 0 < int(port) < 65536:
+            if host and port.isascii() and port.isdigit() and 0 < int(port) < 65536:
                 return cls("tcp", host=host.strip("[]"), port=int(port))
         raise BrokerError(
             ErrorCode.INVALID_ARGUMENT,
@@ -205,6 +209,8 @@ class AsyncConnection:
             _, future = self._pending.popleft()
             if not future.done():
                 future.set_exception(error)
+        if self._heartbeat is not None and self._heartbeat is not asyncio.current_task():
+            self._heartbeat.cancel()
         self._writer.close()
 
     async def close(self) -> None:
@@ -310,39 +316,72 @@ class AsyncClient:
         return codec.status_from_wire(await self.request(Op.STATUS, {}))
 
     async def produce(
-        self, topic: str, records: Sequence[NewRecord], *, producer: ProducerFields
+        self,
+        topic: str,
+        records: Sequence[NewRecord],
+        *,
+        producer: ProducerFields = NO_PRODUCER,
+        fences: Sequence[Fence] = (),
     ) -> list[AppendResult]:
         args = {
             "topic": topic,
             "records": codec.new_records_to_wire(records),
             "producer": codec.producer_to_wire(producer),
+            "fences": codec.fences_to_wire(fences),
         }
         reply = await self.request(Op.PRODUCE, args)
         return codec.results_from_wire(topic, reply["results"])
 
     async def fetch(
-        self, topic: str, positions: dict[int, int], max_records: int, wait_ms: int
+        self,
+        topic: str,
+        positions: dict[int, int],
+        max_records: int,
+        wait_ms: int,
+        fences: Sequence[Fence] = (),
     ) -> list[Record]:
         args = {
             "topic": topic,
             "positions": codec.positions_to_wire(positions),
             "max_records": max_records,
             "wait_ms": wait_ms,
+            "fences": codec.fences_to_wire(fences),
         }
         reply = await self.request(Op.FETCH, args)
         return codec.records_from_wire(reply["records"])
+
+    async def own(self, group: str, claims: Sequence[tuple[str, int]]) -> list[Claimed]:
+        reply = await self.request(Op.OWN, {"group": group, "claims": list(claims)})
+        return codec.claimed_from_wire(reply["claimed"])
+
+    async def release(self, group: str, resources: Sequence[str] | None) -> list[str]:
+        args = {"group": group, "resources": None if resources is None else list(resources)}
+        reply = await self.request(Op.RELEASE, args)
+        return list(reply["released"])
+
+    async def ownership(self, group: str | None) -> list[OwnershipInfo]:
+        reply = await self.request(Op.OWNERSHIP, {"group": group})
+        return codec.ownership_from_wire(reply["ownership"])
+
+    async def ownership_history(self, group: str | None, limit: int) -> list[AuditRow]:
+        reply = await self.request(Op.OWN_HISTORY, {"group": group, "limit": limit})
+        return codec.audit_from_wire(reply["history"])
+
+    async def session_id(self) -> str:
+        return (await self.connection()).session_id
 
 
 class ServedTransport:
     """The sync face of an AsyncClient, for broker.client.Client."""
 
     def __init__(self, address: Address, *, token: str | None = None) -> None:
+        self._severed_callbacks: list[Callable[[str], None]] = []
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(
             target=self._loop.run_forever, name="fencelog-client", daemon=True
         )
         self._thread.start()
-        self.client = self._call(_make_client(address, token))
+        self.client = self._call(_make_client(address, token, self._pushed))
         try:
             self.limits = self._call(self.client.limits())
         except BaseException:
@@ -351,6 +390,18 @@ class ServedTransport:
 
     def _call(self, work: Coroutine[Any, Any, T]) -> T:
         return asyncio.run_coroutine_threadsafe(work, self._loop).result()
+
+    def _pushed(self, push: Push) -> None:
+        if push.event == "session_closed":
+            reason = str(push.data.get("reason", "the server closed the session"))
+            for callback in list(self._severed_callbacks):
+                callback(reason)
+
+    def on_severed(self, callback: Callable[[str], None]) -> None:
+        self._severed_callbacks.append(callback)
+
+    def session_id(self) -> str:
+        return self._call(self.client.session_id())
 
     def create_topic(self, name: str, partitions: int, *, owner_group: str | None) -> TopicInfo:
         return self._call(self.client.create_topic(name, partitions, owner_group=owner_group))
@@ -368,14 +419,36 @@ class ServedTransport:
         return self._call(self.client.status())
 
     def produce(
-        self, topic: str, records: Sequence[NewRecord], *, producer: ProducerFields
+        self,
+        topic: str,
+        records: Sequence[NewRecord],
+        *,
+        producer: ProducerFields,
+        fences: Sequence[Fence],
     ) -> list[AppendResult]:
-        return self._call(self.client.produce(topic, records, producer=producer))
+        return self._call(self.client.produce(topic, records, producer=producer, fences=fences))
 
     def fetch(
-        self, topic: str, positions: dict[int, int], max_records: int, wait_ms: int
+        self,
+        topic: str,
+        positions: dict[int, int],
+        max_records: int,
+        wait_ms: int,
+        fences: Sequence[Fence],
     ) -> list[Record]:
-        return self._call(self.client.fetch(topic, positions, max_records, wait_ms))
+        return self._call(self.client.fetch(topic, positions, max_records, wait_ms, fences))
+
+    def own(self, group: str, claims: Sequence[tuple[str, int]]) -> list[Claimed]:
+        return self._call(self.client.own(group, claims))
+
+    def release(self, group: str, resources: Sequence[str] | None) -> list[str]:
+        return self._call(self.client.release(group, resources))
+
+    def ownership(self, group: str | None) -> list[OwnershipInfo]:
+        return self._call(self.client.ownership(group))
+
+    def ownership_history(self, group: str | None, limit: int) -> list[AuditRow]:
+        return self._call(self.client.ownership_history(group, limit))
 
     def close(self) -> None:
         with contextlib.suppress(BrokerError):
@@ -388,5 +461,7 @@ class ServedTransport:
         self._loop.close()
 
 
-async def _make_client(address: Address, token: str | None) -> AsyncClient:
-    return AsyncClient(address, token=token)
+async def _make_client(
+    address: Address, token: str | None, on_push: Callable[[Push], None]
+) -> AsyncClient:
+    return AsyncClient(address, token=token, on_push=on_push)

@@ -42,6 +42,7 @@ from broker.limits import DEFAULT_LIMITS, Limits, limits_for_client
 from broker.protocol import codec
 from broker.protocol.frames import NEED_DATA, FrameConnection, ProtocolError, Sentinel
 from broker.protocol.messages import PROTOCOL_VERSION, ErrorReply, Op, Push, Reply, Request
+from broker.sessions import connection_session_id, new_server_run
 from broker.storage.database import Durability
 
 log = logging.getLogger("fencelog.server")
@@ -110,7 +111,12 @@ class Server:
             Op.STATUS: self._status,
             Op.PRODUCE: self._produce,
             Op.FETCH: self._fetch,
+            Op.OWN: self._own,
+            Op.RELEASE: self._release,
+            Op.OWNERSHIP: self._ownership,
+            Op.OWN_HISTORY: self._own_history,
         }
+        self._run = new_server_run()
 
     # life cycle ---------------------------------------------------------------------
 
@@ -129,6 +135,8 @@ class Server:
         self._reader = Engine.open(
             self.data_dir, durability=self.durability, limits=self.limits, clock=self._clock
         )
+        for engine in (self._writer, self._reader):
+            engine.owners.served_sessions = self.sessions.keys
         tcp = await asyncio.start_server(self._connection, host, port, limit=_READ_CHUNK_BYTES)
         self._servers.append(tcp)
         bound = tcp.sockets[0].getsockname()
@@ -206,7 +214,7 @@ class Server:
             return
         loop = asyncio.get_running_loop()
         session = Session(
-            f"s{next(self._session_ids)}",
+            connection_session_id(self._run, next(self._session_ids)),
             _peer(writer),
             writer,
             loop.time(),
@@ -320,7 +328,7 @@ class Server:
 
     async def sever(self, session_id: str, reason: str) -> None:
         """End a session now: tell it why, then close its connection."""
-        session = self.sessions.get(session_id)
+        session = self.sessions.pop(session_id, None)  # no longer live, from this instant
         if session is None:
             return
         with contextlib.suppress(ConnectionError, OSError):
@@ -387,10 +395,11 @@ class Server:
         topic = codec.field(args, "topic", str)
         records = codec.new_records_from_wire(args.get("records"))
         producer = codec.producer_from_wire(args.get("producer"))
+        fences = codec.fences_from_wire(args.get("fences"))
         size = sum(len(r.value) for r in records)
         future: asyncio.Future[ProduceOutcome] = asyncio.get_running_loop().create_future()
         await self._produce_queue.put(
-            _PendingProduce(ProduceRequest(topic, records, producer), size, future)
+            _PendingProduce(ProduceRequest(topic, records, producer, fences), size, future)
         )
         outcome = await future
         if isinstance(outcome, BrokerError):
@@ -404,16 +413,49 @@ class Server:
             1, min(codec.non_negative(args, "max_records"), self.limits.read_records_max)
         )
         wait_ms = min(codec.non_negative(args, "wait_ms"), self.limits.fetch_wait_ms_max)
+        fences = codec.fences_from_wire(args.get("fences"))
         loop = asyncio.get_running_loop()
         deadline = loop.time() + wait_ms / 1000
         while True:
             appended = self._topic_events.setdefault(topic, asyncio.Event())
-            found = await self._read(lambda: self._reader.fetch(topic, positions, max_records))
+            found = await self._read(
+                lambda: self._reader.fetch(topic, positions, max_records, fences)
+            )
             remaining = deadline - loop.time()
             if found or remaining <= 0 or self._stopping.is_set():
                 return {"records": codec.records_to_wire(found)}
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(appended.wait(), remaining)
+
+    async def _own(self, session: Session, args: dict[str, Any]) -> dict[str, Any]:
+        group = codec.field(args, "group", str)
+        claims = codec.claims_from_wire(args.get("claims"))
+        result = await self._write(
+            lambda: self._writer.owners.own(session.session_id, group, claims)
+        )
+        for severed in result.severed:
+            reason = f"severed: {group} claimed by session {session.session_id}"
+            await self.sever(severed, reason)
+        return {"claimed": codec.claimed_to_wire(result.claimed), "severed": list(result.severed)}
+
+    async def _release(self, session: Session, args: dict[str, Any]) -> dict[str, Any]:
+        group = codec.field(args, "group", str)
+        resources = codec.strings_from_wire("resources", args.get("resources"))
+        released = await self._write(
+            lambda: self._writer.owners.release(session.session_id, group, resources)
+        )
+        return {"released": released}
+
+    async def _ownership(self, session: Session, args: dict[str, Any]) -> dict[str, Any]:
+        group = codec.field(args, "group", str, optional=True)
+        rows = await self._read(lambda: self._reader.owners.holdings(group))
+        return {"ownership": codec.ownership_to_wire(rows), "session_id": session.session_id}
+
+    async def _own_history(self, session: Session, args: dict[str, Any]) -> dict[str, Any]:
+        group = codec.field(args, "group", str, optional=True)
+        limit = codec.non_negative(args, "limit")
+        rows = await self._read(lambda: self._reader.owners.history(group, limit))
+        return {"history": codec.audit_to_wire(rows)}
 
     # the writer and the reader --------------------------------------------------------
 

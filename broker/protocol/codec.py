@@ -10,7 +10,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, TypeVar
 
+from broker.core.ownership import Fence
+from broker.owners import Claimed, OwnershipInfo
 from broker.protocol.frames import ProtocolError
+from broker.storage.ownership import AuditRow
 from broker.types import (
     AppendResult,
     BrokerStatus,
@@ -189,3 +192,94 @@ def records_to_wire(records: Sequence[Record]) -> Sequence[Record]:
 
 def records_from_wire(rows: Sequence[Sequence[Any]]) -> list[Record]:
     return list(map(Record._make, rows))
+
+
+# ownership ---------------------------------------------------------------------------
+
+
+def fences_to_wire(fences: Sequence[Fence]) -> list[tuple[str, str, int]]:
+    return [(f.group, f.resource, f.generation) for f in fences]
+
+
+def fences_from_wire(wire: object) -> tuple[Fence, ...]:
+    if wire is None:
+        return ()
+    if not isinstance(wire, tuple | list):
+        raise ProtocolError("field 'fences' must be an array of [group, resource, generation]")
+    fences = []
+    for item in wire:
+        if not (
+            isinstance(item, tuple | list)
+            and len(item) == 3
+            and isinstance(item[0], str)
+            and isinstance(item[1], str)
+            and isinstance(item[2], int)
+            and not isinstance(item[2], bool)
+        ):
+            raise ProtocolError("each fence is [group, resource, generation]")
+        fences.append(Fence(*item))
+    return tuple(fences)
+
+
+def claims_from_wire(wire: object) -> list[tuple[str, int]]:
+    if not isinstance(wire, tuple | list):
+        raise ProtocolError("field 'claims' must be an array of [resource, generation]")
+    claims = []
+    for item in wire:
+        if not (
+            isinstance(item, tuple | list)
+            and len(item) == 2
+            and isinstance(item[0], str)
+            and isinstance(item[1], int)
+            and not isinstance(item[1], bool)
+        ):
+            raise ProtocolError("each claim is [resource, generation]")
+        claims.append((item[0], item[1]))
+    return claims
+
+
+def strings_from_wire(name: str, wire: object) -> list[str] | None:
+    if wire is None:
+        return None
+    if not (isinstance(wire, tuple | list) and all(isinstance(v, str) for v in wire)):
+        raise ProtocolError(f"field {name!r} must be an array of strings")
+    return list(wire)
+
+
+def claimed_to_wire(claimed: Sequence[Claimed]) -> list[tuple[str, str, int]]:
+    return [(c.group, c.resource, c.generation) for c in claimed]
+
+
+def claimed_from_wire(wire: Sequence[Sequence[Any]]) -> list[Claimed]:
+    return [Claimed(*row) for row in wire]
+
+
+def ownership_to_wire(rows: Sequence[OwnershipInfo]) -> list[tuple[Any, ...]]:
+    return [
+        (r.group, r.resource, r.generation, r.holder, r.holder_live, r.claimed_ms) for r in rows
+    ]
+
+
+def ownership_from_wire(wire: Sequence[Sequence[Any]]) -> list[OwnershipInfo]:
+    return [OwnershipInfo(*row) for row in wire]
+
+
+def audit_to_wire(rows: Sequence[AuditRow]) -> list[tuple[Any, ...]]:
+    return [
+        (
+            r.audit_id,
+            r.at_ms,
+            r.group,
+            r.resource,
+            r.event,
+            r.session_id,
+            r.generation,
+            r.requested,
+            r.other,
+        )
+        for r in rows
+    ]
+
+
+def audit_from_wire(wire: Sequence[Sequence[Any]]) -> list[AuditRow]:
+    return [AuditRow(*row) for row in wire]

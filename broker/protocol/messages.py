@@ -38,6 +38,10 @@ class Op(enum.IntEnum):
     STATUS = 14
     PRODUCE = 20
     FETCH = 21
+    OWN = 30
+    RELEASE = 31
+    OWNERSHIP = 32
+    OWN_HISTORY = 33
 
 
 @dataclass(frozen=True, slots=True)

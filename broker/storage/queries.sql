@@ -44,3 +44,53 @@ FROM records
 WHERE topic_id = ? AND partition = ? AND offset >= ?
 ORDER BY offset
 LIMIT ?;
+
+-- name: session_upsert
+INSERT INTO sessions (session_id, pid, started_ms, heartbeat_ms) VALUES (?, ?, ?, ?)
+ON CONFLICT (session_id) DO UPDATE SET heartbeat_ms = excluded.heartbeat_ms;
+
+-- name: session_heartbeat
+UPDATE sessions SET heartbeat_ms = ? WHERE session_id = ? RETURNING severed_ms;
+
+-- name: session_by_id
+SELECT session_id, pid, heartbeat_ms, severed_ms FROM sessions WHERE session_id = ?;
+
+-- name: session_sever
+UPDATE sessions SET severed_ms = ? WHERE session_id = ? AND severed_ms IS NULL;
+
+-- name: session_delete
+DELETE FROM sessions WHERE session_id = ?;
+
+-- name: holding_get
+SELECT generation, holder FROM ownership WHERE group_name = ? AND resource = ?;
+
+-- name: holding_put
+INSERT INTO ownership (group_name, resource, generation, holder, claimed_ms)
+VALUES (?, ?, ?, ?, ?)
+ON CONFLICT (group_name, resource) DO UPDATE
+SET generation = excluded.generation, holder = excluded.holder, claimed_ms = excluded.claimed_ms;
+
+-- name: holdings_of_session
+SELECT group_name, resource, generation FROM ownership WHERE holder = ?;
+
+-- name: holding_release
+UPDATE ownership SET holder = NULL WHERE group_name = ? AND resource = ? AND holder = ?;
+
+-- name: holdings_all
+SELECT group_name, resource, generation, holder, claimed_ms FROM ownership
+ORDER BY group_name, resource;
+
+-- name: audit_insert
+INSERT INTO ownership_audit (at_ms, group_name, resource, event, session_id, generation,
+                             requested, other)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?);
+
+-- name: audit_trim
+DELETE FROM ownership_audit WHERE audit_id <= (SELECT max(audit_id) FROM ownership_audit) - ?;
+
+-- name: audit_recent
+SELECT audit_id, at_ms, group_name, resource, event, session_id, generation, requested, other
+FROM ownership_audit
+WHERE (?1 IS NULL OR group_name = ?1)
+ORDER BY audit_id DESC
+LIMIT ?2;

@@ -1,0 +1,188 @@
+"""Ownership of (group, resource) with generations: seeds/single-reader-writer.txt with
+the rules of DESIGN.md section 3. Pure: the current holdings and which holders are live
+come in, a decision comes out.
+
+Per resource of a claim with generation g by session S:
+- g = 0: always granted; any other holder is severed; the generation resets to 1 (an
+  audited "reset": it bypasses fencing).
+- another live holder whose generation is higher than g: refused
+  (OWNED_BY_HIGHER_GENERATION, with the current generation).
+- S already holds it and g <= its generation: no change.
+- otherwise: any other holder is severed, and S holds it at max(current + 1, g); a
+  never-owned resource (current 0) claimed with g = 1 gets 1.
+The request is atomic: if any resource is refused, nothing is granted.
+
+A fence (group, resource, generation) on a produce or fetch passes only when that
+generation is the current one and its holder is live.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from broker.errors import BrokerError, ErrorCode
+
+NAME_CHARS_MAX = 255
+
+
+class Event(enum.StrEnum):
+    CLAIMED = "claimed"
+    UNCHANGED = "unchanged"
+    RESET = "reset"
+    REFUSED = "refused"
+    SEVERED = "severed"
+    RELEASED = "released"
+
+
+@dataclass(frozen=True, slots=True)
+class Holding:
+    """What is stored for one (group, resource); generation 0: never owned."""
+
+    generation: int = 0
+    holder: str | None = None
+    holder_live: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Grant:
+    resource: str
+    generation: int
+    previous_generation: int
+    event: Event  # CLAIMED, UNCHANGED or RESET
+    severed: str | None  # the other live or dead holder this claim displaced
+
+
+@dataclass(frozen=True, slots=True)
+class Refusal:
+    resource: str
+    requested_generation: int
+    current_generation: int
+    holder: str
+
+
+@dataclass(frozen=True, slots=True)
+class Fence:
+    group: str
+    resource: str
+    generation: int
+
+    def __str__(self) -> str:
+        return f"{self.group}:{self.resource}:{self.generation}"
+
+
+def check_name(what: str, name: str) -> None:
+    if not name or len(name) > NAME_CHARS_MAX or not name.isprintable():
+        raise BrokerError(
+            ErrorCode.INVALID_ARGUMENT,
+            f"{what} must be 1 to {NAME_CHARS_MAX} printable characters, not {name[:40]!r}",
+        )
+
+
+def check_claims(group: str, claims: Sequence[tuple[str, int]]) -> None:
+    check_name("group", group)
+    if not claims:
+        raise BrokerError(ErrorCode.INVALID_ARGUMENT, "a claim names at least one resource")
+    seen: set[str] = set()
+    for resource, generation in claims:
+        check_name("resource", resource)
+        if generation < 0:
+            raise BrokerError(
+                ErrorCode.INVALID_ARGUMENT,
+                f"generation must be >= 0, not {generation}",
+                resource=resource,
+            )
+        if resource in seen:
+            raise BrokerError(
+                ErrorCode.INVALID_ARGUMENT,
+                f"resource {resource} is claimed twice",
+                resource=resource,
+            )
+        seen.add(resource)
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """Either every resource granted, or the refusals and nothing granted."""
+
+    grants: tuple[Grant, ...]
+    refusals: tuple[Refusal, ...]
+
+
+def decide_claims(
+    session: str, claims: Sequence[tuple[str, int]], current: Mapping[str, Holding]
+) -> Decision:
+    grants: list[Grant] = []
+    refusals: list[Refusal] = []
+    for resource, requested in claims:
+        holding = current.get(resource, Holding())
+        other = holding.holder if holding.holder not in (None, session) else None
+        if requested == 0:
+            grants.append(Grant(resource, 1, holding.generation, Event.RESET, other))
+        elif other is not None and holding.holder_live and holding.generation > requested:
+            refusals.append(Refusal(resource, requested, holding.generation, other))
+        elif holding.holder == session and requested <= holding.generation:
+            grants.append(
+                Grant(resource, holding.generation, holding.generation, Event.UNCHANGED, None)
+            )
+        else:
+            generation = max(holding.generation + 1, requested)
+            grants.append(Grant(resource, generation, holding.generation, Event.CLAIMED, other))
+    if refusals:
+        return Decision((), tuple(refusals))
+    return Decision(tuple(grants), ())
+
+
+def refusal_error(group: str, refusals: Sequence[Refusal]) -> BrokerError:
+    first = refusals[0]
+    return BrokerError(
+        ErrorCode.OWNED_BY_HIGHER_GENERATION,
+        f"{group}:{first.resource} is held at generation {first.current_generation}, "
+        f"higher than the claimed {first.requested_generation}",
+        group=group,
+        resource=first.resource,
+        generation=first.current_generation,
+        requested_generation=first.requested_generation,
+        refused=[r.resource for r in refusals],
+        hint="claim with a higher generation, or 0 to reset (audited)",
+    )
+
+
+def check_fence(fence: Fence, holding: Holding) -> None:
+    """Passes only for the current generation with a live holder."""
+    if holding.generation != fence.generation or not holding.holder_live:
+        current = holding.generation
+        why = (
+            "its holder is gone"
+            if holding.generation == fence.generation
+            else f"the current generation is {current}"
+        )
+        raise BrokerError(
+            ErrorCode.FENCED,
+            f"fence {fence} is stale: {why}",
+            group=fence.group,
+            resource=fence.resource,
+            generation=current,
+            fence_generation=fence.generation,
+            hint="a newer owner took over; stop writing",
+        )
+
+
+def parse_fence(text: str) -> Fence:
+    """GROUP:RESOURCE:GENERATION (the resource may itself contain ':')."""
+    group, sep1, rest = text.partition(":")
+    resource, sep2, generation = rest.rpartition(":")
+    if not (sep1 and sep2 and group and resource and generation.isascii() and generation.isdigit()):
+        raise BrokerError(
+            ErrorCode.INVALID_ARGUMENT,
+            f"fence {text!r} is not GROUP:RESOURCE:GENERATION",
+            hint="e.g. --fence samza:journal/0:5",
+        )
+    check_name("group", group)
+    check_name("resource", resource)
+    return Fence(group, resource, int(generation))
+
+
+def partition_resource(topic: str, partition: int) -> str:
+    return f"{topic}/{partition}"

@@ -1,0 +1,144 @@
+"""The embedded transport: the engine in this process.
+
+Besides calling the engine, it gives the process a session when it first claims
+something: a row in the sessions table kept alive by a heartbeat thread on its own
+SQLite connection. When the heartbeat finds the session severed (a newer claim took a
+resource from it), the severed callbacks run. A reader waiting for other processes'
+writes watches the WAL file (broker/watch.py).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Sequence
+
+from broker.core.ownership import Fence
+from broker.engine import Engine
+from broker.errors import BrokerError, ErrorCode
+from broker.owners import Claimed, Owners, OwnershipInfo
+from broker.storage.database import Database
+from broker.storage.ownership import AuditRow
+from broker.types import AppendResult, NewRecord, ProducerFields, Record
+from broker.watch import WalWatcher
+
+SeveredCallback = Callable[[str], None]
+
+
+class _Heartbeat(threading.Thread):
+    def __init__(self, engine: Engine, session_id: str, on_severed: Callable[[str], None]):
+        super().__init__(name="fencelog-heartbeat", daemon=True)
+        self._database = Database.open(
+            engine.database.data_dir.path, engine.database.durability, engine.limits.busy_timeout_ms
+        )
+        self._owners = Owners(self._database, engine.limits, engine.clock, tuple)
+        self._session_id = session_id
+        self._interval_s = min(engine.limits.session_timeout_ms / 3000, 1.0)
+        self._on_severed = on_severed
+        self._stopping = threading.Event()
+
+    def run(self) -> None:
+        try:
+            while not self._stopping.wait(self._interval_s):
+                if not self._owners.heartbeat(self._session_id):
+                    self._on_severed("severed: a newer claim took a resource of this session")
+                    return
+        finally:
+            self._database.close()
+
+    def stop(self) -> None:
+        self._stopping.set()
+        if self.is_alive() and threading.current_thread() is not self:
+            self.join(timeout=5)
+
+
+class EmbeddedTransport:
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+        self.limits = engine.limits
+        self._watcher: WalWatcher | None = None
+        self._heartbeat: _Heartbeat | None = None
+        self._session_id: str | None = None
+        self._severed_callbacks: list[SeveredCallback] = []
+        self._severed_reason: str | None = None
+        self.create_topic = engine.create_topic
+        self.delete_topic = engine.delete_topic
+        self.list_topics = engine.list_topics
+        self.describe_topic = engine.describe_topic
+        self.status = engine.status
+
+    # records ------------------------------------------------------------------------
+
+    def produce(
+        self,
+        topic: str,
+        records: Sequence[NewRecord],
+        *,
+        producer: ProducerFields,
+        fences: Sequence[Fence],
+    ) -> list[AppendResult]:
+        return self.engine.produce(topic, records, producer=producer, fences=fences)
+
+    def fetch(
+        self,
+        topic: str,
+        positions: dict[int, int],
+        max_records: int,
+        wait_ms: int,
+        fences: Sequence[Fence],
+    ) -> list[Record]:
+        deadline = time.monotonic() + wait_ms / 1000
+        while True:
+            found = self.engine.fetch(topic, positions, max_records, fences)
+            remaining = deadline - time.monotonic()
+            if found or remaining <= 0:
+                return found
+            if self._watcher is None:
+                # Watch first, then read again: a write between the two is not missed.
+                self._watcher = WalWatcher(self.engine.database.data_dir.path)
+                continue
+            self._watcher.wait(remaining)
+
+    # ownership ----------------------------------------------------------------------
+
+    def session_id(self) -> str:
+        if self._session_id is None:
+            self._session_id = self.engine.owners.register_process()
+            self._heartbeat = _Heartbeat(self.engine, self._session_id, self._severed)
+            self._heartbeat.start()
+        return self._session_id
+
+    def on_severed(self, callback: SeveredCallback) -> None:
+        self._severed_callbacks.append(callback)
+
+    def _severed(self, reason: str) -> None:
+        self._severed_reason = reason
+        for callback in list(self._severed_callbacks):
+            callback(reason)
+
+    def own(self, group: str, claims: Sequence[tuple[str, int]]) -> list[Claimed]:
+        if self._severed_reason is not None:
+            raise BrokerError(
+                ErrorCode.SEVERED,
+                f"this client's session was {self._severed_reason}",
+                hint="open a new client to claim again",
+            )
+        return list(self.engine.owners.own(self.session_id(), group, claims).claimed)
+
+    def release(self, group: str, resources: Sequence[str] | None) -> list[str]:
+        return self.engine.owners.release(self.session_id(), group, resources)
+
+    def ownership(self, group: str | None) -> list[OwnershipInfo]:
+        return self.engine.owners.holdings(group)
+
+    def ownership_history(self, group: str | None, limit: int) -> list[AuditRow]:
+        return self.engine.owners.history(group, limit)
+
+    def close(self) -> None:
+        if self._heartbeat is not None:
+            self._heartbeat.stop()
+        if self._session_id is not None:
+            self.engine.session_closed(self._session_id)
+        if self._watcher is not None:
+            self._watcher.close()
+        self.engine.close()

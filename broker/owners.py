@@ -1,0 +1,228 @@
+"""The engine's ownership operations: claims, releases, severing, fences, the audit log.
+
+Each operation is one SQLite transaction: load the holdings it touches (with whether
+each holder is live), decide in broker/core/ownership.py, write the new holdings and
+audit rows, COMMIT. Severing a session releases everything it holds and marks a process
+session severed; the server closes a severed connection (it gets the session ids back).
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Callable, Collection, Sequence
+from dataclasses import dataclass
+
+from broker import sessions
+from broker.core import ownership as rules
+from broker.core.ownership import Event, Fence, Grant, Holding
+from broker.errors import BrokerError, ErrorCode
+from broker.limits import Limits
+from broker.storage import ownership as store
+from broker.storage.database import Database
+
+
+@dataclass(frozen=True, slots=True)
+class Claimed:
+    group: str
+    resource: str
+    generation: int
+
+    @property
+    def fence(self) -> Fence:
+        """The fence a write or read under this claim carries."""
+        return Fence(self.group, self.resource, self.generation)
+
+
+@dataclass(frozen=True, slots=True)
+class OwnResult:
+    claimed: tuple[Claimed, ...]
+    severed: tuple[str, ...]  # sessions this claim severed
+
+
+@dataclass(frozen=True, slots=True)
+class OwnershipInfo:
+    group: str
+    resource: str
+    generation: int
+    holder: str | None
+    holder_live: bool
+    claimed_ms: int
+
+
+class Owners:
+    def __init__(
+        self,
+        database: Database,
+        limits: Limits,
+        clock: Callable[[], int],
+        served_sessions: Callable[[], Collection[str]],
+    ) -> None:
+        self.database = database
+        self.limits = limits
+        self.clock = clock
+        self.served_sessions = served_sessions
+
+    # sessions -----------------------------------------------------------------------
+
+    def register_process(self) -> str:
+        session_id = sessions.process_session_id()
+        with self.database.write() as conn:
+            store.upsert_session(conn, session_id, sessions.session_pid(session_id), self.clock())
+        return session_id
+
+    def heartbeat(self, session_id: str) -> bool:
+        """Keep a process session alive; False once it was severed."""
+        with self.database.write() as conn:
+            return store.heartbeat(conn, session_id, self.clock())
+
+    def session_closed(self, session_id: str) -> list[tuple[str, str]]:
+        """Release what the session holds; the (group, resource) pairs released."""
+        with self.database.write() as conn:
+            released = self._release_all(conn, session_id, Event.RELEASED, None)
+            if session_id.startswith("proc-"):
+                store.delete_session(conn, session_id)
+        return released
+
+    # claims -------------------------------------------------------------------------
+
+    def own(self, session_id: str, group: str, claims: Sequence[tuple[str, int]]) -> OwnResult:
+        rules.check_claims(group, claims)
+        if len(claims) > self.limits.own_resources_max:
+            raise BrokerError(
+                ErrorCode.INVALID_ARGUMENT,
+                f"a claim names at most {self.limits.own_resources_max} resources",
+            )
+        with self.database.write() as conn:
+            now_ms = self.clock()
+            current = {r: self._holding(conn, group, r, now_ms) for r, _ in claims}
+            decision = rules.decide_claims(session_id, claims, current)
+            if not decision.refusals:
+                return self._grant(conn, session_id, group, decision.grants, dict(claims), now_ms)
+            for refusal in decision.refusals:  # the refusal is audited, so it commits
+                store.audit(
+                    conn,
+                    now_ms,
+                    group,
+                    refusal.resource,
+                    Event.REFUSED,
+                    session_id,
+                    refusal.current_generation,
+                    refusal.requested_generation,
+                    refusal.holder,
+                )
+        raise rules.refusal_error(group, decision.refusals)
+
+    def _grant(
+        self,
+        conn: sqlite3.Connection,
+        session_id: str,
+        group: str,
+        grants: Sequence[Grant],
+        requested: dict[str, int],
+        now_ms: int,
+    ) -> OwnResult:
+        severed = sorted({g.severed for g in grants if g.severed is not None})
+        for other in severed:
+            self._release_all(conn, other, Event.SEVERED, session_id)
+            store.sever_session(conn, other, now_ms)
+        for grant in grants:
+            if grant.event is not Event.UNCHANGED:
+                store.put_holding(conn, group, grant.resource, grant.generation, session_id, now_ms)
+            store.audit(
+                conn,
+                now_ms,
+                group,
+                grant.resource,
+                grant.event,
+                session_id,
+                grant.generation,
+                requested[grant.resource],
+                grant.severed,
+            )
+        store.trim_audit(conn, self.limits.ownership_audit_rows_max)
+        claimed = tuple(Claimed(group, g.resource, g.generation) for g in grants)
+        return OwnResult(claimed, tuple(severed))
+
+    def release(self, session_id: str, group: str, resources: Sequence[str] | None) -> list[str]:
+        """Release the session's holdings in group (all, or the named resources)."""
+        rules.check_name("group", group)
+        with self.database.write() as conn:
+            held = [(g, r, n) for g, r, n in store.holdings_of(conn, session_id) if g == group]
+            if not held and resources is None:
+                raise BrokerError(
+                    ErrorCode.INVALID_ARGUMENT,
+                    f"this session holds nothing in group {group}",
+                    group=group,
+                )
+            wanted = set(resources) if resources is not None else {r for _, r, _ in held}
+            missing = wanted - {r for _, r, _ in held}
+            if missing:
+                raise BrokerError(
+                    ErrorCode.INVALID_ARGUMENT,
+                    f"this session does not hold {group}:{sorted(missing)[0]}",
+                    group=group,
+                    resources=sorted(missing),
+                )
+            now_ms = self.clock()
+            for _, resource, generation in held:
+                if resource in wanted:
+                    store.release(conn, group, resource, session_id)
+                    store.audit(
+                        conn, now_ms, group, resource, Event.RELEASED, session_id, generation
+                    )
+        return sorted(wanted)
+
+    def _release_all(
+        self, conn: sqlite3.Connection, session_id: str, event: Event, by: str | None
+    ) -> list[tuple[str, str]]:
+        now_ms = self.clock()
+        released = []
+        for group, resource, generation in store.holdings_of(conn, session_id):
+            store.release(conn, group, resource, session_id)
+            store.audit(conn, now_ms, group, resource, event, session_id, generation, None, by)
+            released.append((group, resource))
+        return released
+
+    # fences -------------------------------------------------------------------------
+
+    def check_fences(self, conn: sqlite3.Connection, fences: Sequence[Fence]) -> None:
+        now_ms = self.clock()
+        for fence in fences:
+            rules.check_fence(fence, self._holding(conn, fence.group, fence.resource, now_ms))
+
+    def _holding(self, conn: sqlite3.Connection, group: str, resource: str, now_ms: int) -> Holding:
+        stored = store.holding(conn, group, resource)
+        if stored is None:
+            return Holding()
+        generation, holder = stored
+        return Holding(generation, holder, holder is not None and self._live(conn, holder, now_ms))
+
+    def _live(self, conn: sqlite3.Connection, session_id: str, now_ms: int) -> bool:
+        row = store.session(conn, session_id) if session_id.startswith("proc-") else None
+        return sessions.is_live(
+            session_id, row, now_ms, self.limits.session_timeout_ms, self.served_sessions()
+        )
+
+    # views --------------------------------------------------------------------------
+
+    def holdings(self, group: str | None = None) -> list[OwnershipInfo]:
+        with self.database.read() as conn:
+            now_ms = self.clock()
+            return [
+                OwnershipInfo(
+                    row.group,
+                    row.resource,
+                    row.generation,
+                    row.holder,
+                    row.holder is not None and self._live(conn, row.holder, now_ms),
+                    row.claimed_ms,
+                )
+                for row in store.all_holdings(conn)
+                if group is None or row.group == group
+            ]
+
+    def history(self, group: str | None, limit: int) -> list[store.AuditRow]:
+        if limit <= 0:
+            raise BrokerError(ErrorCode.INVALID_ARGUMENT, f"limit must be > 0, not {limit}")
+        with self.database.read() as conn:
+            return store.recent_audit(conn, group, limit)
