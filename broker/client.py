@@ -76,7 +76,9 @@ class _Transport(Protocol):
     def session_id(self) -> str: ...
     def on_severed(self, callback: Callable[[str], None]) -> None: ...
     def own(self, group: str, claims: Sequence[tuple[str, int]]) -> list[Claimed]: ...
-    def release(self, group: str, resources: Sequence[str] | None) -> list[str]: ...
+    def release(
+        self, group: str, resources: Sequence[str] | None, any_holder: bool
+    ) -> list[str]: ...
     def ownership(self, group: str | None) -> list[OwnershipInfo]: ...
     def ownership_history(self, group: str | None, limit: int) -> list[AuditRow]: ...
     def close(self) -> None: ...
@@ -270,9 +272,15 @@ class Client:
             claims = [(resource, generation) for resource in resources]
         return self._transport.own(group, claims)
 
-    def release(self, group: str, resources: Sequence[str] | None = None) -> list[str]:
-        """Release this session's claims in group (all of them, or the named ones)."""
-        return self._transport.release(group, resources)
+    def release(
+        self, group: str, resources: Sequence[str] | None = None, *, any_holder: bool = False
+    ) -> list[str]:
+        """Release this session's claims in group (all of them, or the named ones).
+
+        any_holder=True is an operator's release: a resource held by another session is
+        freed by severing that session (UNKNOWN_GROUP, NOT_HELD when there is nothing).
+        """
+        return self._transport.release(group, resources, any_holder)
 
     def ownership(self, group: str | None = None) -> list[OwnershipInfo]:
         """Every (group, resource): generation, holder and whether it is live."""

@@ -125,8 +125,11 @@ class EmbeddedTransport:
             )
         return list(self.engine.owners.own(self.session_id(), group, claims).claimed)
 
-    def release(self, group: str, resources: Sequence[str] | None) -> list[str]:
-        return self.engine.owners.release(self.session_id(), group, resources)
+    def release(self, group: str, resources: Sequence[str] | None, any_holder: bool) -> list[str]:
+        result = self.engine.owners.release(
+            self.session_id(), group, resources, any_holder=any_holder
+        )
+        return list(result.released)
 
     def ownership(self, group: str | None) -> list[OwnershipInfo]:
         return self.engine.owners.holdings(group)

@@ -21,6 +21,8 @@ class ErrorCode(enum.IntEnum):
     INVALID_ARGUMENT = 10
     RECORD_TOO_LARGE = 11
     INVALID_TOPIC_NAME = 12
+    INVALID_NAME = 13
+    INVALID_FENCE = 15
     # topics and partitions
     UNKNOWN_TOPIC = 20
     UNKNOWN_PARTITION = 21
@@ -36,6 +38,8 @@ class ErrorCode(enum.IntEnum):
     OWNED_BY_HIGHER_GENERATION = 40
     FENCED = 41
     SEVERED = 42
+    UNKNOWN_GROUP = 43
+    NOT_HELD = 44
     # idempotent producers (seeds/idempotent-producer.txt)
     OUT_OF_ORDER_SEQUENCE = 50
     INVALID_GENERATION = 51

@@ -40,6 +40,12 @@ class OwnResult:
 
 
 @dataclass(frozen=True, slots=True)
+class ReleaseResult:
+    released: tuple[str, ...]
+    severed: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
 class OwnershipInfo:
     group: str
     resource: str
@@ -143,34 +149,64 @@ class Owners:
         claimed = tuple(Claimed(group, g.resource, g.generation) for g in grants)
         return OwnResult(claimed, tuple(severed))
 
-    def release(self, session_id: str, group: str, resources: Sequence[str] | None) -> list[str]:
-        """Release the session's holdings in group (all, or the named resources)."""
+    def release(
+        self,
+        session_id: str,
+        group: str,
+        resources: Sequence[str] | None,
+        *,
+        any_holder: bool = False,
+    ) -> ReleaseResult:
+        """Release holdings in group: the named resources, or all the session holds.
+
+        With any_holder (an operator's release), a resource held by another session is
+        freed by severing that session, as a newer claim would; otherwise only the
+        session's own holdings can be released.
+        """
         rules.check_name("group", group)
         with self.database.write() as conn:
-            held = [(g, r, n) for g, r, n in store.holdings_of(conn, session_id) if g == group]
-            if not held and resources is None:
+            rows = store.group_holdings(conn, group)
+            if not rows:
                 raise BrokerError(
-                    ErrorCode.INVALID_ARGUMENT,
-                    f"this session holds nothing in group {group}",
+                    ErrorCode.UNKNOWN_GROUP,
+                    f"no resource of group {group} was ever claimed",
                     group=group,
                 )
-            wanted = set(resources) if resources is not None else {r for _, r, _ in held}
-            missing = wanted - {r for _, r, _ in held}
-            if missing:
+            holders = {resource: holder for resource, _, holder in rows if holder is not None}
+            if not any_holder:
+                holders = {r: h for r, h in holders.items() if h == session_id}
+            wanted = sorted(holders) if resources is None else sorted(set(resources))
+            missing = [r for r in wanted if r not in holders]
+            if missing or not wanted:
+                whom = "anyone" if any_holder else "this session"
                 raise BrokerError(
-                    ErrorCode.INVALID_ARGUMENT,
-                    f"this session does not hold {group}:{sorted(missing)[0]}",
+                    ErrorCode.NOT_HELD,
+                    f"{group}:{missing[0] if missing else '*'} is not held by {whom}",
                     group=group,
-                    resources=sorted(missing),
+                    resources=missing,
                 )
-            now_ms = self.clock()
-            for _, resource, generation in held:
-                if resource in wanted:
-                    store.release(conn, group, resource, session_id)
-                    store.audit(
-                        conn, now_ms, group, resource, Event.RELEASED, session_id, generation
-                    )
-        return sorted(wanted)
+            return self._release_named(conn, session_id, group, wanted, holders)
+
+    def _release_named(
+        self,
+        conn: sqlite3.Connection,
+        session_id: str,
+        group: str,
+        wanted: Sequence[str],
+        holders: dict[str, str],
+    ) -> ReleaseResult:
+        now_ms = self.clock()
+        severed = sorted({holders[r] for r in wanted} - {session_id})
+        for other in severed:
+            self._release_all(conn, other, Event.SEVERED, session_id)
+            store.sever_session(conn, other, now_ms)
+        generations = {r: n for r, n, _ in store.group_holdings(conn, group)}
+        for resource in wanted:
+            if store.release(conn, group, resource, session_id):
+                store.audit(
+                    conn, now_ms, group, resource, Event.RELEASED, session_id, generations[resource]
+                )
+        return ReleaseResult(tuple(wanted), tuple(severed))
 
     def _release_all(
         self, conn: sqlite3.Connection, session_id: str, event: Event, by: str | None

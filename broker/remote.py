@@ -354,8 +354,14 @@ class AsyncClient:
         reply = await self.request(Op.OWN, {"group": group, "claims": list(claims)})
         return codec.claimed_from_wire(reply["claimed"])
 
-    async def release(self, group: str, resources: Sequence[str] | None) -> list[str]:
-        args = {"group": group, "resources": None if resources is None else list(resources)}
+    async def release(
+        self, group: str, resources: Sequence[str] | None, any_holder: bool = False
+    ) -> list[str]:
+        args = {
+            "group": group,
+            "resources": None if resources is None else list(resources),
+            "any_holder": any_holder,
+        }
         reply = await self.request(Op.RELEASE, args)
         return list(reply["released"])
 
@@ -441,8 +447,8 @@ class ServedTransport:
     def own(self, group: str, claims: Sequence[tuple[str, int]]) -> list[Claimed]:
         return self._call(self.client.own(group, claims))
 
-    def release(self, group: str, resources: Sequence[str] | None) -> list[str]:
-        return self._call(self.client.release(group, resources))
+    def release(self, group: str, resources: Sequence[str] | None, any_holder: bool) -> list[str]:
+        return self._call(self.client.release(group, resources, any_holder))
 
     def ownership(self, group: str | None) -> list[OwnershipInfo]:
         return self._call(self.client.ownership(group))

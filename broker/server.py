@@ -441,10 +441,15 @@ class Server:
     async def _release(self, session: Session, args: dict[str, Any]) -> dict[str, Any]:
         group = codec.field(args, "group", str)
         resources = codec.strings_from_wire("resources", args.get("resources"))
-        released = await self._write(
-            lambda: self._writer.owners.release(session.session_id, group, resources)
+        any_holder = codec.field(args, "any_holder", bool, optional=True) or False
+        result = await self._write(
+            lambda: self._writer.owners.release(
+                session.session_id, group, resources, any_holder=any_holder
+            )
         )
-        return {"released": released}
+        for severed in result.severed:
+            await self.sever(severed, f"severed: {group} released by session {session.session_id}")
+        return {"released": list(result.released), "severed": list(result.severed)}
 
     async def _ownership(self, session: Session, args: dict[str, Any]) -> dict[str, Any]:
         group = codec.field(args, "group", str, optional=True)

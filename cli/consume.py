@@ -13,8 +13,9 @@ from broker.errors import BrokerError, ErrorCode
 from broker.types import Record
 from cli.context import state
 from cli.formats import Format, Rendering, parse_duration
-from cli.options import FormatOption, JsonFlag
+from cli.options import FenceOption, FormatOption, JsonFlag
 from cli.output import Output, progress, warn
+from cli.own import fences_from
 
 
 def consume(
@@ -44,6 +45,7 @@ def consume(
             metavar="DURATION",
         ),
     ] = None,
+    fence: FenceOption = None,
     fmt: FormatOption = Format.text,
     as_json: JsonFlag = False,
 ) -> None:
@@ -62,6 +64,7 @@ def consume(
         max_records=max_records,
         follow=follow,
         timeout_s=timeout_s,
+        fences=fences_from(fence or []),
     )
     out = Output(as_json)
     rendering = Rendering(fmt)

@@ -11,7 +11,7 @@ import typer
 from broker import __version__
 from broker.client import DEFAULT_BROKER
 from broker.storage.database import Durability
-from cli import consume, produce, serve, status, topic
+from cli import consume, own, produce, serve, status, topic
 from cli.context import State
 from cli.errors import FencelogGroup, exit_status_table
 
@@ -80,6 +80,7 @@ def main(
 
 
 app.add_typer(topic.app, name="topic")
+app.add_typer(own.app, name="own")
 app.command("produce")(produce.produce)
 app.command("consume")(consume.consume)
 app.command("status")(status.status)

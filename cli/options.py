@@ -27,3 +27,12 @@ FormatOption = Annotated[
         case_sensitive=False,
     ),
 ]
+FenceOption = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--fence",
+        help="GROUP:RESOURCE:GENERATION that must be current (repeatable). Inside "
+        "`fencelog own ... -- CMD` the owner's fences apply by default.",
+        metavar="FENCE",
+    ),
+]

@@ -13,8 +13,9 @@ from broker.types import AppendResult, Headers, NewRecord
 from cli.context import state
 from cli.formats import Format, decode_input
 from cli.lines import line_batches
-from cli.options import FormatOption, JsonFlag
+from cli.options import FenceOption, FormatOption, JsonFlag
 from cli.output import Output, progress
+from cli.own import fences_from
 
 
 def produce(
@@ -49,6 +50,7 @@ def produce(
             "--header", "-H", help="A header NAME=VALUE (repeatable).", metavar="NAME=VALUE"
         ),
     ] = None,
+    fence: FenceOption = None,
     fmt: FormatOption = Format.text,
     as_json: JsonFlag = False,
 ) -> None:
@@ -63,8 +65,11 @@ def produce(
         )
     if key_separator == "":
         raise BrokerError(ErrorCode.INVALID_ARGUMENT, "--key-separator must not be empty")
-    record_key = decode_input(key.encode("utf-8", "surrogateescape"), fmt, "--key") if key else None
+    record_key = (
+        None if key is None else decode_input(key.encode("utf-8", "surrogateescape"), fmt, "--key")
+    )
     parsed = _headers(headers or [])
+    fences = fences_from(fence or [])
     client = state().client()
     out = Output(as_json)
     summary = _Summary(topic)
@@ -74,7 +79,7 @@ def produce(
 
     if values:
         encoded = [v.encode("utf-8", "surrogateescape") for v in values]
-        _emit(out, summary, client.produce(topic, records_of(encoded)))
+        _emit(out, summary, client.produce(topic, records_of(encoded), fences=fences))
     else:
         if sys.stdin.isatty():
             sys.stderr.write("reading records from stdin, one per line; Ctrl-D ends\n")
@@ -84,7 +89,7 @@ def produce(
         )
         with progress(f"producing to {topic}", None) as advance:
             for batch in batches:
-                _emit(out, summary, client.produce(topic, records_of(batch)))
+                _emit(out, summary, client.produce(topic, records_of(batch), fences=fences))
                 advance(len(batch))
     if not as_json:
         out.line(summary.text())

@@ -109,7 +109,7 @@ async def _run(server: Server, host: str, port: int, unix: bool, ready_file: Pat
 
 def _host_port(listen: str) -> tuple[str, int]:
     host, _, port = listen.rpartition(":")
-    if not host or not port.isdigit() or int(port) > 65535:
+    if not host or not (port.isascii() and port.isdigit()) or int(port) > 65535:
         raise BrokerError(
             ErrorCode.INVALID_ARGUMENT,
             f"--listen {listen!r} is not HOST:PORT",

@@ -44,6 +44,14 @@ def create(
     partitions: Annotated[
         int, typer.Option("--partitions", "-p", help="Number of partitions.")
     ] = 1,
+    owner_group: Annotated[
+        str | None,
+        typer.Option(
+            "--owner-group",
+            help="Writes to partition P need the fence of TOPIC/P in this group.",
+            metavar="GROUP",
+        ),
+    ] = None,
     if_not_exists: Annotated[
         bool, typer.Option("--if-not-exists", help="Succeed if the topic already exists.")
     ] = False,
@@ -52,7 +60,7 @@ def create(
     """Create a topic with N partitions."""
     client = state().client()
     try:
-        info = client.create_topic(name, partitions)
+        info = client.create_topic(name, partitions, owner_group=owner_group)
     except BrokerError as error:
         if not (if_not_exists and error.code is ErrorCode.TOPIC_EXISTS):
             raise

@@ -75,7 +75,7 @@ class Fence:
 def check_name(what: str, name: str) -> None:
     if not name or len(name) > NAME_CHARS_MAX or not name.isprintable():
         raise BrokerError(
-            ErrorCode.INVALID_ARGUMENT,
+            ErrorCode.INVALID_NAME,
             f"{what} must be 1 to {NAME_CHARS_MAX} printable characters, not {name[:40]!r}",
         )
 
@@ -175,7 +175,7 @@ def parse_fence(text: str) -> Fence:
     resource, sep2, generation = rest.rpartition(":")
     if not (sep1 and sep2 and group and resource and generation.isascii() and generation.isdigit()):
         raise BrokerError(
-            ErrorCode.INVALID_ARGUMENT,
+            ErrorCode.INVALID_FENCE,
             f"fence {text!r} is not GROUP:RESOURCE:GENERATION",
             hint="e.g. --fence samza:journal/0:5",
         )

@@ -112,3 +112,8 @@ def trim_audit(conn: sqlite3.Connection, keep: int) -> None:
 
 def recent_audit(conn: sqlite3.Connection, group: str | None, limit: int) -> list[AuditRow]:
     return [AuditRow(*row) for row in conn.execute(Q["audit_recent"], (group, limit))]
+
+
+def group_holdings(conn: sqlite3.Connection, group: str) -> list[tuple[str, int, str | None]]:
+    """Every resource ever claimed in group: (resource, generation, holder or None)."""
+    return [(r, int(n), h) for r, n, h in conn.execute(Q["group_holdings"], (group,))]

@@ -94,3 +94,6 @@ FROM ownership_audit
 WHERE (?1 IS NULL OR group_name = ?1)
 ORDER BY audit_id DESC
 LIMIT ?2;
+
+-- name: group_holdings
+SELECT resource, generation, holder FROM ownership WHERE group_name = ? ORDER BY resource;
