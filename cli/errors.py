@@ -11,6 +11,7 @@ Exit statuses:
 from __future__ import annotations
 
 import json
+import os
 import sys
 from collections.abc import MutableMapping
 from typing import Any
@@ -64,6 +65,11 @@ class FencelogGroup(TyperGroup):
         except BrokerError as error:
             report(error, bool(ctx.meta.get(JSON_ERRORS_KEY)))
             ctx.exit(exit_status(error.code))
+        except BrokenPipeError:
+            # The reader went away (`fencelog consume t | head -1`): the output ends, which
+            # is not a failure. Point stdout at /dev/null so the exit flush stays quiet.
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            ctx.exit(0)
 
 
 def json_option_callback(ctx: click.Context, _param: click.Parameter, value: bool) -> bool:

@@ -47,7 +47,10 @@ def produce(
     headers: Annotated[
         list[str] | None,
         typer.Option(
-            "--header", "-H", help="A header NAME=VALUE (repeatable).", metavar="NAME=VALUE"
+            "--header",
+            "-H",
+            help="A header NAME=VALUE (repeatable); VALUE is read with --format.",
+            metavar="NAME=VALUE",
         ),
     ] = None,
     fence: FenceOption = None,
@@ -68,7 +71,7 @@ def produce(
     record_key = (
         None if key is None else decode_input(key.encode("utf-8", "surrogateescape"), fmt, "--key")
     )
-    parsed = _headers(headers or [])
+    parsed = _headers(headers or [], fmt)
     fences = fences_from(fence or [])
     client = state().client()
     out = Output(as_json)
@@ -115,7 +118,8 @@ def _record(
     return NewRecord(decode_input(line, fmt, "value"), key, headers, partition)
 
 
-def _headers(pairs: Sequence[str]) -> Headers:
+def _headers(pairs: Sequence[str], fmt: Format) -> Headers:
+    """NAME=VALUE pairs; VALUE is decoded with --format, as consume encodes it."""
     parsed = []
     for pair in pairs:
         name, found, value = pair.partition("=")
@@ -125,7 +129,8 @@ def _headers(pairs: Sequence[str]) -> Headers:
                 f"header {pair!r} is not NAME=VALUE",
                 hint="e.g. --header trace=abc",
             )
-        parsed.append((name, value.encode("utf-8", "surrogateescape")))
+        raw = value.encode("utf-8", "surrogateescape")
+        parsed.append((name, decode_input(raw, fmt, f"header {name}")))
     return tuple(parsed)
 
 

@@ -69,7 +69,8 @@ def create(
     if as_json:
         out.json(topic_dict(info, partitions=False))
     else:
-        out.line(f"topic {info.name}: {info.partitions} partitions")
+        plural = "partition" if info.partitions == 1 else "partitions"
+        out.line(f"topic {info.name}: {info.partitions} {plural}")
 
 
 @app.command("list")
