@@ -13,18 +13,23 @@ import operator
 import random
 import sqlite3
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from broker.core import ownership as ownership_rules
+from broker.core import producers as producer_rules
 from broker.core import records as record_rules
 from broker.core.ownership import Fence
+from broker.core.producers import Batch, ProducerEntry, Verdict
 from broker.errors import BrokerError, ErrorCode
 from broker.limits import DEFAULT_LIMITS, Limits
 from broker.owners import Owners
+from broker.producers import Lease, ProducerTable, Staged, write_snapshot
 from broker.storage import logs
+from broker.storage import producers as producer_store
 from broker.storage.database import SCHEMA_VERSION, Database, Durability
+from broker.storage.producers import BatchHeader
 from broker.types import (
     NO_PRODUCER,
     AppendResult,
@@ -63,6 +68,9 @@ class Engine:
         self.clock = clock
         self._round_robin = random.randrange(1 << 30)  # noqa: S311 - spreading, not secrecy
         self.owners = Owners(database, limits, clock, served_sessions=tuple)
+        self.producers = ProducerTable(limits)
+        with database.read() as conn:
+            self.producers.load(conn)
 
     @classmethod
     def open(
@@ -134,8 +142,14 @@ class Engine:
         back in the order of `records`.
         """
         record_rules.check_records(records, self.limits)
+        staged = self.producers.stage()
         with self.database.write() as conn:
-            return self._produce_in(conn, ProduceRequest(topic, records, producer, fences))
+            results = self._produce_in(
+                conn, ProduceRequest(topic, records, producer, fences), staged
+            )
+        staged.commit()
+        self._snapshot_when_due()
+        return results
 
     def produce_group(self, requests: Sequence[ProduceRequest]) -> list[ProduceOutcome]:
         """Several produce requests in one transaction (the server's group commit).
@@ -144,32 +158,185 @@ class Engine:
         the others still commit; its outcome is the BrokerError instead of results.
         """
         outcomes: list[ProduceOutcome] = []
+        staged = self.producers.stage()
         with self.database.write() as conn:
             for request in requests:
                 conn.execute("SAVEPOINT request")
+                mark = staged.mark()
                 try:
                     record_rules.check_records(request.records, self.limits)
-                    outcome: ProduceOutcome = self._produce_in(conn, request)
+                    outcome: ProduceOutcome = self._produce_in(conn, request, staged)
                 except BrokerError as error:
                     conn.execute("ROLLBACK TO request")
+                    staged.restore(mark)
                     outcome = error
                 conn.execute("RELEASE request")
                 outcomes.append(outcome)
+        staged.commit()
+        self._snapshot_when_due()
         return outcomes
 
-    def _produce_in(self, conn: sqlite3.Connection, request: ProduceRequest) -> list[AppendResult]:
+    def _produce_in(
+        self, conn: sqlite3.Connection, request: ProduceRequest, staged: Staged
+    ) -> list[AppendResult]:
         topic, records, producer = request.topic, request.records, request.producer
         row = self._topic(conn, topic)
         by_partition = self._route(row, records)
         self._check_fences(conn, row, by_partition, request.fences)
         now_ms = self.clock()
+        if producer.producer_id:
+            return self._produce_idempotent(conn, row, by_partition, request, staged, now_ms)
         results: list[AppendResult] = [_PENDING] * len(records)
         for partition, indexes in by_partition.items():
             batch = [records[i] for i in indexes]
             base_offset = logs.append(conn, row, partition, batch, now_ms, producer)
+            staged.advanced(row.topic_id, partition, base_offset, base_offset + len(batch))
             for position, index in enumerate(indexes):
                 results[index] = AppendResult(topic, partition, base_offset + position)
         return results
+
+    def _produce_idempotent(
+        self,
+        conn: sqlite3.Connection,
+        row: logs.TopicRow,
+        by_partition: dict[int, list[int]],
+        request: ProduceRequest,
+        staged: Staged,
+        now_ms: int,
+    ) -> list[AppendResult]:
+        """One partition's batch from an idempotent producer: append or duplicate."""
+        producer = request.producer
+        if len(by_partition) != 1 or any(r.partition is None for r in request.records):
+            raise BrokerError(
+                ErrorCode.INVALID_ARGUMENT,
+                "an idempotent batch goes to one named partition (sequences are per partition)",
+                producer_id=producer.producer_id,
+            )
+        (partition,) = by_partition
+        batch = Batch(
+            producer.producer_id, producer.generation, producer.first_sequence, len(request.records)
+        )
+        producer_rules.check_batch_fields(batch)
+        staged.catch_up(conn, row.topic_id, partition, logs.end_offset(conn, row, partition))
+        entry = staged.get((row.topic_id, partition, batch.producer_id))
+        if entry is None:
+            self._check_new_pid(conn, batch)
+        verdict = producer_rules.decide(entry, batch, now_ms, self.limits.pid_lease_ms)
+        if verdict is Verdict.DUPLICATE:
+            return self._duplicates(conn, row, partition, batch)
+        base_offset = logs.append(conn, row, partition, request.records, now_ms, producer)
+        header = BatchHeader(
+            base_offset,
+            batch.producer_id,
+            batch.generation,
+            batch.first_sequence,
+            batch.last_sequence,
+            now_ms,
+        )
+        staged.appended(conn, row.topic_id, partition, header)
+        return [AppendResult(row.name, partition, base_offset + i) for i in range(batch.count)]
+
+    def _check_new_pid(self, conn: sqlite3.Connection, batch: Batch) -> None:
+        known = self.producers.known_pid(conn, batch.producer_id)
+        if known and batch.first_sequence == 1:
+            return
+        code = ErrorCode.PID_EXPIRED if known else ErrorCode.UNKNOWN_PID
+        raise BrokerError(
+            code,
+            f"producer id {batch.producer_id} has no state on this partition "
+            + ("(it expired and was evicted)" if known else "(it was never leased)"),
+            producer_id=batch.producer_id,
+            received_sequence=batch.first_sequence,
+            hint="lease a new pid (fencelog lease-pid) and start at sequence 1",
+        )
+
+    def _duplicates(
+        self, conn: sqlite3.Connection, row: logs.TopicRow, partition: int, batch: Batch
+    ) -> list[AppendResult]:
+        """The original offsets of a batch that is already in the log."""
+        results = []
+        for sequence in range(batch.first_sequence, batch.last_sequence + 1):
+            offset = producer_store.offset_of_sequence(
+                conn, row.topic_id, partition, batch.producer_id, sequence
+            )
+            assert offset is not None, "a duplicate's batch header is in the log"
+            results.append(AppendResult(row.name, partition, offset, duplicate=True))
+        return results
+
+    # producers ----------------------------------------------------------------------
+
+    def lease_pid(self, topic: str, partition: int, producer_id: int | None = None) -> Lease:
+        """A new pid for (topic, partition), or an existing pid's state there."""
+        if producer_id is not None and producer_id <= 0:
+            raise BrokerError(ErrorCode.INVALID_ARGUMENT, "producer ids are >= 1")
+        staged = self.producers.stage()
+        with self.database.write() as conn:
+            row = self._topic(conn, topic)
+            record_rules.check_partition(topic, partition, row.partitions)
+            staged.catch_up(conn, row.topic_id, partition, logs.end_offset(conn, row, partition))
+            lease = self.producers.lease(
+                conn, staged, row.topic_id, partition, producer_id, self.clock()
+            )
+        staged.commit()
+        return lease
+
+    def producer_states(self, topic: str) -> list[tuple[int, ProducerEntry]]:
+        """(partition, state) of every producer the table holds for topic."""
+        staged = self.producers.stage()
+        with self.database.read() as conn:
+            row = self._topic(conn, topic)
+            for partition in range(row.partitions):
+                end = logs.end_offset(conn, row, partition)
+                staged.catch_up(conn, row.topic_id, partition, end)
+        staged.commit()
+        return sorted(
+            self.producers.entries_of(row.topic_id), key=lambda item: (item[0], item[1].producer_id)
+        )
+
+    def snapshot_producers(self) -> int:
+        """Store the producer table with its offset vector; the snapshot's id."""
+        return write_snapshot(self.database, self.producers, self.clock, self._catch_up_all)
+
+    def producer_snapshots(self) -> list[producer_store.SnapshotRow]:
+        with self.database.read() as conn:
+            return producer_store.snapshots(conn)
+
+    def _catch_up_all(self, conn: sqlite3.Connection, staged: Staged) -> None:
+        for row in logs.all_topics(conn):
+            for partition in range(row.partitions):
+                end = logs.end_offset(conn, row, partition)
+                staged.catch_up(conn, row.topic_id, partition, end)
+
+    def _snapshot_when_due(self) -> None:
+        if self.producers.records_since_snapshot >= self.limits.producer_snapshot_every_records:
+            self.snapshot_producers()
+
+    # consumer offsets ---------------------------------------------------------------
+
+    def commit_offsets(
+        self,
+        group: str,
+        topic: str,
+        offsets: Mapping[int, int],
+        producer_state: bytes | None = None,
+    ) -> None:
+        """Store a consumer group's next offsets, with the producer state to resume."""
+        ownership_rules.check_name("consumer group", group)
+        with self.database.write() as conn:
+            row = self._topic(conn, topic)
+            now_ms = self.clock()
+            for partition, offset in offsets.items():
+                record_rules.check_partition(topic, partition, row.partitions)
+                if offset < 0:
+                    raise BrokerError(ErrorCode.INVALID_ARGUMENT, "offsets are >= 0")
+                producer_store.commit_offset(
+                    conn, group, row.topic_id, partition, offset, producer_state, now_ms
+                )
+
+    def committed_offsets(self, group: str, topic: str) -> list[producer_store.OffsetRow]:
+        ownership_rules.check_name("consumer group", group)
+        with self.database.read() as conn:
+            return producer_store.offsets_of(conn, group, self._topic(conn, topic).topic_id)
 
     def read(
         self,

@@ -24,6 +24,12 @@ class Limits:
     read_records_max: int = 10_000
     read_bytes_max: int = 8 * 1024 * 1024
     busy_timeout_ms: int = 30_000
+    # idempotent producers
+    producer_ids_max: int = 100_000
+    pid_lease_ms: int = 24 * 3600 * 1000
+    pid_block_size: int = 100
+    producer_snapshot_every_records: int = 100_000
+    producer_snapshots_kept: int = 3
     # ownership
     ownership_audit_rows_max: int = 100_000
     own_resources_max: int = 1_000

@@ -46,6 +46,8 @@ def all_topics(conn: sqlite3.Connection) -> list[TopicRow]:
 
 def delete_topic(conn: sqlite3.Connection, topic: TopicRow) -> None:
     conn.execute(Q["records_delete_topic"], (topic.topic_id,))
+    conn.execute(Q["batches_delete_topic"], (topic.topic_id,))
+    conn.execute(Q["offsets_delete_topic"], (topic.topic_id,))
     conn.execute(Q["partitions_delete_topic"], (topic.topic_id,))
     conn.execute(Q["topic_delete"], (topic.topic_id,))
 

@@ -97,3 +97,66 @@ LIMIT ?2;
 
 -- name: group_holdings
 SELECT resource, generation, holder FROM ownership WHERE group_name = ? ORDER BY resource;
+
+-- name: batch_insert
+INSERT INTO producer_batches (topic_id, partition, base_offset, producer_id, generation,
+                              first_sequence, last_sequence, append_ms)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?);
+
+-- name: batches_after
+SELECT base_offset, producer_id, generation, first_sequence, last_sequence, append_ms
+FROM producer_batches
+WHERE topic_id = ? AND partition = ? AND base_offset >= ?
+ORDER BY base_offset;
+
+-- name: batch_with_sequence
+SELECT base_offset, first_sequence FROM producer_batches
+WHERE topic_id = ? AND partition = ? AND producer_id = ? AND first_sequence <= ?
+ORDER BY first_sequence DESC
+LIMIT 1;
+
+-- name: batches_delete_producer
+DELETE FROM producer_batches WHERE topic_id = ? AND partition = ? AND producer_id = ?;
+
+-- name: batches_delete_topic
+DELETE FROM producer_batches WHERE topic_id = ?;
+
+-- name: offsets_delete_topic
+DELETE FROM consumer_offsets WHERE topic_id = ?;
+
+-- name: counter_get
+SELECT value FROM counters WHERE name = ?;
+
+-- name: counter_put
+INSERT INTO counters (name, value) VALUES (?, ?)
+ON CONFLICT (name) DO UPDATE SET value = excluded.value;
+
+-- name: snapshot_insert
+INSERT INTO producer_snapshots (created_ms, producers, evictions, body) VALUES (?, ?, ?, ?);
+
+-- name: snapshot_newest
+SELECT snapshot_id, created_ms, body FROM producer_snapshots ORDER BY snapshot_id DESC LIMIT 1;
+
+-- name: snapshots_all
+SELECT snapshot_id, created_ms, producers, evictions, length(body) FROM producer_snapshots
+ORDER BY snapshot_id DESC;
+
+-- name: snapshots_trim
+DELETE FROM producer_snapshots
+WHERE snapshot_id <= (SELECT max(snapshot_id) FROM producer_snapshots) - ?;
+
+-- name: snapshots_delete_all
+DELETE FROM producer_snapshots;
+
+-- name: offset_commit
+INSERT INTO consumer_offsets (group_name, topic_id, partition, next_offset, producer_state,
+                              committed_ms)
+VALUES (?, ?, ?, ?, ?, ?)
+ON CONFLICT (group_name, topic_id, partition) DO UPDATE
+SET next_offset = excluded.next_offset, producer_state = excluded.producer_state,
+    committed_ms = excluded.committed_ms;
+
+-- name: offsets_of_group
+SELECT partition, next_offset, producer_state, committed_ms FROM consumer_offsets
+WHERE group_name = ? AND topic_id = ?
+ORDER BY partition;

@@ -1,0 +1,260 @@
+"""The engine's producer state: which (pid, partition) is at which generation and
+sequence, derived from the log's batch headers only.
+
+- The state lives in memory (`ProducerTable`) together with the offset each partition
+  has been replayed to. Before every decision on a partition, inside the writer
+  transaction, the table replays the batch headers it has not seen yet; that is how a
+  start rebuilds it (from the newest snapshot, or from offset 0) and how a process sees
+  what other processes sharing the data directory appended.
+- Changes are staged (`Staged`) during the transaction, per request with savepoints,
+  and reach the table only after COMMIT returns.
+- At most producer_ids_max entries are kept; the oldest goes first, and every eviction
+  is counted (fencelog status shows it).
+- A snapshot stores the table with its offset vector; losing every snapshot costs only
+  replay time.
+"""
+
+from __future__ import annotations
+
+import random
+import sqlite3
+from collections import OrderedDict
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import msgpack
+
+from broker.core.producers import Batch, ProducerEntry, after_append
+from broker.errors import BrokerError, ErrorCode
+from broker.limits import Limits
+from broker.storage import producers as store
+from broker.storage.database import Database
+from broker.storage.producers import BatchHeader
+
+Key = tuple[int, int, int]  # topic_id, partition, producer_id
+Part = tuple[int, int]  # topic_id, partition
+PID_COUNTER = "next_producer_id"
+PID_WRAP = 1 << 31
+_GENERATION_START_MAX = 1 << 20
+
+
+@dataclass(frozen=True, slots=True)
+class Lease:
+    producer_id: int
+    generation: int
+    sequence: int  # the high-water mark: the next record carries sequence + 1
+    expire_ms: int
+
+
+class ProducerTable:
+    def __init__(self, limits: Limits) -> None:
+        self.limits = limits
+        self.entries: OrderedDict[Key, ProducerEntry] = OrderedDict()
+        self.replayed: dict[Part, int] = {}
+        self.evictions = 0
+        self.records_since_snapshot = 0
+        self._pid_next = 0
+        self._pid_end = 0
+
+    # start ----------------------------------------------------------------------------
+
+    def load(self, conn: sqlite3.Connection) -> int | None:
+        """Load the newest snapshot; the log after it is replayed as partitions are used."""
+        newest = store.newest_snapshot(conn)
+        if newest is None:
+            return None
+        snapshot_id, _, body = newest
+        decoded = msgpack.unpackb(body, use_list=False, strict_map_key=False)
+        self.entries = OrderedDict(
+            ((t, p, e[0]), ProducerEntry(*e)) for t, p, e in decoded["entries"]
+        )
+        self.replayed = {(t, p): offset for t, p, offset in decoded["replayed"]}
+        self.evictions = int(decoded["evictions"])
+        return snapshot_id
+
+    def snapshot_body(self) -> bytes:
+        body: bytes = msgpack.packb(
+            {
+                "entries": [
+                    (
+                        t,
+                        p,
+                        (
+                            e.producer_id,
+                            e.generation,
+                            e.high_water_sequence,
+                            e.first_record_ms,
+                            e.last_offset,
+                        ),
+                    )
+                    for (t, p, _), e in self.entries.items()
+                ],
+                "replayed": [(t, p, o) for (t, p), o in self.replayed.items()],
+                "evictions": self.evictions,
+            }
+        )
+        return body
+
+    # pids -----------------------------------------------------------------------------
+
+    def new_pid(self, conn: sqlite3.Connection) -> int:
+        """A fresh pid from the persistent counter, taken in blocks."""
+        if self._pid_next >= self._pid_end:
+            start = store.counter(conn, PID_COUNTER) or 1
+            end = start + self.limits.pid_block_size
+            if end >= PID_WRAP:
+                start, end = 1, 1 + self.limits.pid_block_size
+            store.set_counter(conn, PID_COUNTER, end)
+            self._pid_next, self._pid_end = start, end
+        pid = self._pid_next
+        self._pid_next += 1
+        return pid
+
+    def known_pid(self, conn: sqlite3.Connection, pid: int) -> bool:
+        return 0 < pid < max(store.counter(conn, PID_COUNTER), self._pid_end)
+
+    def lease(
+        self,
+        conn: sqlite3.Connection,
+        staged: Staged,
+        topic_id: int,
+        partition: int,
+        pid: int | None,
+        now_ms: int,
+    ) -> Lease:
+        if pid is None:
+            generation = random.randrange(1, _GENERATION_START_MAX)  # noqa: S311 - not secret
+            return Lease(self.new_pid(conn), generation, 0, now_ms + self.limits.pid_lease_ms)
+        entry = staged.get((topic_id, partition, pid))
+        if entry is None:
+            code = ErrorCode.PID_EXPIRED if self.known_pid(conn, pid) else ErrorCode.UNKNOWN_PID
+            raise BrokerError(
+                code,
+                f"producer id {pid} has no state on this partition "
+                + (
+                    "(it expired and was evicted, or never wrote here)"
+                    if code is ErrorCode.PID_EXPIRED
+                    else "(it was never leased)"
+                ),
+                producer_id=pid,
+                hint="lease a new pid",
+            )
+        expire_ms = entry.expires_ms(self.limits.pid_lease_ms)
+        if now_ms >= expire_ms:
+            raise BrokerError(
+                ErrorCode.PID_EXPIRED,
+                f"producer id {pid}'s lease ended at {expire_ms}",
+                producer_id=pid,
+                expired_ms=expire_ms,
+                hint="lease a new pid",
+            )
+        return Lease(pid, entry.generation, entry.high_water_sequence, expire_ms)
+
+    # changes --------------------------------------------------------------------------
+
+    def stage(self) -> Staged:
+        return Staged(self)
+
+    def _commit(self, staged: Staged) -> None:
+        for key, entry in staged.changes.items():
+            self.entries[key] = entry
+        self.replayed.update(staged.replayed)
+        self.records_since_snapshot += staged.appended_records
+        while len(self.entries) > self.limits.producer_ids_max:
+            self.entries.popitem(last=False)
+            self.evictions += 1
+
+    def entries_of(self, topic_id: int) -> Iterator[tuple[int, ProducerEntry]]:
+        for (t, partition, _), entry in self.entries.items():
+            if t == topic_id:
+                yield partition, entry
+
+
+class Staged:
+    """The table as this transaction sees it; reaches the table only via commit()."""
+
+    def __init__(self, table: ProducerTable) -> None:
+        self.table = table
+        self.changes: dict[Key, ProducerEntry] = {}
+        self.replayed: dict[Part, int] = {}
+        self.appended_records = 0
+
+    def get(self, key: Key) -> ProducerEntry | None:
+        return self.changes.get(key) or self.table.entries.get(key)
+
+    def catch_up(self, conn: sqlite3.Connection, topic_id: int, partition: int, end: int) -> None:
+        """Replay the batch headers of this partition that the table has not seen."""
+        part = (topic_id, partition)
+        start = self.replayed.get(part, self.table.replayed.get(part, 0))
+        if start < end:
+            for header in store.batches_after(conn, topic_id, partition, start):
+                self._apply(topic_id, partition, header)
+        self.replayed[part] = max(start, end)
+
+    def _apply(self, topic_id: int, partition: int, header: BatchHeader) -> None:
+        key = (topic_id, partition, header.producer_id)
+        count = header.last_sequence - header.first_sequence + 1
+        batch = Batch(header.producer_id, header.generation, header.first_sequence, count)
+        self.changes[key] = after_append(
+            self.get(key), batch, header.append_ms, header.base_offset + count - 1
+        )
+
+    def appended(
+        self, conn: sqlite3.Connection, topic_id: int, partition: int, header: BatchHeader
+    ) -> None:
+        store.insert_batch(conn, topic_id, partition, header)
+        self._apply(topic_id, partition, header)
+        count = header.last_sequence - header.first_sequence + 1
+        self.replayed[(topic_id, partition)] = header.base_offset + count
+        self.appended_records += count
+
+    def advanced(self, topic_id: int, partition: int, base_offset: int, end: int) -> None:
+        """A non-idempotent append moved the partition from base_offset to end: if the
+        table had replayed up to base_offset, there is still nothing to replay."""
+        part = (topic_id, partition)
+        if self.replayed.get(part, self.table.replayed.get(part, 0)) == base_offset:
+            self.replayed[part] = end
+
+    def mark(self) -> tuple[dict[Key, ProducerEntry], dict[Part, int], int]:
+        return dict(self.changes), dict(self.replayed), self.appended_records
+
+    def restore(self, mark: tuple[dict[Key, ProducerEntry], dict[Part, int], int]) -> None:
+        self.changes, self.replayed, self.appended_records = (dict(mark[0]), dict(mark[1]), mark[2])
+
+    def commit(self) -> None:
+        self.table._commit(self)
+
+
+def write_snapshot(
+    database: Database,
+    table: ProducerTable,
+    clock: Callable[[], int],
+    catch_up_all: Callable[[sqlite3.Connection, Staged], None],
+) -> int:
+    """Catch up on every partition, then store the table with its offset vector."""
+    staged = table.stage()
+    with database.write() as conn:
+        catch_up_all(conn, staged)
+        staged.commit()
+        snapshot_id = store.insert_snapshot(
+            conn,
+            clock(),
+            len(table.entries),
+            table.evictions,
+            table.snapshot_body(),
+            table.limits.producer_snapshots_kept,
+        )
+    table.records_since_snapshot = 0
+    return snapshot_id
+
+
+def describe_entry(entry: ProducerEntry, lease_ms: int) -> dict[str, Any]:
+    return {
+        "producer_id": entry.producer_id,
+        "generation": entry.generation,
+        "sequence": entry.high_water_sequence,
+        "last_offset": entry.last_offset,
+        "first_record_ms": entry.first_record_ms,
+        "expire_ms": entry.expires_ms(lease_ms),
+    }

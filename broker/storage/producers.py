@@ -1,0 +1,121 @@
+"""Producer batch headers, id counters, producer snapshots and consumer offsets: rows."""
+
+from __future__ import annotations
+
+import sqlite3
+from dataclasses import dataclass
+
+from broker.storage.queries import Q
+
+
+@dataclass(frozen=True, slots=True)
+class BatchHeader:
+    base_offset: int
+    producer_id: int
+    generation: int
+    first_sequence: int
+    last_sequence: int
+    append_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class SnapshotRow:
+    snapshot_id: int
+    created_ms: int
+    producers: int
+    evictions: int
+    bytes: int
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetRow:
+    partition: int
+    next_offset: int
+    producer_state: bytes | None
+    committed_ms: int
+
+
+def insert_batch(conn: sqlite3.Connection, topic_id: int, partition: int, h: BatchHeader) -> None:
+    conn.execute(
+        Q["batch_insert"],
+        (
+            topic_id,
+            partition,
+            h.base_offset,
+            h.producer_id,
+            h.generation,
+            h.first_sequence,
+            h.last_sequence,
+            h.append_ms,
+        ),
+    )
+
+
+def batches_after(
+    conn: sqlite3.Connection, topic_id: int, partition: int, offset: int
+) -> list[BatchHeader]:
+    rows = conn.execute(Q["batches_after"], (topic_id, partition, offset))
+    return [BatchHeader(*row) for row in rows]
+
+
+def offset_of_sequence(
+    conn: sqlite3.Connection, topic_id: int, partition: int, producer_id: int, sequence: int
+) -> int | None:
+    """The offset the record with this (pid, sequence) was appended at, if known."""
+    row = conn.execute(
+        Q["batch_with_sequence"], (topic_id, partition, producer_id, sequence)
+    ).fetchone()
+    return None if row is None else int(row[0]) + sequence - int(row[1])
+
+
+def delete_producer(conn: sqlite3.Connection, topic_id: int, partition: int, pid: int) -> None:
+    conn.execute(Q["batches_delete_producer"], (topic_id, partition, pid))
+
+
+def counter(conn: sqlite3.Connection, name: str) -> int:
+    row = conn.execute(Q["counter_get"], (name,)).fetchone()
+    return 0 if row is None else int(row[0])
+
+
+def set_counter(conn: sqlite3.Connection, name: str, value: int) -> None:
+    conn.execute(Q["counter_put"], (name, value))
+
+
+def insert_snapshot(
+    conn: sqlite3.Connection, now_ms: int, producers: int, evictions: int, body: bytes, keep: int
+) -> int:
+    cursor = conn.execute(Q["snapshot_insert"], (now_ms, producers, evictions, body))
+    conn.execute(Q["snapshots_trim"], (keep,))
+    assert cursor.lastrowid is not None
+    return cursor.lastrowid
+
+
+def newest_snapshot(conn: sqlite3.Connection) -> tuple[int, int, bytes] | None:
+    row = conn.execute(Q["snapshot_newest"]).fetchone()
+    return None if row is None else (int(row[0]), int(row[1]), bytes(row[2]))
+
+
+def snapshots(conn: sqlite3.Connection) -> list[SnapshotRow]:
+    return [SnapshotRow(*row) for row in conn.execute(Q["snapshots_all"])]
+
+
+def delete_snapshots(conn: sqlite3.Connection) -> int:
+    return conn.execute(Q["snapshots_delete_all"]).rowcount
+
+
+def commit_offset(
+    conn: sqlite3.Connection,
+    group: str,
+    topic_id: int,
+    partition: int,
+    next_offset: int,
+    producer_state: bytes | None,
+    now_ms: int,
+) -> None:
+    conn.execute(
+        Q["offset_commit"], (group, topic_id, partition, next_offset, producer_state, now_ms)
+    )
+
+
+def offsets_of(conn: sqlite3.Connection, group: str, topic_id: int) -> list[OffsetRow]:
+    return [OffsetRow(*row) for row in conn.execute(Q["offsets_of_group"], (group, topic_id))]
