@@ -151,7 +151,7 @@ def test_address_parse_refuses_what_is_not_an_address(url: str) -> None:
     assert excinfo.value.code is ErrorCode.INVALID_ARGUMENT
 
 
-# the same outcome embedded and served -------------------------------------------------------
+# the same outcome embedded and served -----------------------------------------------------
 
 PARITY_LIMITS = replace(DEFAULT_LIMITS, record_value_bytes_max=1000)
 
@@ -224,7 +224,7 @@ def test_a_request_error_leaves_the_served_client_usable(client: Client) -> None
     assert client.describe_topic("missing").name == "missing"
 
 
-# consume -------------------------------------------------------------------------------
+# consume ----------------------------------------------------------------------------------
 
 
 def test_consume_reads_to_the_end_offsets_and_follow_waits_for_more(
@@ -258,7 +258,7 @@ def test_consume_reads_to_the_end_offsets_and_follow_waits_for_more(
     assert sorted(followed) == [b"a", b"b", b"c", b"d"]
 
 
-# AsyncClient: pipelining, reconnecting, dropped connections ---------------------------------
+# AsyncClient: pipelining, reconnecting, dropped connections -------------------------------
 
 
 def test_async_client_pipelines_many_requests_each_with_its_own_result(
@@ -374,3 +374,31 @@ def test_a_request_in_flight_when_the_session_is_severed_fails_and_the_next_reco
             await client.close()
 
     run(scenario())
+
+
+def test_closing_a_client_while_a_fetch_waits_in_another_thread_is_clean(
+    server: ServerThread,
+) -> None:
+    before = len(client_threads())
+    client = connect(server.address)
+    client.create_topic("w")
+    outcome: dict[str, object] = {}
+
+    def wait_for_a_record() -> None:
+        try:
+            outcome["records"] = client.fetch("w", {0: 0}, wait_ms=2_500)
+        except BrokerError as error:
+            outcome["error"] = error
+
+    waiter = threading.Thread(target=wait_for_a_record)
+    waiter.start()
+    try:
+        time.sleep(0.3)  # the fetch is waiting inside the server
+        client.close()  # e.g. Ctrl-C or SIGTERM during `consume --follow`
+    finally:
+        waiter.join(timeout=30)
+    assert not waiter.is_alive()
+    deadline = time.monotonic() + 10
+    while len(client_threads()) > before and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert len(client_threads()) == before, "close() left the client's loop thread running"
