@@ -65,7 +65,7 @@ def raises_protocol_error(work: Callable[[], object]) -> ProtocolError:
     return excinfo.value
 
 
-# well-formed streams -------------------------------------------------------------------
+# well-formed streams ----------------------------------------------------------------------
 
 
 def test_messages_fed_one_byte_at_a_time_come_out_whole_and_in_order() -> None:
@@ -126,7 +126,7 @@ def test_a_frame_exactly_at_the_limit_is_accepted_and_one_byte_more_is_not() -> 
     assert error.details["frame_bytes_max"] == body_bytes - 1
 
 
-# truncated, oversized, malformed -------------------------------------------------------
+# truncated, oversized, malformed ----------------------------------------------------------
 
 
 def test_every_truncation_followed_by_eof_is_a_protocol_error() -> None:
@@ -228,7 +228,7 @@ def test_protocol_error_is_a_broker_error_with_details() -> None:
     }
 
 
-# payload fields (broker/protocol/codec.py) ---------------------------------------------
+# payload fields (broker/protocol/codec.py) ------------------------------------------------
 
 
 @pytest.mark.parametrize(
@@ -308,7 +308,7 @@ def test_producer_fields_round_trip() -> None:
     assert codec.producer_from_wire(codec.producer_to_wire(producer)) == producer
 
 
-# hypothesis: round trips and fuzzing -------------------------------------------------------
+# hypothesis: round trips and fuzzing ------------------------------------------------------
 
 ids = st.integers(min_value=0, max_value=2**64 - 1)
 scalars = (

@@ -108,7 +108,7 @@ def assert_still_serving(server: ServerThread, bystander: Client) -> None:
         assert [t["name"] for t in reply.result["topics"]] == ["bystander"]
 
 
-# HELLO and requests -------------------------------------------------------------------------
+# HELLO and requests -----------------------------------------------------------------------
 
 
 def test_hello_names_the_session_and_tells_the_client_limits(server: ServerThread) -> None:
@@ -161,7 +161,7 @@ def test_a_payload_with_a_wrong_field_gets_a_protocol_error_naming_it(
     assert_still_serving(server, bystander)
 
 
-# malformed, truncated, oversized and unknown frames -----------------------------------------
+# malformed, truncated, oversized and unknown frames ---------------------------------------
 
 BAD_FRAMES = {
     "not msgpack": struct.pack(">I", 1) + b"\xc1",
@@ -248,7 +248,7 @@ def test_a_frame_over_a_small_frame_limit_is_refused(data_dir: Path) -> None:
         assert error.details["frame_bytes_max"] == 4096
 
 
-# connections and sessions -------------------------------------------------------------------
+# connections and sessions -----------------------------------------------------------------
 
 
 def test_the_connection_over_connections_max_is_refused_and_the_others_go_on(
@@ -322,7 +322,7 @@ def test_a_connection_that_never_says_hello_is_closed_after_the_timeout(data_dir
         server.wait_sessions(0)
 
 
-# pipelining, group commit, long-poll ----------------------------------------------------------
+# pipelining, group commit, long-poll ------------------------------------------------------
 
 
 def test_pipelined_requests_are_answered_in_order_each_with_its_own_result(
@@ -489,7 +489,7 @@ def test_fetch_waits_no_longer_than_fetch_wait_ms_max(data_dir: Path) -> None:
         run(scenario(server))
 
 
-# auth and where it listens --------------------------------------------------------------------
+# auth and where it listens ----------------------------------------------------------------
 
 TOKEN = "0123456789abcdef0123456789abcdef"
 
@@ -572,7 +572,7 @@ def test_the_unix_socket_and_data_directory_are_private(data_dir: Path) -> None:
     assert not socket_path.exists()
 
 
-# stopping ---------------------------------------------------------------------------------------
+# stopping ---------------------------------------------------------------------------------
 
 
 def test_stop_answers_the_request_in_flight_and_closes_sqlite_cleanly(data_dir: Path) -> None:
