@@ -215,6 +215,41 @@ def test_served_and_embedded_give_the_same_outcome(tmp_path: Path, case: Case) -
     assert got == expected
 
 
+def test_a_batch_larger_than_a_frame_is_record_too_large_as_embedded(tmp_path: Path) -> None:
+    # The default ratio: a frame holds a little more than the largest batch the engine takes.
+    limits = replace(
+        DEFAULT_LIMITS, frame_bytes_max=16_384, append_bytes_max=8192, record_value_bytes_max=4096
+    )
+    batch = [b"x" * 4000] * 8  # 32,000 bytes: over append_bytes_max, and over one frame
+    with connect(tmp_path / "embedded", limits=limits) as embedded:
+        embedded.create_topic("t")
+        with pytest.raises(BrokerError) as expected:
+            embedded.produce("t", batch)
+    assert expected.value.code is ErrorCode.RECORD_TOO_LARGE
+    with served(tmp_path / "served", limits=limits) as server, connect(server.address) as remote:
+        remote.create_topic("t")
+        with pytest.raises(BrokerError) as got:
+            remote.produce("t", batch)
+        assert got.value.code is expected.value.code, got.value.message
+        assert remote.describe_topic("t").records == 0
+        remote.produce("t", batch[:2])  # and the client goes on
+        assert remote.describe_topic("t").records == 2
+
+
+def test_a_full_server_refuses_a_new_client_with_too_many_requests(data_dir: Path) -> None:
+    before = len(client_threads())
+    limits = replace(DEFAULT_LIMITS, connections_max=1)
+    with served(data_dir, limits=limits) as server, connect(server.address) as held:
+        started = time.monotonic()
+        with pytest.raises(BrokerError) as excinfo:
+            connect(server.address)
+        assert excinfo.value.code is ErrorCode.TOO_MANY_REQUESTS
+        assert time.monotonic() - started < 4  # refused, not retried as if unreachable
+        held.create_topic("still-served")
+        assert [t.name for t in held.list_topics()] == ["still-served"]
+    assert len(client_threads()) == before
+
+
 def test_a_request_error_leaves_the_served_client_usable(client: Client) -> None:
     with pytest.raises(BrokerError) as excinfo:
         client.describe_topic("missing")
