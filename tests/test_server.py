@@ -618,6 +618,38 @@ def test_stop_answers_the_request_in_flight_and_closes_sqlite_cleanly(data_dir: 
         assert [r.value for r in engine.read("s", 0, 0)] == [b"kept"]
 
 
+def test_stop_answers_every_produce_already_read_and_keeps_each_acknowledged_one(
+    data_dir: Path,
+) -> None:
+    server = ServerThread(data_dir).start()
+    stopper = threading.Thread(target=server.stop)
+    try:
+        with RawClient(server.port) as raw:
+            raw.hello()
+            raw.request(Op.CREATE_TOPIC, {"name": "inflight", "partitions": 1})
+            assert isinstance(raw.receive(), Reply)
+            requests = [
+                Request(100 + n, Op.PRODUCE, produce_args("inflight", b"v%d" % n))
+                for n in range(50)
+            ]
+            raw.send_bytes(b"".join(encode(r) for r in requests))  # one write, read at once
+            first = raw.receive()
+            stopper.start()
+            replies = [first, *raw.receive_all()]
+    finally:
+        if stopper.ident is not None:
+            stopper.join(timeout=30)
+        server.stop()
+    assert [getattr(m, "request_id", None) for m in replies] == [r.request_id for r in requests]
+    assert all(isinstance(m, Reply) for m in replies), replies
+    with Engine.open(data_dir) as engine:
+        stored = {r.offset: r.value for r in engine.read("inflight", 0, 0)}
+    acked = {
+        m.result["results"][0][1]: b"v%d" % n for n, m in enumerate(replies) if isinstance(m, Reply)
+    }
+    assert stored == acked
+
+
 def test_a_stopped_server_refuses_new_connections(data_dir: Path) -> None:
     with served(data_dir) as server:
         port = server.port
