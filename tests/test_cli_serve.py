@@ -113,7 +113,7 @@ def test_listening_beyond_loopback_without_a_token_is_refused(
         assert stderr.startswith("error: listening on ")
         assert "--auth-token-file" in stderr and "INVALID_ARGUMENT" in stderr
         assert not (tmp_path / "ready.json").exists()
-        assert find_server(data_dir) is None if data_dir.exists() else True
+        assert not data_dir.exists() or find_server(data_dir) is None
     finally:
         refused.close()
 

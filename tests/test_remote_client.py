@@ -259,6 +259,25 @@ def test_a_request_error_leaves_the_served_client_usable(client: Client) -> None
     assert client.describe_topic("missing").name == "missing"
 
 
+@pytest.mark.parametrize(
+    "work",
+    [
+        lambda c: c.fetch("t", {0: 2**64}),
+        lambda c: c.produce("t", [NewRecord(b"x", partition=2**70)]),
+    ],
+    ids=["offset", "partition"],
+)
+def test_a_request_too_big_to_encode_fails_alone_and_the_client_goes_on(
+    client: Client, work: Callable[[Client], object]
+) -> None:
+    client.create_topic("t")
+    with pytest.raises(BrokerError):
+        work(client)
+    assert client.describe_topic("t").name == "t"  # its reply is not taken for another's
+    client.produce("t", [b"after"])
+    assert values_of(client, "t") == [b"after"]
+
+
 # consume ----------------------------------------------------------------------------------
 
 
