@@ -312,6 +312,23 @@ def test_consume_reads_to_the_end_offsets_and_follow_waits_for_more(
     assert sorted(followed) == [b"a", b"b", b"c", b"d"]
 
 
+def test_a_fetch_that_waits_longer_than_the_session_timeout_keeps_its_session(
+    data_dir: Path,
+) -> None:
+    # Defaults allow it too: fetch_wait_ms_max (30 s) is twice session_timeout_ms (15 s).
+    limits = replace(DEFAULT_LIMITS, session_timeout_ms=600, fetch_wait_ms_max=5_000)
+    with served(data_dir, limits=limits) as server, connect(server.address) as client:
+        client.create_topic("slow")
+        transport = client._transport
+        assert isinstance(transport, ServedTransport)
+        session = transport.session_id()
+        started = time.monotonic()
+        assert client.fetch("slow", {0: 0}, wait_ms=2_000) == []
+        assert time.monotonic() - started > 1.5
+        assert transport.session_id() == session
+        assert server.session_ids() == {session}
+
+
 # AsyncClient: pipelining, reconnecting, dropped connections -------------------------------
 
 
