@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import signal
+import socket
 import stat
 import threading
 import time
@@ -116,6 +117,24 @@ def test_listening_beyond_loopback_without_a_token_is_refused(
         assert not data_dir.exists() or find_server(data_dir) is None
     finally:
         refused.close()
+
+
+def test_a_port_in_use_is_a_one_line_error_not_a_traceback(tmp_path: Path, data_dir: Path) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        refused = ServeProcess(data_dir, tmp_path / "ready.json", listen=f"127.0.0.1:{port}")
+        try:
+            status = refused.process.wait(20)
+            stderr = refused.stderr_text()
+        finally:
+            refused.close()
+    assert "Traceback" not in stderr, stderr
+    assert status >= 10, "exit 1 means a bug inside fencelog"
+    assert stderr.count("\n") == 1 and stderr.startswith("error: "), stderr
+    assert str(port) in stderr
+    assert not (tmp_path / "ready.json").exists()
 
 
 def test_serve_needs_a_data_directory_not_an_address(runner: CliRunner) -> None:
@@ -370,6 +389,27 @@ def test_a_signal_answers_the_request_in_flight_closes_sqlite_and_exits_0(
     assert_closed_cleanly(data_dir)
     with connect(data_dir) as embedded:
         assert [r.value for r in embedded.consume("s")] == [b"kept"]
+
+
+def test_after_kill_9_the_directory_opens_embedded_and_serves_again(
+    tmp_path: Path, data_dir: Path
+) -> None:
+    with serving(data_dir, tmp_path / "first.json") as first:
+        with connect(first.address) as client:
+            client.create_topic("k")
+            client.produce("k", [b"acknowledged"])
+        first.kill9()
+    assert find_server(data_dir) is None  # the lock died with the process
+    with connect(data_dir) as embedded:
+        assert not isinstance(embedded._transport, ServedTransport)
+        assert [r.value for r in embedded.consume("k")] == [b"acknowledged"]
+    with serving(data_dir, tmp_path / "second.json") as second:
+        with connect(data_dir) as through_server:
+            assert isinstance(through_server._transport, ServedTransport)
+            through_server.produce("k", [b"again"])
+            assert [r.value for r in through_server.consume("k")] == [b"acknowledged", b"again"]
+        assert second.stop() == 0
+    assert_closed_cleanly(data_dir)
 
 
 def count(acked: Mapping[int, list[bytes]]) -> int:
