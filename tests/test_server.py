@@ -473,6 +473,30 @@ def test_a_waiting_fetch_with_nothing_new_returns_empty_at_its_deadline(
     run(scenario())
 
 
+def test_a_waiting_fetch_learns_at_once_that_its_topic_was_deleted(
+    server: ServerThread,
+) -> None:
+    async def scenario() -> None:
+        consumer = await open_connection(server)
+        admin = await open_connection(server)
+        await admin.request(Op.CREATE_TOPIC, {"name": "doomed", "partitions": 1})
+        started = time.monotonic()
+        waiting = asyncio.ensure_future(
+            consumer.request(Op.FETCH, fetch_args("doomed", wait_ms=20_000))
+        )
+        await asyncio.sleep(0.3)
+        await admin.request(Op.DELETE_TOPIC, {"name": "doomed"})
+        with pytest.raises(BrokerError) as excinfo:
+            await waiting
+        assert excinfo.value.code is ErrorCode.UNKNOWN_TOPIC
+        assert time.monotonic() - started < 10
+        assert "topics" in await consumer.request(Op.LIST_TOPICS, {})  # still connected
+        await consumer.close()
+        await admin.close()
+
+    run(scenario())
+
+
 def test_fetch_waits_no_longer_than_fetch_wait_ms_max(data_dir: Path) -> None:
     limits = replace(DEFAULT_LIMITS, fetch_wait_ms_max=300)
 
@@ -570,6 +594,19 @@ def test_the_unix_socket_and_data_directory_are_private(data_dir: Path) -> None:
         finally:
             client.close()
     assert not socket_path.exists()
+
+
+def test_a_data_directory_too_deep_for_a_unix_socket_is_served_over_tcp(
+    tmp_path: Path,
+) -> None:
+    deep = tmp_path / ("d" * 60) / ("e" * 60)
+    with served(deep, unix=True) as server:
+        assert server.server.info is not None and server.server.info.unix is None
+        found = find_server(deep)
+        assert found is not None and found.url() == server.address
+        with connect(deep) as client:
+            client.create_topic("deep")
+            assert [t.name for t in client.list_topics()] == ["deep"]
 
 
 # stopping ---------------------------------------------------------------------------------
