@@ -429,6 +429,52 @@ def test_concurrent_produce_requests_are_group_committed_exactly_once(
     assert max(group_sizes) > 1, "concurrent produce requests never shared a transaction"
 
 
+def test_a_failing_produce_in_a_group_costs_only_itself(data_dir: Path) -> None:
+    limits = replace(DEFAULT_LIMITS, record_value_bytes_max=100)
+
+    def args_for(connection: int, n: int) -> tuple[dict[str, Any], ErrorCode | None]:
+        value = f"c{connection}-{n}".encode()
+        match n % 4:
+            case 1:
+                return produce_args("missing", value), ErrorCode.UNKNOWN_TOPIC
+            case 2:
+                return produce_args("g", value, partition=5), ErrorCode.UNKNOWN_PARTITION
+            case 3:
+                return produce_args("g", value, b"x" * 101), ErrorCode.RECORD_TOO_LARGE
+            case _:
+                return produce_args("g", value, value + b"+"), None
+
+    async def producer(server: ServerThread, connection: int) -> list[bytes]:
+        client = await open_connection(server)
+        cases = [args_for(connection, n) for n in range(40)]
+        outcomes = await asyncio.gather(
+            *(client.request(Op.PRODUCE, args) for args, _ in cases), return_exceptions=True
+        )
+        await client.close()
+        stored: list[bytes] = []
+        for (args, expected), got in zip(cases, outcomes, strict=True):
+            if expected is None:
+                assert isinstance(got, dict), got
+                stored += [row[0] for row in args["records"]]
+            else:
+                assert isinstance(got, BrokerError) and got.code is expected, got
+        return stored
+
+    async def storm(server: ServerThread) -> list[bytes]:
+        setup = await open_connection(server)
+        await setup.request(Op.CREATE_TOPIC, {"name": "g", "partitions": 1})
+        await setup.close()
+        results = await asyncio.gather(*(producer(server, n) for n in range(4)))
+        return [value for values in results for value in values]
+
+    with served(data_dir, limits=limits) as server:
+        acked = run(storm(server))
+    with Engine.open(data_dir) as engine:
+        stored = engine.read("g", 0, 0)
+    assert [r.offset for r in stored] == list(range(len(acked)))
+    assert sorted(r.value for r in stored) == sorted(acked)
+
+
 def test_a_waiting_fetch_returns_as_soon_as_another_client_produces(
     server: ServerThread,
 ) -> None:
