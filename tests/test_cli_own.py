@@ -60,6 +60,23 @@ def everything(invoke: Invoke) -> tuple[object, ...]:
     return (listed(invoke), history(invoke), records(invoke))
 
 
+def test_each_ownership_error_has_its_documented_exit_status(invoke: Invoke) -> None:
+    documented = {
+        "INVALID_ARGUMENT": 10,
+        "INVALID_NAME": 13,
+        "INVALID_FENCE": 15,
+        "OWNED_BY_HIGHER_GENERATION": 40,
+        "FENCED": 41,
+        "SEVERED": 42,
+        "UNKNOWN_GROUP": 43,
+        "NOT_HELD": 44,
+    }
+    assert {name: int(ErrorCode[name]) for name in documented} == documented
+    listed_in_help = expect(invoke("--help"), 0).stdout.split()
+    for name, status in documented.items():
+        assert listed_in_help[listed_in_help.index(name) - 1] == str(status)
+
+
 # claim --once, list, history --------------------------------------------------------------
 
 
@@ -251,7 +268,8 @@ def test_a_claim_below_a_live_higher_generation_exits_40_and_changes_no_holding(
     assert (error["error"], error["code"]) == ("OWNED_BY_HIGHER_GENERATION", 40)
     assert (error["resource"], error["generation"]) == ("orders/0", 5)
     assert listed(invoke) == before  # orders/1 was not granted either: all or none
-    [refusal] = history(invoke)[: len(history(invoke)) - len(audit)]
+    after = history(invoke)
+    [refusal] = after[: len(after) - len(audit)]
     assert (refusal["event"], refusal["resource"], refusal["requested"]) == (
         "refused",
         "orders/0",
@@ -452,16 +470,21 @@ def test_a_severed_own_stops_its_command_and_exits_42(
             target, "workers", "orders/0", "--generation", "4", "--grace", GRACE,
             "--", sys.executable, "-c", CHILD, sigterm,
         )  # fmt: skip
+        child_pid = 0
         with resumed_and_killed(own):
-            assert own.line(ENDS_WITHIN_S) == "claimed workers:orders/0 at generation 4\n"
-            child_pid = int(own.line(ENDS_WITHIN_S).split()[1])
-            newer = cli(target, "own", "workers", "orders/0", "--generation", "5", "--once")
-            assert expect(newer, 0).stdout == "claimed workers:orders/0 at generation 5\n"
-            assert own.wait(ENDS_WITHIN_S) == int(ErrorCode.SEVERED)
-            rest = own.remaining_lines()
-            assert "[SEVERED]" in own.stderr_text()
+            try:
+                assert own.line(ENDS_WITHIN_S) == "claimed workers:orders/0 at generation 4\n"
+                child_pid = int(own.line(ENDS_WITHIN_S).split()[1])
+                newer = cli(target, "own", "workers", "orders/0", "--generation", "5", "--once")
+                assert expect(newer, 0).stdout == "claimed workers:orders/0 at generation 5\n"
+                assert own.wait(ENDS_WITHIN_S) == int(ErrorCode.SEVERED)
+                wait_until(lambda: not pid_exists(child_pid), 10, "CMD is gone when own exits")
+                rest = own.remaining_lines()
+                assert "[SEVERED]" in own.stderr_text()
+            finally:  # CMD must not outlive the test, even when own failed to stop it
+                if child_pid and pid_exists(child_pid):
+                    os.kill(child_pid, signal.SIGKILL)
         if sigterm == "handle":
             assert rest == ["child got SIGTERM\n"]
         else:
             assert rest == []  # it ignored SIGTERM; SIGKILL after the grace ended it
-        wait_until(lambda: not pid_exists(child_pid), 10, "CMD is gone when own has exited")
