@@ -372,13 +372,15 @@ def test_own_command_env_has_one_generation_when_all_agree(data_dir: Path) -> No
 
 
 @pytest.mark.parametrize("kind", ["embedded", "served"])
-def test_produce_inside_own_picks_up_the_fence(data_dir: Path, kind: str) -> None:
+def test_produce_inside_own_picks_up_the_fence(data_dir: Path, tmp_path: Path, kind: str) -> None:
+    writer = tmp_path / "run-writer.sh"
+    writer.write_text(
+        "#!/bin/sh\nexec fencelog produce journal --partition 0 --value inside --json\n"
+    )
+    writer.chmod(0o755)
     with broker_target(kind, data_dir) as target:
         expect(cli(target, "topic", "create", "journal", "-p", "2", "--owner-group", "samza"), 0)
-        script = "fencelog produce journal --partition 0 --value inside --json"
-        own = own_process(
-            target, "samza", "journal/0", "--generation", "4", "--", "sh", "-c", script
-        )
+        own = own_process(target, "samza", "journal/0", "--generation", "4", "--", str(writer))
         with resumed_and_killed(own):
             assert own.wait(ENDS_WITHIN_S) == 0, own.stderr_text()
             lines = own.remaining_lines()
@@ -422,17 +424,25 @@ def test_a_refused_own_never_runs_the_command(
     assert not marker.exists()
 
 
-def test_own_holds_until_interrupted_then_releases(data_dir: Path, invoke: Invoke) -> None:
-    own = own_process(str(data_dir), "workers", "orders/0", "--generation", "2")
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_own_holds_until_interrupted_then_releases(
+    data_dir: Path, invoke: Invoke, signum: signal.Signals
+) -> None:
+    own = own_process(
+        str(data_dir), "workers", "orders/0", "orders/1", "--generation", "3", "--json"
+    )
     with resumed_and_killed(own):
-        assert own.line(ENDS_WITHIN_S) == "claimed workers:orders/0 at generation 2\n"
-        [row] = listed(invoke)
-        assert (row["generation"], row["live"]) == (2, True)
-        expect(invoke("own", "workers", "orders/0", "--once"), 40)
-        own.signal(signal.SIGTERM)
-        assert own.wait(ENDS_WITHIN_S) == 0
-    [row] = listed(invoke)
-    assert (row["generation"], row["holder"], row["live"]) == (2, None, False)
+        claimed = [json.loads(own.line(ENDS_WITHIN_S)) for _ in range(2)]
+        assert claimed == [
+            {"group": "workers", "resource": "orders/0", "generation": 3},
+            {"group": "workers", "resource": "orders/1", "generation": 3},
+        ]
+        assert [(r["generation"], r["live"]) for r in listed(invoke)] == [(3, True), (3, True)]
+        expect(invoke("own", "workers", "orders/1", "--generation", "2", "--once"), 40)
+        own.signal(signum)
+        assert own.wait(ENDS_WITHIN_S) == 0, own.stderr_text()
+    rows = listed(invoke)
+    assert [(r["generation"], r["holder"], r["live"]) for r in rows] == [(3, None, False)] * 2
 
 
 CHILD = """
