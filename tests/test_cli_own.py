@@ -388,9 +388,14 @@ def test_produce_inside_own_picks_up_the_fence(data_dir: Path, tmp_path: Path, k
         assert json.loads(lines[1]) == {"topic": "journal", "partition": 0, "offset": 0}
         consumed = json_lines(expect(cli(target, "consume", "journal", "--json"), 0).stdout)
         assert [(r["partition"], r["value"]) for r in consumed] == [(0, "inside")]
-        # own released when CMD ended: the fence no longer writes.
-        rows = json_lines(expect(cli(target, "own", "list", "--json"), 0).stdout)
-        assert [(r["generation"], r["live"]) for r in rows] == [(4, False)]
+
+        # own released when CMD ended (served: as soon as its connection ends), and the
+        # fence no longer writes.
+        def released() -> bool:
+            rows = json_lines(expect(cli(target, "own", "list", "--json"), 0).stdout)
+            return [(r["generation"], r["holder"], r["live"]) for r in rows] == [(4, None, False)]
+
+        wait_until(released, 10, "own's claim is released once it exits")
         late = cli(
             target, "produce", "journal", "-p", "0", "--fence", "samza:journal/0:4", "-v", "x"
         )

@@ -58,6 +58,17 @@ class Sessions:
         self.opened.remove(client)
         client.close()
 
+    def close_and_wait(self, client: Client, observer: Client) -> None:
+        """Close client, then wait until observer sees its session hold nothing (served,
+        the broker ends a session just after answering the client's goodbye)."""
+        session_id = client.session_id
+        self.close(client)
+        wait_until(
+            lambda: all(row[3] != session_id for row in ownership_rows(observer)),
+            10,
+            f"the closed session {session_id} holds nothing",
+        )
+
     def close_all(self) -> None:
         while self.opened:
             self.opened.pop().close()
@@ -179,7 +190,7 @@ def test_generation_zero_always_wins_resets_to_one_and_severs(a: Client, b: Clie
 def test_a_released_higher_generation_does_not_refuse(sessions: Sessions, b: Client) -> None:
     gone = sessions.open()
     gone.own("workers", ["orders/0"], generation=9)
-    sessions.close(gone)
+    sessions.close_and_wait(gone, b)
     [claimed] = b.own("workers", ["orders/0"], generation=2)
     assert claimed.generation == 10
 
@@ -196,7 +207,7 @@ def test_a_refused_multi_resource_claim_changes_nothing(
     high.own("workers", ["orders/1"], generation=9)  # refuses the claim
     gone = sessions.open()
     gone.own("workers", ["orders/3"], generation=4)
-    sessions.close(gone)
+    sessions.close_and_wait(gone, a)
     before = ownership_rows(a)
     told = severed_signal(a)
     error = refused(
@@ -464,7 +475,7 @@ def test_closing_a_client_releases_its_claims_and_keeps_generations(
 ) -> None:
     a = sessions.open()
     a.own("workers", ["orders/0", "orders/1"], generation=3)
-    sessions.close(a)
+    sessions.close_and_wait(a, b)
     assert ownership_rows(b) == [
         ("workers", "orders/0", 3, None, False),
         ("workers", "orders/1", 3, None, False),
