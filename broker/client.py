@@ -23,6 +23,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Final, Literal, Protocol
 
+from broker.core import records as record_rules
 from broker.core.ownership import Fence
 from broker.discovery import find_server
 from broker.embedded import EmbeddedTransport
@@ -154,6 +155,9 @@ class Client:
         step = self.limits.append_records_max
         for start in range(0, len(records), step):
             batch = records[start : start + step]
+            # The engine's own check, against the limits the broker announced: a batch
+            # too large for it fails here as it would embedded, never as a frame error.
+            record_rules.check_records(batch, self.limits)
             results += self._transport.produce(topic, batch, producer=producer, fences=fences)
         return results
 
@@ -224,6 +228,8 @@ class Client:
         if max_records is not None and max_records < 0:
             raise BrokerError(ErrorCode.INVALID_ARGUMENT, "max_records must be >= 0")
         positions = self.positions(topic, partition, start)
+        if fences:  # a stale fence fails even when there is nothing to read
+            self.fetch(topic, {}, max_records=1, fences=fences)
         stop_at = None if follow else self.end_offsets(topic)
         if stop_at is not None:
             positions = {p: o for p, o in positions.items() if o < stop_at[p]}

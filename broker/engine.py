@@ -371,6 +371,8 @@ class Engine:
             with self.database.read() as conn:
                 self.owners.check_fences(conn, fences)
         found: list[Record] = []
+        if not positions:
+            self.describe_topic(topic)  # an unknown topic is still UNKNOWN_TOPIC
         for partition, offset in positions.items():
             found += self.read(topic, partition, offset, max_records - len(found))
             if len(found) >= max_records:

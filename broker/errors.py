@@ -60,6 +60,7 @@ class ErrorCode(enum.IntEnum):
     AUTH_FAILED = 82
     BROKER_SHUTTING_DOWN = 83
     TOO_MANY_REQUESTS = 84
+    LISTEN_FAILED = 85
     # fencelog itself
     INTERNAL = 119
 

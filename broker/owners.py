@@ -100,6 +100,7 @@ class Owners:
             )
         with self.database.write() as conn:
             now_ms = self.clock()
+            self._check_not_severed(conn, session_id)
             current = {r: self._holding(conn, group, r, now_ms) for r, _ in claims}
             decision = rules.decide_claims(session_id, claims, current)
             if not decision.refusals:
@@ -117,6 +118,16 @@ class Owners:
                     refusal.holder,
                 )
         raise rules.refusal_error(group, decision.refusals)
+
+    def _check_not_severed(self, conn: sqlite3.Connection, session_id: str) -> None:
+        row = store.session(conn, session_id) if session_id.startswith("proc-") else None
+        if row is not None and row.severed_ms is not None:
+            raise BrokerError(
+                ErrorCode.SEVERED,
+                "this client's session was severed by a newer claim",
+                session=session_id,
+                hint="open a new client to claim again",
+            )
 
     def _grant(
         self,

@@ -45,6 +45,19 @@ T = TypeVar("T")
 _READ_CHUNK_BYTES: Final = 256 * 1024
 _BACKOFF_FIRST_S: Final = 0.02
 _BACKOFF_MAX_S: Final = 1.0
+RETRY_SAFE: Final = frozenset(
+    {
+        Op.HEARTBEAT,
+        Op.LIST_TOPICS,
+        Op.DESCRIBE_TOPIC,
+        Op.STATUS,
+        Op.FETCH,
+        Op.OWN,
+        Op.OWNERSHIP,
+        Op.OWN_HISTORY,
+    }
+)
+_ENDED: Final = frozenset({ErrorCode.CONNECTION_FAILED, ErrorCode.SEVERED})
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,9 +157,15 @@ class AsyncConnection:
         if self._closed is not None:
             raise self._closed
         request_id = next(self._ids)
+        try:
+            frame = self._frames.send(Request(request_id, op, args))
+        except (OverflowError, TypeError, ValueError) as exc:
+            raise BrokerError(
+                ErrorCode.INVALID_ARGUMENT, f"{op.name} request cannot be encoded: {exc}"
+            ) from exc
         future: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
         self._pending.append((request_id, future))
-        self._writer.write(self._frames.send(Request(request_id, op, args)))
+        self._writer.write(frame)
         self._last_sent = asyncio.get_running_loop().time()
         try:
             await self._writer.drain()
@@ -162,8 +181,10 @@ class AsyncConnection:
             while self._closed is None:
                 await asyncio.sleep(interval_s)
                 if loop.time() - self._last_sent >= interval_s and self._closed is None:
-                    with contextlib.suppress(BrokerError):
-                        await self.request(Op.HEARTBEAT, {})
+                    # Not awaited: its reply may queue behind a long-polling fetch, and
+                    # the next heartbeat must still go out on time.
+                    beat_task = asyncio.ensure_future(self.request(Op.HEARTBEAT, {}))
+                    beat_task.add_done_callback(_ignore_outcome)
 
         self._heartbeat = asyncio.create_task(beat())
 
@@ -185,6 +206,9 @@ class AsyncConnection:
 
     def _deliver(self, message: object) -> None:
         if isinstance(message, Push):
+            if message.event == "session_closed":  # severed: nothing more will be answered
+                reason = str(message.data.get("reason", "the broker closed this session"))
+                self._fail_all(BrokerError(ErrorCode.SEVERED, f"session {reason}"))
             if self._on_push is not None:
                 self._on_push(message)
             return
@@ -214,8 +238,10 @@ class AsyncConnection:
         self._writer.close()
 
     async def close(self) -> None:
-        if self._closed is None:
-            with contextlib.suppress(BrokerError):
+        if self._closed is None and not self._pending:
+            # A polite goodbye only when nothing is in flight: a reply to it would wait
+            # behind a long-polling fetch.
+            with contextlib.suppress(BrokerError, TimeoutError):
                 await asyncio.wait_for(self.request(Op.GOODBYE, {}), 1.0)
         self._fail_all(BrokerError(ErrorCode.CONNECTION_FAILED, "the connection is closed"))
         for task in (self._receiver, self._heartbeat):
@@ -225,6 +251,11 @@ class AsyncConnection:
                     await task
         with contextlib.suppress(ConnectionError, OSError):
             await self._writer.wait_closed()
+
+
+def _ignore_outcome(task: asyncio.Future[Any]) -> None:
+    if not task.cancelled():
+        task.exception()
 
 
 def _lost(exc: BaseException) -> BrokerError:
@@ -256,8 +287,11 @@ class AsyncClient:
         self._on_push = on_push
         self._connection: AsyncConnection | None = None
         self._connecting = asyncio.Lock()
+        self._closed = False
 
     async def connection(self) -> AsyncConnection:
+        if self._closed:
+            raise BrokerError(ErrorCode.CONNECTION_FAILED, "this client is closed")
         if self._connection is not None and not self._connection.closed:
             return self._connection
         async with self._connecting:
@@ -288,9 +322,19 @@ class AsyncClient:
         return (await self.connection()).limits
 
     async def request(self, op: Op, args: dict[str, Any]) -> dict[str, Any]:
+        connection = await self.connection()
+        try:
+            return await connection.request(op, args)
+        except BrokerError as error:
+            # The connection ended under the request (lost, or the session severed): a
+            # request that is safe to repeat goes once more on a new connection. A produce
+            # never does; whether it landed is for the idempotent producer to find out.
+            if op not in RETRY_SAFE or not connection.closed or error.code not in _ENDED:
+                raise
         return await (await self.connection()).request(op, args)
 
     async def close(self) -> None:
+        self._closed = True
         if self._connection is not None:
             await self._connection.close()
 

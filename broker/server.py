@@ -60,6 +60,7 @@ class Session:
     last_seen: float
     authenticated: bool = False
     said_hello: bool = False
+    inflight: int = 0  # requests read and not yet answered: a waiting session is not idle
     tasks: set[asyncio.Task[Any]] = field(default_factory=set)
 
     def close(self) -> None:
@@ -137,7 +138,15 @@ class Server:
         )
         for engine in (self._writer, self._reader):
             engine.owners.served_sessions = self.sessions.keys
-        tcp = await asyncio.start_server(self._connection, host, port, limit=_READ_CHUNK_BYTES)
+        try:
+            tcp = await asyncio.start_server(self._connection, host, port, limit=_READ_CHUNK_BYTES)
+        except OSError as exc:
+            self._release_start()
+            raise BrokerError(
+                ErrorCode.LISTEN_FAILED,
+                f"cannot listen on {host}:{port}: {exc.strerror or exc}",
+                hint="pick another --listen address, or port 0 for any free port",
+            ) from exc
         self._servers.append(tcp)
         bound = tcp.sockets[0].getsockname()
         unix_path = self._unix_path() if unix else None
@@ -158,6 +167,13 @@ class Server:
             asyncio.create_task(self._reap_sessions(), name="session-reaper"),
         ]
         log.info("serving %s on tcp://%s", self.data_dir, self.info.tcp)
+
+    def _release_start(self) -> None:
+        self._writer.close()
+        self._reader.close()
+        if self._lock is not None:
+            self._lock.release()
+            self._lock = None
 
     def _unix_path(self) -> Path | None:
         path = (self.data_dir / SOCKET_FILE).resolve()
@@ -277,7 +293,24 @@ class Server:
         handler = self._handlers.get(request.op)
         if handler is None:
             raise ProtocolError(f"op {request.op.name} is not served")
-        return asyncio.ensure_future(handler(session, request.args))
+        return asyncio.ensure_future(self._guarded(handler, session, request.args))
+
+    async def _guarded(
+        self, handler: Handler, session: Session, args: dict[str, Any]
+    ) -> dict[str, Any]:
+        if self.sessions.get(session.session_id) is not session:
+            # Severed (or timed out) after this request was read: it must not act.
+            raise BrokerError(
+                ErrorCode.SEVERED,
+                "this session was closed before the request ran",
+                hint="the client reconnects with a new session",
+            )
+        session.inflight += 1
+        try:
+            return await handler(session, args)
+        finally:
+            session.inflight -= 1
+            session.last_seen = asyncio.get_running_loop().time()
 
     async def _send_replies(
         self,
@@ -322,7 +355,7 @@ class Server:
             await asyncio.sleep(timeout_s / 4)
             now = loop.time()
             for session in list(self.sessions.values()):
-                if now - session.last_seen > timeout_s:
+                if session.inflight == 0 and now - session.last_seen > timeout_s:
                     log.info("session %s missed heartbeats; closing", session.session_id)
                     await self.sever(session.session_id, "missed heartbeats")
 
@@ -367,7 +400,7 @@ class Server:
 
     async def _create_topic(self, session: Session, args: dict[str, Any]) -> dict[str, Any]:
         name = codec.field(args, "name", str)
-        partitions = codec.non_negative(args, "partitions")
+        partitions = codec.field(args, "partitions", int)
         owner_group = codec.field(args, "owner_group", str, optional=True)
         info = await self._write(
             lambda: self._writer.create_topic(name, partitions, owner_group=owner_group)

@@ -22,7 +22,7 @@ from broker.discovery import find_server
 from broker.embedded import EmbeddedTransport
 from broker.errors import BrokerError, ErrorCode
 from broker.limits import DEFAULT_LIMITS
-from broker.protocol.messages import Push
+from broker.protocol.messages import Op, Push
 from broker.remote import Address, AsyncClient, ServedTransport
 from broker.types import NO_PRODUCER, NewRecord
 
@@ -422,9 +422,11 @@ def test_connecting_to_nothing_fails_with_connection_failed_after_the_timeout() 
     assert time.monotonic() - started < 10
 
 
-def test_a_request_in_flight_when_the_session_is_severed_fails_and_the_next_reconnects(
+def test_a_fetch_in_flight_when_the_session_is_severed_goes_on_with_a_new_session(
     server: ServerThread,
 ) -> None:
+    # A read is safe to repeat: the client tells the severed callback, then carries the
+    # waiting fetch over to a new session (a fence on it would be checked again there).
     pushes: list[Push] = []
 
     async def scenario() -> None:
@@ -435,12 +437,36 @@ def test_a_request_in_flight_when_the_session_is_severed_fails_and_the_next_reco
             waiting = asyncio.ensure_future(client.fetch("sev", {0: 0}, 10, 20_000))
             await asyncio.sleep(0.2)
             server.call(lambda: server.server.sever(first_session, "test says so"))
-            with pytest.raises(BrokerError) as excinfo:
-                await waiting
-            assert excinfo.value.code is ErrorCode.CONNECTION_FAILED
+            await asyncio.sleep(0.2)
+            assert not waiting.done()
+            await client.produce("sev", [NewRecord(b"after", partition=0)])
+            records = await asyncio.wait_for(waiting, 10)
+            assert [r.value for r in records] == [b"after"]
             assert pushes == [Push("session_closed", {"reason": "test says so"})]
-            assert [t.name for t in await client.list_topics()] == ["sev"]
             assert (await client.connection()).session_id != first_session
+        finally:
+            await client.close()
+
+    run(scenario())
+
+
+def test_a_produce_in_flight_when_the_session_is_severed_fails_as_severed(
+    server: ServerThread,
+) -> None:
+    # A produce is never repeated by the connection: whether it landed is unknown.
+    async def scenario() -> None:
+        client = AsyncClient(Address("tcp", HOST, server.port))
+        try:
+            await client.create_topic("sev", 1)
+            connection = await client.connection()
+            server.call(lambda: server.server.sever(connection.session_id, "test says so"))
+            deadline = asyncio.get_running_loop().time() + 10
+            while not connection.closed and asyncio.get_running_loop().time() < deadline:
+                await asyncio.sleep(0.01)
+            with pytest.raises(BrokerError) as excinfo:
+                await connection.request(Op.PRODUCE, {})
+            assert excinfo.value.code is ErrorCode.SEVERED
+            assert "test says so" in excinfo.value.message
         finally:
             await client.close()
 

@@ -25,6 +25,9 @@ from dataclasses import dataclass
 from broker.errors import BrokerError, ErrorCode
 
 NAME_CHARS_MAX = 255
+# A claim may ask for at most this generation; stored generations only grow by one per
+# claim from there, so they stay far inside SQLite's 64-bit integers.
+GENERATION_MAX = 1 << 62
 
 
 class Event(enum.StrEnum):
@@ -87,10 +90,10 @@ def check_claims(group: str, claims: Sequence[tuple[str, int]]) -> None:
     seen: set[str] = set()
     for resource, generation in claims:
         check_name("resource", resource)
-        if generation < 0:
+        if not 0 <= generation <= GENERATION_MAX:
             raise BrokerError(
                 ErrorCode.INVALID_ARGUMENT,
-                f"generation must be >= 0, not {generation}",
+                f"generation must be 0 to {GENERATION_MAX}, not {generation}",
                 resource=resource,
             )
         if resource in seen:

@@ -171,16 +171,17 @@ def positions_to_wire(positions: dict[int, int]) -> list[tuple[int, int]]:
 
 
 def positions_from_wire(wire: object) -> dict[int, int]:
-    if not isinstance(wire, tuple | list) or not wire:
-        raise ProtocolError("field 'positions' must be a non-empty array of [partition, offset]")
+    """Types only: the engine judges the numbers, as it does embedded."""
+    if not isinstance(wire, tuple | list):
+        raise ProtocolError("field 'positions' must be an array of [partition, offset]")
     positions = {}
     for pair in wire:
         if not (
             isinstance(pair, tuple | list)
             and len(pair) == 2
-            and all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in pair)
+            and all(isinstance(v, int) and not isinstance(v, bool) for v in pair)
         ):
-            raise ProtocolError("each position is [partition, offset], both >= 0")
+            raise ProtocolError("each position is [partition, offset], both integers")
         positions[pair[0]] = pair[1]
     return positions
 
