@@ -25,15 +25,19 @@ from typing import Final, Literal, Protocol
 
 from broker.core import records as record_rules
 from broker.core.ownership import Fence
+from broker.core.producers import ProducerEntry
 from broker.discovery import find_server
 from broker.embedded import EmbeddedTransport
 from broker.engine import Clock, Engine, wall_clock_ms
 from broker.errors import BrokerError, ErrorCode
 from broker.limits import DEFAULT_LIMITS, Limits
 from broker.owners import Claimed, OwnershipInfo
+from broker.producer import Producer, ProducerState
+from broker.producers import Lease
 from broker.remote import Address, ServedTransport
 from broker.storage.database import Durability
 from broker.storage.ownership import AuditRow
+from broker.storage.producers import OffsetRow, SnapshotRow
 from broker.types import (
     NO_PRODUCER,
     AppendResult,
@@ -82,6 +86,15 @@ class _Transport(Protocol):
     ) -> list[str]: ...
     def ownership(self, group: str | None) -> list[OwnershipInfo]: ...
     def ownership_history(self, group: str | None, limit: int) -> list[AuditRow]: ...
+    def lease_pid(self, topic: str, partition: int, pid: int | None) -> Lease: ...
+    def producer_states(self, topic: str) -> list[tuple[int, ProducerEntry]]: ...
+    def snapshot_producers(self) -> int: ...
+    def producer_snapshots(self) -> list[SnapshotRow]: ...
+    def commit_offsets(
+        self, group: str, topic: str, offsets: dict[int, int], producer_state: bytes | None
+    ) -> None: ...
+    def committed_offsets(self, group: str, topic: str) -> list[OffsetRow]: ...
+    def backup(self, path: str) -> int: ...
     def close(self) -> None: ...
 
 
@@ -255,6 +268,72 @@ class Client:
                 idle_deadline = None if timeout_s is None else time.monotonic() + timeout_s
             elif not follow or (idle_deadline is not None and time.monotonic() >= idle_deadline):
                 return
+
+    # idempotent producers and offsets -------------------------------------------------
+
+    def producer(
+        self,
+        topic: str,
+        *,
+        idempotent: bool = True,
+        state: ProducerState | bytes | None = None,
+        max_in_flight: int = 5,
+        delivery_timeout_s: float = 30.0,
+    ) -> Producer:
+        """A producer to topic: idempotent by default (see broker.producer)."""
+        if isinstance(state, bytes):
+            state = ProducerState.from_bytes(state)
+        return Producer(
+            self,
+            topic,
+            idempotent=idempotent,
+            state=state,
+            max_in_flight=max_in_flight,
+            delivery_timeout_s=delivery_timeout_s,
+        )
+
+    def lease_pid(self, topic: str, partition: int, pid: int | None = None) -> Lease:
+        """A new producer id for (topic, partition), or an existing pid's state there."""
+        return self._transport.lease_pid(topic, partition, pid)
+
+    def producer_states(self, topic: str) -> list[tuple[int, ProducerEntry]]:
+        """(partition, state) of every producer id the broker holds for topic."""
+        return self._transport.producer_states(topic)
+
+    def snapshot_producers(self) -> int:
+        """Store a producer-state snapshot with its offset vector; its id."""
+        return self._transport.snapshot_producers()
+
+    def producer_snapshots(self) -> list[SnapshotRow]:
+        return self._transport.producer_snapshots()
+
+    def commit_offsets(
+        self,
+        group: str,
+        topic: str,
+        offsets: Mapping[int, int],
+        *,
+        producer: Producer | ProducerState | None = None,
+    ) -> None:
+        """Store a consumer group's next offsets, with a producer's state to resume."""
+        state = producer.state() if isinstance(producer, Producer) else producer
+        blob = state.to_bytes() if state is not None else None
+        self._transport.commit_offsets(group, topic, dict(offsets), blob)
+
+    def committed_offsets(
+        self, group: str, topic: str
+    ) -> tuple[dict[int, int], ProducerState | None]:
+        """The group's next offsets per partition, and the producer state stored last."""
+        rows = self._transport.committed_offsets(group, topic)
+        newest = max(rows, key=lambda r: r.committed_ms, default=None)
+        state = None
+        if newest is not None and newest.producer_state is not None:
+            state = ProducerState.from_bytes(newest.producer_state)
+        return {r.partition: r.next_offset for r in rows}, state
+
+    def backup(self, path: str | os.PathLike[str]) -> int:
+        """Write a consistent one-file copy of the whole broker; its size in bytes."""
+        return self._transport.backup(os.fspath(path))
 
     # ownership ----------------------------------------------------------------------
 

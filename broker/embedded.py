@@ -61,11 +61,19 @@ class EmbeddedTransport:
         self._session_id: str | None = None
         self._severed_callbacks: list[SeveredCallback] = []
         self._severed_reason: str | None = None
+        self._closed = False
         self.create_topic = engine.create_topic
         self.delete_topic = engine.delete_topic
         self.list_topics = engine.list_topics
         self.describe_topic = engine.describe_topic
         self.status = engine.status
+        self.lease_pid = engine.lease_pid
+        self.producer_states = engine.producer_states
+        self.snapshot_producers = engine.snapshot_producers
+        self.producer_snapshots = engine.producer_snapshots
+        self.commit_offsets = engine.commit_offsets
+        self.committed_offsets = engine.committed_offsets
+        self.backup = engine.backup
 
     # records ------------------------------------------------------------------------
 
@@ -138,6 +146,9 @@ class EmbeddedTransport:
         return self.engine.owners.history(group, limit)
 
     def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
         if self._heartbeat is not None:
             self._heartbeat.stop()
         if self._session_id is not None:

@@ -17,6 +17,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from broker import backup
 from broker.core import ownership as ownership_rules
 from broker.core import producers as producer_rules
 from broker.core import records as record_rules
@@ -296,6 +297,10 @@ class Engine:
     def snapshot_producers(self) -> int:
         """Store the producer table with its offset vector; the snapshot's id."""
         return write_snapshot(self.database, self.producers, self.clock, self._catch_up_all)
+
+    def backup(self, out: str | Path) -> int:
+        """A consistent one-file copy of the whole broker, taken online; its bytes."""
+        return backup.take(self.database.conn, Path(out))
 
     def producer_snapshots(self) -> list[producer_store.SnapshotRow]:
         with self.database.read() as conn:

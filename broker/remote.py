@@ -15,8 +15,10 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import concurrent.futures
 import contextlib
 import itertools
+import os
 import threading
 from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass
@@ -24,13 +26,16 @@ from typing import Any, Final, TypeVar
 
 from broker import __version__
 from broker.core.ownership import Fence
+from broker.core.producers import ProducerEntry
 from broker.errors import BrokerError, ErrorCode
 from broker.limits import DEFAULT_LIMITS, Limits, limits_from_server
 from broker.owners import Claimed, OwnershipInfo
+from broker.producers import Lease
 from broker.protocol import codec
 from broker.protocol.frames import NEED_DATA, FrameConnection, Sentinel
 from broker.protocol.messages import ErrorReply, Op, Push, Reply, Request
 from broker.storage.ownership import AuditRow
+from broker.storage.producers import OffsetRow, SnapshotRow
 from broker.types import (
     NO_PRODUCER,
     AppendResult,
@@ -420,6 +425,39 @@ class AsyncClient:
     async def session_id(self) -> str:
         return (await self.connection()).session_id
 
+    async def lease_pid(self, topic: str, partition: int, pid: int | None = None) -> Lease:
+        args = {"topic": topic, "partition": partition, "pid": pid}
+        return codec.lease_from_wire(await self.request(Op.LEASE_PID, args))
+
+    async def producer_states(self, topic: str) -> list[tuple[int, ProducerEntry]]:
+        reply = await self.request(Op.PRODUCERS, {"topic": topic})
+        return codec.entries_from_wire(reply["producers"])
+
+    async def snapshot_producers(self) -> int:
+        return int((await self.request(Op.PRODUCER_SNAPSHOT, {}))["snapshot_id"])
+
+    async def producer_snapshots(self) -> list[SnapshotRow]:
+        reply = await self.request(Op.PRODUCER_SNAPSHOTS, {})
+        return codec.snapshots_from_wire(reply["snapshots"])
+
+    async def commit_offsets(
+        self, group: str, topic: str, offsets: dict[int, int], producer_state: bytes | None
+    ) -> None:
+        args = {
+            "group": group,
+            "topic": topic,
+            "offsets": list(offsets.items()),
+            "producer_state": producer_state,
+        }
+        await self.request(Op.COMMIT_OFFSETS, args)
+
+    async def committed_offsets(self, group: str, topic: str) -> list[OffsetRow]:
+        reply = await self.request(Op.COMMITTED_OFFSETS, {"group": group, "topic": topic})
+        return codec.offsets_from_wire(reply["offsets"])
+
+    async def backup(self, path: str) -> int:
+        return int((await self.request(Op.BACKUP, {"path": path}))["bytes"])
+
 
 class ServedTransport:
     """The sync face of an AsyncClient, for broker.client.Client."""
@@ -500,7 +538,36 @@ class ServedTransport:
     def ownership_history(self, group: str | None, limit: int) -> list[AuditRow]:
         return self._call(self.client.ownership_history(group, limit))
 
+    def lease_pid(self, topic: str, partition: int, pid: int | None) -> Lease:
+        return self._call(self.client.lease_pid(topic, partition, pid))
+
+    def producer_states(self, topic: str) -> list[tuple[int, ProducerEntry]]:
+        return self._call(self.client.producer_states(topic))
+
+    def snapshot_producers(self) -> int:
+        return self._call(self.client.snapshot_producers())
+
+    def producer_snapshots(self) -> list[SnapshotRow]:
+        return self._call(self.client.producer_snapshots())
+
+    def commit_offsets(
+        self, group: str, topic: str, offsets: dict[int, int], producer_state: bytes | None
+    ) -> None:
+        self._call(self.client.commit_offsets(group, topic, offsets, producer_state))
+
+    def committed_offsets(self, group: str, topic: str) -> list[OffsetRow]:
+        return self._call(self.client.committed_offsets(group, topic))
+
+    def backup(self, path: str) -> int:
+        return self._call(self.client.backup(os.path.abspath(path)))
+
+    def run_async(self, work: Coroutine[Any, Any, T]) -> concurrent.futures.Future[T]:
+        """Start a coroutine on this transport's loop (the pipelined producer's pumps)."""
+        return asyncio.run_coroutine_threadsafe(work, self._loop)
+
     def close(self) -> None:
+        if self._loop.is_closed():
+            return
         with contextlib.suppress(BrokerError):
             self._call(self.client.close())
         self._stop_loop()

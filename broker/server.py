@@ -27,6 +27,7 @@ import ipaddress
 import itertools
 import logging
 import os
+import random
 from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -50,6 +51,7 @@ T = TypeVar("T")
 _READ_CHUNK_BYTES: Final = 256 * 1024
 _UNIX_PATH_BYTES_MAX: Final = 100
 Handler = Callable[["Session", dict[str, Any]], Awaitable[dict[str, Any]]]
+_Pending = tuple[int, Op, asyncio.Future[dict[str, Any]]]
 
 
 @dataclass(eq=False)
@@ -83,7 +85,13 @@ class Server:
         limits: Limits = DEFAULT_LIMITS,
         auth_token: str | None = None,
         clock: Clock = wall_clock_ms,
+        drop_acks: float = 0.0,
     ) -> None:
+        if not 0.0 <= drop_acks < 1.0:
+            raise BrokerError(
+                ErrorCode.INVALID_ARGUMENT, f"drop_acks is a rate in [0, 1), not {drop_acks}"
+            )
+        self._drop_acks = drop_acks
         self.data_dir = data_dir
         self.durability = durability
         self.limits = limits
@@ -116,6 +124,13 @@ class Server:
             Op.RELEASE: self._release,
             Op.OWNERSHIP: self._ownership,
             Op.OWN_HISTORY: self._own_history,
+            Op.LEASE_PID: self._lease_pid,
+            Op.PRODUCERS: self._producers,
+            Op.PRODUCER_SNAPSHOT: self._producer_snapshot,
+            Op.PRODUCER_SNAPSHOTS: self._producer_snapshots,
+            Op.COMMIT_OFFSETS: self._commit_offsets,
+            Op.COMMITTED_OFFSETS: self._committed_offsets,
+            Op.BACKUP: self._backup,
         }
         self._run = new_server_run()
 
@@ -216,6 +231,9 @@ class Server:
         self._stopped.set()
         log.info("stopped")
 
+    def _drop_ack(self) -> bool:
+        return self._drop_acks > 0 and random.random() < self._drop_acks  # noqa: S311
+
     # connections --------------------------------------------------------------------
 
     async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -238,15 +256,13 @@ class Server:
         )
         self.sessions[session.session_id] = session
         self._connection_tasks.add(task)
-        replies: asyncio.Queue[tuple[int, asyncio.Future[dict[str, Any]]] | None] = asyncio.Queue(
-            self.limits.inflight_requests_max
-        )
+        replies: asyncio.Queue[_Pending | None] = asyncio.Queue(self.limits.inflight_requests_max)
         sender = asyncio.create_task(self._send_replies(replies, writer))
         try:
             await self._read_requests(session, reader, replies)
         except BrokerError as error:  # malformed input or failed authentication
             log.info("session %s (%s): %s", session.session_id, session.peer, error.message)
-            await replies.put((0, _failed(error)))
+            await replies.put((0, Op.NONE, _failed(error)))
         except asyncio.CancelledError:
             pass  # stopping: answer what was read, then close
         except (ConnectionError, OSError):
@@ -262,7 +278,7 @@ class Server:
         self,
         session: Session,
         reader: asyncio.StreamReader,
-        replies: asyncio.Queue[tuple[int, asyncio.Future[dict[str, Any]]] | None],
+        replies: asyncio.Queue[_Pending | None],
     ) -> None:
         frames = FrameConnection(self.limits.frame_bytes_max)
         loop = asyncio.get_running_loop()
@@ -279,7 +295,7 @@ class Server:
                     raise ProtocolError("a client sends requests only")
                 session.last_seen = loop.time()
                 future = self._start(session, message)
-                await replies.put((message.request_id, future))
+                await replies.put((message.request_id, message.op, future))
                 if message.op is Op.GOODBYE:
                     return
             if frames.buffered_bytes > self.limits.connection_buffer_bytes_max:
@@ -314,12 +330,12 @@ class Server:
 
     async def _send_replies(
         self,
-        replies: asyncio.Queue[tuple[int, asyncio.Future[dict[str, Any]]] | None],
+        replies: asyncio.Queue[_Pending | None],
         writer: asyncio.StreamWriter,
     ) -> None:
         frames = FrameConnection(self.limits.frame_bytes_max)
         while (item := await replies.get()) is not None:
-            request_id, future = item
+            request_id, op, future = item
             try:
                 message: Reply | ErrorReply = Reply(request_id, await future)
             except BrokerError as error:
@@ -329,6 +345,9 @@ class Server:
             except Exception as error:  # a bug of ours: the session still gets an answer
                 log.exception("request %d failed", request_id)
                 message = ErrorReply(request_id, int(ErrorCode.INTERNAL), repr(error), {})
+            if op is Op.PRODUCE and isinstance(message, Reply) and self._drop_ack():
+                log.info("dropping the acknowledgement of request %d (--drop-acks)", request_id)
+                break  # appended, never acknowledged: the client sees the connection drop
             with contextlib.suppress(ConnectionError, OSError):
                 writer.write(frames.send(message))
                 if replies.empty():
@@ -494,6 +513,48 @@ class Server:
         limit = codec.non_negative(args, "limit")
         rows = await self._read(lambda: self._reader.owners.history(group, limit))
         return {"history": codec.audit_to_wire(rows)}
+
+    async def _lease_pid(self, session: Session, args: dict[str, Any]) -> dict[str, Any]:
+        topic = codec.field(args, "topic", str)
+        partition = codec.field(args, "partition", int)
+        pid = codec.field(args, "pid", int, optional=True)
+        lease = await self._write(lambda: self._writer.lease_pid(topic, partition, pid))
+        return codec.lease_to_wire(lease)
+
+    async def _producers(self, session: Session, args: dict[str, Any]) -> dict[str, Any]:
+        topic = codec.field(args, "topic", str)
+        entries = await self._write(lambda: self._writer.producer_states(topic))
+        return {"producers": codec.entries_to_wire(entries)}
+
+    async def _producer_snapshot(self, session: Session, args: dict[str, Any]) -> dict[str, Any]:
+        return {"snapshot_id": await self._write(self._writer.snapshot_producers)}
+
+    async def _producer_snapshots(self, session: Session, args: dict[str, Any]) -> dict[str, Any]:
+        rows = await self._read(self._reader.producer_snapshots)
+        return {"snapshots": codec.snapshots_to_wire(rows)}
+
+    async def _commit_offsets(self, session: Session, args: dict[str, Any]) -> dict[str, Any]:
+        group = codec.field(args, "group", str)
+        topic = codec.field(args, "topic", str)
+        offsets = codec.offset_map_from_wire(args.get("offsets"))
+        state = codec.field(args, "producer_state", bytes, optional=True)
+        await self._write(lambda: self._writer.commit_offsets(group, topic, offsets, state))
+        return {}
+
+    async def _committed_offsets(self, session: Session, args: dict[str, Any]) -> dict[str, Any]:
+        group = codec.field(args, "group", str)
+        topic = codec.field(args, "topic", str)
+        rows = await self._read(lambda: self._reader.committed_offsets(group, topic))
+        return {"offsets": codec.offsets_to_wire(rows)}
+
+    async def _backup(self, session: Session, args: dict[str, Any]) -> dict[str, Any]:
+        out = codec.field(args, "path", str)
+        if not os.path.isabs(out):
+            raise BrokerError(
+                ErrorCode.INVALID_ARGUMENT,
+                f"a served broker writes snapshots to absolute paths, not {out!r}",
+            )
+        return {"bytes": await self._read(lambda: self._reader.backup(out))}
 
     # the writer and the reader --------------------------------------------------------
 

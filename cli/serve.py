@@ -54,6 +54,15 @@ def serve(
     no_unix: Annotated[
         bool, typer.Option("--no-unix", help="Do not listen on DATA_DIR/fencelog.sock.")
     ] = False,
+    drop_acks: Annotated[
+        float,
+        typer.Option(
+            "--drop-acks",
+            help="Fault injection: after appending, drop this fraction (0 to 1) of produce "
+            "acknowledgements by closing the connection, to test retry logic.",
+            metavar="RATE",
+        ),
+    ] = 0.0,
     verbose: Annotated[bool, typer.Option("--verbose", help="Log sessions to stderr.")] = False,
 ) -> None:
     """Serve the data directory (--broker) until SIGTERM or Ctrl-C, then stop cleanly.
@@ -84,7 +93,11 @@ def serve(
 
     limits = replace(DEFAULT_LIMITS, session_timeout_ms=timeout_ms)
     server = Server(
-        Path(current.broker), durability=current.durability, limits=limits, auth_token=token
+        Path(current.broker),
+        durability=current.durability,
+        limits=limits,
+        auth_token=token,
+        drop_acks=drop_acks,
     )
     asyncio.run(_run(server, host, port, not no_unix, ready_file))
 

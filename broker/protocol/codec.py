@@ -11,9 +11,12 @@ from collections.abc import Sequence
 from typing import Any, TypeVar
 
 from broker.core.ownership import Fence
+from broker.core.producers import ProducerEntry
 from broker.owners import Claimed, OwnershipInfo
+from broker.producers import Lease
 from broker.protocol.frames import ProtocolError
 from broker.storage.ownership import AuditRow
+from broker.storage.producers import OffsetRow, SnapshotRow
 from broker.types import (
     AppendResult,
     BrokerStatus,
@@ -284,3 +287,52 @@ def audit_to_wire(rows: Sequence[AuditRow]) -> list[tuple[Any, ...]]:
 
 def audit_from_wire(wire: Sequence[Sequence[Any]]) -> list[AuditRow]:
     return [AuditRow(*row) for row in wire]
+
+
+# producers ---------------------------------------------------------------------------
+
+
+def lease_to_wire(lease: Lease) -> dict[str, int]:
+    return {
+        "pid": lease.producer_id,
+        "generation": lease.generation,
+        "sequence": lease.sequence,
+        "expire_ms": lease.expire_ms,
+    }
+
+
+def lease_from_wire(wire: dict[str, Any]) -> Lease:
+    return Lease(wire["pid"], wire["generation"], wire["sequence"], wire["expire_ms"])
+
+
+def entries_to_wire(entries: Sequence[tuple[int, ProducerEntry]]) -> list[tuple[int, ...]]:
+    return [
+        (p, e.producer_id, e.generation, e.high_water_sequence, e.first_record_ms, e.last_offset)
+        for p, e in entries
+    ]
+
+
+def entries_from_wire(wire: Sequence[Sequence[int]]) -> list[tuple[int, ProducerEntry]]:
+    return [(row[0], ProducerEntry(*row[1:])) for row in wire]
+
+
+def snapshots_to_wire(rows: Sequence[SnapshotRow]) -> list[tuple[int, ...]]:
+    return [(r.snapshot_id, r.created_ms, r.producers, r.evictions, r.bytes) for r in rows]
+
+
+def snapshots_from_wire(wire: Sequence[Sequence[int]]) -> list[SnapshotRow]:
+    return [SnapshotRow(*row) for row in wire]
+
+
+def offsets_to_wire(rows: Sequence[OffsetRow]) -> list[tuple[Any, ...]]:
+    return [(r.partition, r.next_offset, r.producer_state, r.committed_ms) for r in rows]
+
+
+def offsets_from_wire(wire: Sequence[Sequence[Any]]) -> list[OffsetRow]:
+    return [OffsetRow(*row) for row in wire]
+
+
+def offset_map_from_wire(wire: object) -> dict[int, int]:
+    if not isinstance(wire, tuple | list):
+        raise ProtocolError("field 'offsets' must be an array of [partition, offset]")
+    return positions_from_wire(wire)

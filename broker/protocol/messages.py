@@ -42,6 +42,13 @@ class Op(enum.IntEnum):
     RELEASE = 31
     OWNERSHIP = 32
     OWN_HISTORY = 33
+    LEASE_PID = 40
+    PRODUCERS = 41
+    PRODUCER_SNAPSHOT = 42
+    PRODUCER_SNAPSHOTS = 43
+    COMMIT_OFFSETS = 44
+    COMMITTED_OFFSETS = 45
+    BACKUP = 46
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,0 +1,119 @@
+"""One-file copies of a whole broker: taken online, restored into a data directory.
+
+A copy is made with SQLite's `VACUUM INTO`, which writes a consistent snapshot of the
+database as of one read transaction while writers go on (WAL mode), never a file copy
+of a live database. It holds everything: logs, batch headers, producer snapshots,
+ownership generations, consumer offsets. Restoring checks that the file is a fencelog
+database this version can open, and refuses to replace a non-empty data directory
+unless asked to, or one a running server owns.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sqlite3
+from collections.abc import Callable
+from pathlib import Path
+
+from broker.discovery import find_server
+from broker.errors import BrokerError, ErrorCode
+from broker.storage.database import APPLICATION_ID, DB_FILE, SCHEMA_VERSION, DataDir
+
+Progress = Callable[[int, int], None]  # (bytes done, bytes total)
+_COPY_CHUNK_BYTES = 1 << 20
+
+
+def take(conn: sqlite3.Connection, out: Path) -> int:
+    """Write a consistent copy of the database behind conn to out; its size in bytes."""
+    if out.exists():
+        raise BrokerError(
+            ErrorCode.INVALID_ARGUMENT,
+            f"{out} already exists",
+            hint="choose a new file name; a snapshot never overwrites",
+        )
+    old_umask = os.umask(0o077)
+    try:
+        conn.execute("VACUUM INTO ?", (str(out),))
+    except sqlite3.Error as exc:
+        with contextlib.suppress(FileNotFoundError):
+            out.unlink()
+        raise BrokerError(ErrorCode.STORAGE_FAILED, f"cannot write {out}: {exc}") from exc
+    finally:
+        os.umask(old_umask)
+    return out.stat().st_size
+
+
+def check_file(path: Path) -> int:
+    """The schema version of a fencelog snapshot file; BrokerError if it is not one."""
+    if not path.is_file():
+        raise BrokerError(ErrorCode.INVALID_ARGUMENT, f"{path} is not a file")
+    try:
+        conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+        try:
+            application_id = conn.execute("PRAGMA application_id").fetchone()[0]
+            version = int(conn.execute("PRAGMA user_version").fetchone()[0])
+            check = conn.execute("PRAGMA quick_check").fetchone()[0]
+        finally:
+            conn.close()
+    except sqlite3.DatabaseError as exc:
+        raise BrokerError(
+            ErrorCode.FOREIGN_DATA_DIR, f"{path} is not a fencelog snapshot ({exc})"
+        ) from exc
+    if application_id != APPLICATION_ID:
+        raise BrokerError(ErrorCode.FOREIGN_DATA_DIR, f"{path} is not a fencelog snapshot")
+    if version > SCHEMA_VERSION:
+        raise BrokerError(
+            ErrorCode.SCHEMA_TOO_NEW,
+            f"{path} has schema version {version}; this fencelog knows up to {SCHEMA_VERSION}",
+            hint="upgrade fencelog to restore it",
+        )
+    if check != "ok":
+        raise BrokerError(ErrorCode.STORAGE_FAILED, f"{path} is damaged: {check}")
+    return version
+
+
+def restore(snapshot: Path, data_dir: Path, *, force: bool, progress: Progress) -> int:
+    """Make data_dir hold exactly the snapshot; the bytes copied."""
+    check_file(snapshot)
+    if data_dir.is_dir() and find_server(data_dir) is not None:
+        raise BrokerError(
+            ErrorCode.DATA_DIR_IN_USE,
+            f"a fencelog server owns {data_dir}",
+            hint="stop it before restoring into its directory",
+        )
+    DataDir(data_dir).prepare()
+    present = [p for p in data_dir.iterdir() if p.name.startswith(DB_FILE)]
+    if any(p.name == DB_FILE for p in present) and not force:
+        raise BrokerError(
+            ErrorCode.INVALID_ARGUMENT,
+            f"{data_dir} already holds a broker",
+            hint="pass --force to replace it",
+        )
+    temporary = data_dir / (DB_FILE + ".restore.tmp")
+    copied = _copy(snapshot, temporary, progress)
+    for path in present:
+        path.unlink()
+    os.replace(temporary, data_dir / DB_FILE)
+    return copied
+
+
+def _copy(source: Path, target: Path, progress: Progress) -> int:
+    total = source.stat().st_size
+    done = 0
+    old_umask = os.umask(0o077)
+    try:
+        with source.open("rb") as reader, target.open("wb") as writer:
+            while chunk := reader.read(_COPY_CHUNK_BYTES):
+                writer.write(chunk)
+                done += len(chunk)
+                progress(done, total)
+            writer.flush()
+            os.fsync(writer.fileno())
+    except OSError as exc:
+        with contextlib.suppress(FileNotFoundError):
+            target.unlink()
+        raise BrokerError(ErrorCode.STORAGE_FAILED, f"cannot restore: {exc}") from exc
+    finally:
+        os.umask(old_umask)
+    return done

@@ -1,0 +1,439 @@
+"""The idempotent producer: pids, sequences, pipelining, ordered retries, saved state.
+
+    producer = client.producer("orders")              # idempotent by default
+    producer.send([b"a", b"b"], partition=0)          # waits for the acknowledgement
+    futures = [producer.send_async([v], partition=0) for v in values]   # pipelined
+    producer.flush()
+    saved = producer.state().to_bytes()               # store with your input offsets
+
+Rules (DESIGN.md section 4):
+- per partition it leases a pid (random generation, sequence 0) and numbers records
+  from 1; every batch goes to one partition;
+- it keeps up to max_in_flight batches in flight per partition (served brokers). When
+  one fails with an error that says nothing was decided (the connection was lost, the
+  session severed, the storage busy), every later batch of that partition is let finish,
+  then each unacknowledged batch is resent in order, one at a time, until acknowledged
+  or delivery_timeout_s passes. A batch that had landed answers as a duplicate with its
+  original offsets, so the log never holds M1, M3, M2;
+- FENCED, INVALID_GENERATION, PID_EXPIRED and the like fail the batch and every later
+  one of that partition; a fenced producer never sends again;
+- it leases a new pid before its lease runs out (renew_before_ms), between batches;
+- `state()` exports (pid, generation, acknowledged sequence) per partition; a producer
+  built with `state=` resumes those pids one generation up, which fences the old
+  instance, and its replays of already-written records are answered as duplicates.
+- idempotent=False opts out (pid 0): no numbering, no retries.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import concurrent.futures
+import time
+from collections.abc import Awaitable, Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Final
+
+import msgpack
+
+from broker.core import records as record_rules
+from broker.errors import BrokerError, ErrorCode
+from broker.producers import Lease
+from broker.types import NO_PRODUCER, AppendResult, Headers, NewRecord, ProducerFields
+
+if TYPE_CHECKING:
+    from broker.client import Client
+
+RETRIABLE: Final = frozenset(
+    {
+        ErrorCode.CONNECTION_FAILED,
+        ErrorCode.SEVERED,
+        ErrorCode.STORAGE_BUSY,
+        ErrorCode.BROKER_SHUTTING_DOWN,
+        ErrorCode.TOO_MANY_REQUESTS,
+    }
+)
+_BACKOFF_FIRST_S: Final = 0.02
+_BACKOFF_MAX_S: Final = 1.0
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionState:
+    producer_id: int
+    generation: int
+    sequence: int  # the last acknowledged sequence
+
+
+@dataclass(frozen=True, slots=True)
+class ProducerState:
+    """What a producer needs to resume: save it together with your input offsets."""
+
+    topic: str
+    partitions: dict[int, PartitionState] = field(default_factory=dict)
+
+    def to_bytes(self) -> bytes:
+        rows = [(p, s.producer_id, s.generation, s.sequence) for p, s in self.partitions.items()]
+        packed: bytes = msgpack.packb({"topic": self.topic, "partitions": rows})
+        return packed
+
+    @classmethod
+    def from_bytes(cls, data: bytes) -> ProducerState:
+        try:
+            raw = msgpack.unpackb(data)
+            partitions = {
+                int(p): PartitionState(pid, gen, seq) for p, pid, gen, seq in raw["partitions"]
+            }
+            return cls(str(raw["topic"]), partitions)
+        except (ValueError, KeyError, TypeError) as exc:
+            raise BrokerError(ErrorCode.INVALID_ARGUMENT, f"not a producer state: {exc}") from exc
+
+
+class _Partition:
+    """One partition's numbering: the lease and the next sequence to hand out."""
+
+    def __init__(self, lease: Lease, next_sequence: int) -> None:
+        self.lease = lease
+        self.next_sequence = next_sequence
+        self.acknowledged = next_sequence - 1
+        self.failed: BrokerError | None = None
+
+    def fields(self, count: int) -> ProducerFields:
+        first = self.next_sequence
+        self.next_sequence += count
+        return ProducerFields(self.lease.producer_id, self.lease.generation, first)
+
+
+@dataclass
+class _Batch:
+    records: list[NewRecord]
+    done: concurrent.futures.Future[list[AppendResult]]
+    fields: ProducerFields = NO_PRODUCER
+    attempt: asyncio.Future[list[AppendResult]] | None = None
+
+
+Send = Callable[[list[NewRecord], ProducerFields], Awaitable[list[AppendResult]]]
+
+
+class Producer:
+    def __init__(
+        self,
+        client: Client,
+        topic: str,
+        *,
+        idempotent: bool = True,
+        state: ProducerState | None = None,
+        max_in_flight: int = 5,
+        delivery_timeout_s: float = 30.0,
+        renew_before_ms: int = 60_000,
+    ) -> None:
+        if max_in_flight < 1:
+            raise BrokerError(ErrorCode.INVALID_ARGUMENT, "max_in_flight must be >= 1")
+        if state is not None and state.topic != topic:
+            raise BrokerError(
+                ErrorCode.INVALID_ARGUMENT, f"the state is for topic {state.topic}, not {topic}"
+            )
+        self.client = client
+        self.topic = topic
+        self.idempotent = idempotent
+        self.max_in_flight = max_in_flight
+        self.delivery_timeout_s = delivery_timeout_s
+        self.renew_before_ms = renew_before_ms
+        self.partition_count = client.describe_topic(topic).partitions
+        self._partitions: dict[int, _Partition] = {}
+        self._queues: dict[int, collections.deque[_Batch]] = {}
+        self._pumps: dict[int, concurrent.futures.Future[None]] = {}
+        self._round_robin = 0
+        self._fenced: BrokerError | None = None
+        if state is not None:
+            for partition, saved in state.partitions.items():
+                self._resume(partition, saved)
+
+    # sending ----------------------------------------------------------------------------
+
+    def send(
+        self,
+        values: Iterable[bytes | str | NewRecord],
+        *,
+        partition: int | None = None,
+        key: bytes | str | None = None,
+        headers: Headers = (),
+    ) -> list[AppendResult]:
+        """Send and wait: results in the order of `values`."""
+        futures = self._submit(values, partition, key, headers)
+        results: dict[int, list[AppendResult]] = {}
+        for target, (indexes, future) in futures.items():
+            for index, result in zip(indexes, future.result(), strict=True):
+                results[index] = [result]
+            del target
+        return [results[i][0] for i in sorted(results)]
+
+    def send_async(
+        self,
+        values: Iterable[bytes | str | NewRecord],
+        *,
+        partition: int,
+        key: bytes | str | None = None,
+        headers: Headers = (),
+    ) -> concurrent.futures.Future[list[AppendResult]]:
+        """Queue one batch for one partition; keeps up to max_in_flight in flight."""
+        futures = self._submit(values, partition, key, headers)
+        ((_, future),) = futures.values()
+        return future
+
+    def flush(self) -> None:
+        """Wait until every batch sent so far is acknowledged or failed."""
+        for pump in list(self._pumps.values()):
+            pump.result()
+
+    def close(self) -> None:
+        self.flush()
+
+    def __enter__(self) -> Producer:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def state(self) -> ProducerState:
+        """(pid, generation, acknowledged sequence) of every partition sent to."""
+        return ProducerState(
+            self.topic,
+            {
+                p: PartitionState(s.lease.producer_id, s.lease.generation, s.acknowledged)
+                for p, s in self._partitions.items()
+            },
+        )
+
+    def _submit(
+        self,
+        values: Iterable[bytes | str | NewRecord],
+        partition: int | None,
+        key: bytes | str | None,
+        headers: Headers,
+    ) -> dict[int, tuple[list[int], concurrent.futures.Future[list[AppendResult]]]]:
+        if self._fenced is not None:
+            raise self._fenced
+        by_partition: dict[int, list[tuple[int, NewRecord]]] = {}
+        for index, value in enumerate(values):
+            record = self._record(value, partition, key, headers)
+            by_partition.setdefault(record.partition or 0, []).append((index, record))
+        if not by_partition:
+            raise BrokerError(ErrorCode.INVALID_ARGUMENT, "nothing to send: no values")
+        submitted = {}
+        for target, items in by_partition.items():
+            records = [record for _, record in items]
+            record_rules.check_records(records, self.client.limits)
+            done: concurrent.futures.Future[list[AppendResult]] = concurrent.futures.Future()
+            self._enqueue(target, _Batch(records, done))
+            submitted[target] = ([index for index, _ in items], done)
+        return submitted
+
+    def _record(
+        self,
+        value: bytes | str | NewRecord,
+        partition: int | None,
+        key: bytes | str | None,
+        headers: Headers,
+    ) -> NewRecord:
+        if isinstance(value, NewRecord):
+            record = value
+        else:
+            data = value.encode() if isinstance(value, str) else value
+            raw_key = key.encode() if isinstance(key, str) else key
+            record = NewRecord(data, raw_key, headers, partition)
+        if record.partition is None:
+            chosen = record_rules.choose_partition(
+                record.key, self.partition_count, self._round_robin
+            )
+            self._round_robin += record.key is None
+            record = NewRecord(
+                record.value, record.key, record.headers, chosen, record.timestamp_ms
+            )
+        record_rules.check_partition(self.topic, record.partition or 0, self.partition_count)
+        return record
+
+    # the pipeline -------------------------------------------------------------------------
+
+    def _enqueue(self, partition: int, batch: _Batch) -> None:
+        queue = self._queues.setdefault(partition, collections.deque())
+        queue.append(batch)
+        pump = self._pumps.get(partition)
+        if pump is None or pump.done():
+            self._pumps[partition] = self._start_pump(partition)
+
+    def _start_pump(self, partition: int) -> concurrent.futures.Future[None]:
+        runner = getattr(self.client._transport, "run_async", None)
+        if runner is None:  # embedded: one batch at a time, in the caller's thread
+            self._pump_sync(partition)
+            finished: concurrent.futures.Future[None] = concurrent.futures.Future()
+            finished.set_result(None)
+            return finished
+        result: concurrent.futures.Future[None] = runner(self._pump(partition))
+        return result
+
+    def _pump_sync(self, partition: int) -> None:
+        queue = self._queues[partition]
+        while queue:
+            batch = queue.popleft()
+            try:
+                state = self._partition_for(partition)
+                batch.fields = state.fields(len(batch.records)) if self.idempotent else NO_PRODUCER
+                results = self._retry_sync(batch)
+            except BrokerError as error:
+                self._fail(partition, batch, error)
+                continue
+            self._acknowledge(partition, batch, results)
+
+    def _retry_sync(self, batch: _Batch) -> list[AppendResult]:
+        deadline = time.monotonic() + self.delivery_timeout_s
+        delay = _BACKOFF_FIRST_S
+        while True:
+            try:
+                return self.client._transport.produce(
+                    self.topic, batch.records, producer=batch.fields, fences=()
+                )
+            except BrokerError as error:
+                if not self._may_retry(error) or time.monotonic() + delay > deadline:
+                    raise
+            time.sleep(delay)
+            delay = min(delay * 2, _BACKOFF_MAX_S)
+
+    async def _pump(self, partition: int) -> None:
+        """Send this partition's queue with up to max_in_flight batches outstanding."""
+        queue = self._queues[partition]
+        inflight: collections.deque[_Batch] = collections.deque()
+        send = self._async_send()
+        while queue or inflight:
+            while queue and len(inflight) < self.max_in_flight:
+                batch = queue.popleft()
+                try:
+                    state = (
+                        await asyncio.to_thread(self._partition_for, partition)
+                        if (self._needs_lease(partition) and not inflight)
+                        else self._partition_for(partition)
+                    )
+                except BrokerError as error:
+                    self._fail(partition, batch, error)
+                    continue
+                batch.fields = state.fields(len(batch.records)) if self.idempotent else NO_PRODUCER
+                batch.attempt = asyncio.ensure_future(send(batch.records, batch.fields))
+                inflight.append(batch)
+            if not inflight:
+                continue
+            oldest = inflight[0]
+            assert oldest.attempt is not None
+            try:
+                results = await oldest.attempt
+            except BrokerError as error:
+                if not self._may_retry(error):
+                    inflight.popleft()
+                    self._fail(partition, oldest, error)
+                    self._fail_all(partition, inflight, error)
+                    continue
+                await self._resend_in_order(partition, inflight, send)
+                continue
+            inflight.popleft()
+            self._acknowledge(partition, oldest, results)
+
+    async def _resend_in_order(
+        self, partition: int, inflight: collections.deque[_Batch], send: Send
+    ) -> None:
+        """Let every in-flight batch finish, then resend the unacknowledged ones in order."""
+        await asyncio.gather(*(b.attempt for b in inflight if b.attempt), return_exceptions=True)
+        deadline = time.monotonic() + self.delivery_timeout_s
+        while inflight:
+            batch = inflight[0]
+            assert batch.attempt is not None
+            if batch.attempt.done() and batch.attempt.exception() is None:
+                inflight.popleft()
+                self._acknowledge(partition, batch, batch.attempt.result())
+                continue
+            delay = _BACKOFF_FIRST_S
+            while True:
+                try:
+                    results = await send(batch.records, batch.fields)
+                    break
+                except BrokerError as error:
+                    if not self._may_retry(error) or time.monotonic() + delay > deadline:
+                        inflight.popleft()
+                        self._fail(partition, batch, error)
+                        self._fail_all(partition, inflight, error)
+                        return
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, _BACKOFF_MAX_S)
+            inflight.popleft()
+            self._acknowledge(partition, batch, results)
+
+    def _async_send(self) -> Send:
+        client = self.client._transport.client  # type: ignore[attr-defined]
+        topic = self.topic
+
+        async def send(records: list[NewRecord], fields: ProducerFields) -> list[AppendResult]:
+            results: list[AppendResult] = await client.produce(topic, records, producer=fields)
+            return results
+
+        return send
+
+    # outcomes -----------------------------------------------------------------------------
+
+    def _may_retry(self, error: BrokerError) -> bool:
+        return self.idempotent and error.code in RETRIABLE
+
+    def _acknowledge(self, partition: int, batch: _Batch, results: list[AppendResult]) -> None:
+        state = self._partitions.get(partition)
+        if state is not None and batch.fields.producer_id:
+            last = batch.fields.first_sequence + len(batch.records) - 1
+            state.acknowledged = max(state.acknowledged, last)
+        if not batch.done.done():
+            batch.done.set_result(results)
+
+    def _fail(self, partition: int, batch: _Batch, error: BrokerError) -> None:
+        if error.code in (ErrorCode.FENCED, ErrorCode.INVALID_GENERATION):
+            self._fenced = error
+        if batch.fields.producer_id and error.code not in RETRIABLE:
+            # sequences already handed out past this batch are void: start a new pid
+            self._partitions.pop(partition, None)
+        if not batch.done.done():
+            batch.done.set_exception(error)
+
+    def _fail_all(
+        self, partition: int, batches: collections.deque[_Batch], error: BrokerError
+    ) -> None:
+        while batches:
+            self._fail(partition, batches.popleft(), error)
+        queue = self._queues.get(partition, collections.deque())
+        while queue:
+            self._fail(partition, queue.popleft(), error)
+
+    # leases -------------------------------------------------------------------------------
+
+    def _needs_lease(self, partition: int) -> bool:
+        state = self._partitions.get(partition)
+        if state is None:
+            return self.idempotent
+        return self.idempotent and _now_ms() >= state.lease.expire_ms - self.renew_before_ms
+
+    def _partition_for(self, partition: int) -> _Partition:
+        state = self._partitions.get(partition)
+        if self.idempotent and (state is None or self._needs_lease(partition)):
+            state = _Partition(self.client.lease_pid(self.topic, partition), 1)
+            self._partitions[partition] = state
+        assert state is not None or not self.idempotent
+        return state or _Partition(Lease(0, 0, 0, 0), 1)
+
+    def _resume(self, partition: int, saved: PartitionState) -> None:
+        lease = self.client.lease_pid(self.topic, partition, saved.producer_id)
+        # One generation above the broker's: the instance this state came from is fenced
+        # from our first new record on; replays of what it wrote answer as duplicates.
+        resumed = Lease(lease.producer_id, lease.generation + 1, saved.sequence, lease.expire_ms)
+        self._partitions[partition] = _Partition(resumed, saved.sequence + 1)
+
+
+def _now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+def wait_all(
+    futures: Sequence[concurrent.futures.Future[list[AppendResult]]],
+) -> list[list[AppendResult]]:
+    return [future.result() for future in futures]
