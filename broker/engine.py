@@ -398,6 +398,10 @@ class Engine:
 
     def status(self) -> BrokerStatus:
         topics = tuple(self.list_topics())
+        staged = self.producers.stage()
+        with self.database.read() as conn:
+            self._catch_up_all(conn, staged)
+        staged.commit()
         database_bytes, wal_bytes = self.database.file_sizes()
         return BrokerStatus(
             data_dir=str(self.database.data_dir.path.resolve()),
@@ -406,6 +410,8 @@ class Engine:
             database_bytes=database_bytes,
             wal_bytes=wal_bytes,
             topics=topics,
+            producer_ids=len(self.producers.entries),
+            producer_evictions=self.producers.evictions,
         )
 
     # helpers ------------------------------------------------------------------------

@@ -99,3 +99,5 @@ class BrokerStatus:
     database_bytes: int
     wal_bytes: int
     topics: tuple[TopicInfo, ...]
+    producer_ids: int = 0
+    producer_evictions: int = 0

@@ -11,7 +11,7 @@ import typer
 from broker import __version__
 from broker.client import DEFAULT_BROKER
 from broker.storage.database import Durability
-from cli import consume, own, produce, serve, status, topic
+from cli import consume, own, produce, producers, serve, snapshot, status, topic
 from cli.context import State
 from cli.errors import FencelogGroup, exit_status_table
 
@@ -81,6 +81,9 @@ def main(
 
 app.add_typer(topic.app, name="topic")
 app.add_typer(own.app, name="own")
+app.add_typer(producers.app, name="producers")
+app.add_typer(snapshot.app, name="snapshot")
+app.command("lease-pid")(producers.lease_pid)
 app.command("produce")(produce.produce)
 app.command("consume")(consume.consume)
 app.command("status")(status.status)

@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Annotated
 
 import typer
 
+from broker.client import Client
+from broker.core.ownership import Fence
 from broker.errors import BrokerError, ErrorCode
-from broker.types import AppendResult, Headers, NewRecord
+from broker.types import AppendResult, Headers, NewRecord, ProducerFields
 from cli.context import state
 from cli.formats import Format, decode_input
 from cli.lines import line_batches
@@ -54,13 +56,34 @@ def produce(
         ),
     ] = None,
     fence: FenceOption = None,
+    idempotent: Annotated[
+        bool,
+        typer.Option(
+            "--idempotent",
+            help="Lease pids, number records and retry for you: each record lands once.",
+        ),
+    ] = False,
+    pid: Annotated[
+        int | None,
+        typer.Option("--pid", help="Producer id from lease-pid (needs --generation, --sequence)."),
+    ] = None,
+    generation: Annotated[
+        int | None, typer.Option("--generation", help="The pid's generation.")
+    ] = None,
+    sequence: Annotated[
+        int | None,
+        typer.Option("--sequence", help="Sequence of the first record; the next get +1, +2..."),
+    ] = None,
     fmt: FormatOption = Format.text,
     as_json: JsonFlag = False,
 ) -> None:
     """Append records to a topic and report where each landed.
 
     Each batch (every --value together, or the stdin lines already available) is appended
-    atomically. With --json, one object per record: topic, partition, offset.
+    atomically. With --json, one object per record: topic, partition, offset (and, for
+    --idempotent or --pid, duplicate).
+    With --pid/--generation/--sequence a retry of records already written is answered
+    with their original offsets and "duplicate": true (exit 0).
     """
     if key is not None and key_separator is not None:
         raise BrokerError(
@@ -80,9 +103,11 @@ def produce(
     def records_of(lines: Iterable[bytes]) -> list[NewRecord]:
         return [_record(line, record_key, key_separator, parsed, partition, fmt) for line in lines]
 
+    send = _sender(client, topic, fences, idempotent, (pid, generation, sequence), partition)
+    numbered = idempotent or pid is not None  # JSON then says whether each was a duplicate
     if values:
         encoded = [v.encode("utf-8", "surrogateescape") for v in values]
-        _emit(out, summary, client.produce(topic, records_of(encoded), fences=fences))
+        _emit(out, summary, send(records_of(encoded)), idempotent=numbered)
     else:
         if sys.stdin.isatty():
             sys.stderr.write("reading records from stdin, one per line; Ctrl-D ends\n")
@@ -92,10 +117,50 @@ def produce(
         )
         with progress(f"producing to {topic}", None) as advance:
             for batch in batches:
-                _emit(out, summary, client.produce(topic, records_of(batch), fences=fences))
+                _emit(out, summary, send(records_of(batch)), idempotent=numbered)
                 advance(len(batch))
     if not as_json:
         out.line(summary.text())
+
+
+Send = Callable[[list[NewRecord]], list[AppendResult]]
+
+
+def _sender(
+    client: Client,
+    topic: str,
+    fences: Sequence[Fence],
+    idempotent: bool,
+    explicit: tuple[int | None, int | None, int | None],
+    partition: int | None,
+) -> Send:
+    """How this invocation appends: plainly, as an idempotent producer, or with the
+    producer fields given on the command line."""
+    if all(value is None for value in explicit):
+        if idempotent:
+            if fences:
+                raise BrokerError(ErrorCode.INVALID_ARGUMENT, "--idempotent does not take --fence")
+            return client.producer(topic).send
+        return lambda records: client.produce(topic, records, fences=fences)
+    pid, generation, first = explicit
+    if pid is None or generation is None or first is None:
+        raise BrokerError(
+            ErrorCode.INVALID_ARGUMENT, "--pid, --generation and --sequence go together"
+        )
+    if idempotent or partition is None:
+        raise BrokerError(
+            ErrorCode.INVALID_ARGUMENT,
+            "--pid needs --partition (sequences are per partition) and excludes --idempotent",
+        )
+    next_sequence = [first]
+
+    def send(records: list[NewRecord]) -> list[AppendResult]:
+        fields = ProducerFields(pid, generation, next_sequence[0])
+        results = client.produce(topic, records, producer=fields, fences=fences)
+        next_sequence[0] += len(records)
+        return results
+
+    return send
 
 
 def _record(
@@ -154,11 +219,12 @@ class _Summary:
         return f"produced {self.count} {plural} to {self.topic}" + (f": {where}" if where else "")
 
 
-def _emit(out: Output, summary: _Summary, results: list[AppendResult]) -> None:
+def _emit(out: Output, summary: _Summary, results: list[AppendResult], *, idempotent: bool) -> None:
     for result in results:
         summary.add(result)
         if out.as_json:
-            out.json(
-                {"topic": result.topic, "partition": result.partition, "offset": result.offset}
-            )
+            fields = {"topic": result.topic, "partition": result.partition, "offset": result.offset}
+            if idempotent:
+                fields["duplicate"] = result.duplicate
+            out.json(fields)
     out.flush()

@@ -20,6 +20,8 @@ def status(as_json: JsonFlag = False) -> None:
                 "durability": info.durability,
                 "database_bytes": info.database_bytes,
                 "wal_bytes": info.wal_bytes,
+                "producer_ids": info.producer_ids,
+                "producer_evictions": info.producer_evictions,
                 "topics": [topic_dict(t, partitions=True) for t in info.topics],
             }
         )
@@ -30,6 +32,8 @@ def status(as_json: JsonFlag = False) -> None:
         ("durability", info.durability),
         ("database bytes", info.database_bytes),
         ("wal bytes", info.wal_bytes),
+        ("producer ids", info.producer_ids),
+        ("producer evictions", info.producer_evictions),
     ]
     out.table("fencelog", ["", ""], summary)
     rows = [

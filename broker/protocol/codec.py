@@ -83,6 +83,8 @@ def status_to_wire(status: BrokerStatus) -> dict[str, Any]:
         "database_bytes": status.database_bytes,
         "wal_bytes": status.wal_bytes,
         "topics": [topic_to_wire(t) for t in status.topics],
+        "producer_ids": status.producer_ids,
+        "producer_evictions": status.producer_evictions,
     }
 
 
@@ -94,6 +96,8 @@ def status_from_wire(wire: dict[str, Any]) -> BrokerStatus:
         database_bytes=wire["database_bytes"],
         wal_bytes=wire["wal_bytes"],
         topics=tuple(topic_from_wire(t) for t in wire["topics"]),
+        producer_ids=wire["producer_ids"],
+        producer_evictions=wire["producer_evictions"],
     )
 
 
