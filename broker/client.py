@@ -21,7 +21,7 @@ import os
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Final, Literal, Protocol
+from typing import TYPE_CHECKING, Final, Literal, Protocol
 
 from broker.core import records as record_rules
 from broker.core.ownership import Fence
@@ -32,9 +32,7 @@ from broker.engine import Clock, Engine, wall_clock_ms
 from broker.errors import BrokerError, ErrorCode
 from broker.limits import DEFAULT_LIMITS, Limits
 from broker.owners import Claimed, OwnershipInfo
-from broker.producer import Producer, ProducerState
 from broker.producers import Lease
-from broker.remote import Address, ServedTransport
 from broker.storage.database import Durability
 from broker.storage.ownership import AuditRow
 from broker.storage.producers import OffsetRow, SnapshotRow
@@ -48,6 +46,9 @@ from broker.types import (
     Record,
     TopicInfo,
 )
+
+if TYPE_CHECKING:  # imported when used: a one-shot embedded command needs neither
+    from broker.producer import Producer, ProducerState
 
 DEFAULT_BROKER: Final = "./.fencelog"
 Start = int | Literal["beginning", "end"]
@@ -281,6 +282,8 @@ class Client:
         delivery_timeout_s: float = 30.0,
     ) -> Producer:
         """A producer to topic: idempotent by default (see broker.producer)."""
+        from broker.producer import Producer, ProducerState
+
         if isinstance(state, bytes):
             state = ProducerState.from_bytes(state)
         return Producer(
@@ -316,6 +319,8 @@ class Client:
         producer: Producer | ProducerState | None = None,
     ) -> None:
         """Store a consumer group's next offsets, with a producer's state to resume."""
+        from broker.producer import Producer
+
         state = producer.state() if isinstance(producer, Producer) else producer
         blob = state.to_bytes() if state is not None else None
         self._transport.commit_offsets(group, topic, dict(offsets), blob)
@@ -324,6 +329,8 @@ class Client:
         self, group: str, topic: str
     ) -> tuple[dict[int, int], ProducerState | None]:
         """The group's next offsets per partition, and the producer state stored last."""
+        from broker.producer import ProducerState
+
         rows = self._transport.committed_offsets(group, topic)
         newest = max(rows, key=lambda r: r.committed_ms, default=None)
         state = None
@@ -434,6 +441,8 @@ def connect(
     """
     name = os.fspath(target) if target is not None else None
     name = name or os.environ.get("FENCELOG_BROKER") or DEFAULT_BROKER
+    from broker.remote import Address, ServedTransport  # asyncio: only when served
+
     if "://" in name:
         return Client(ServedTransport(Address.parse(name), token=token), name)
     server = find_server(Path(name)) if Path(name).is_dir() else None

@@ -12,6 +12,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
 from broker.core.ownership import Fence
 from broker.engine import Engine
@@ -20,7 +21,9 @@ from broker.owners import Claimed, Owners, OwnershipInfo
 from broker.storage.database import Database
 from broker.storage.ownership import AuditRow
 from broker.types import AppendResult, NewRecord, ProducerFields, Record
-from broker.watch import WalWatcher
+
+if TYPE_CHECKING:
+    from broker.watch import WalWatcher
 
 SeveredCallback = Callable[[str], None]
 
@@ -102,6 +105,8 @@ class EmbeddedTransport:
             if found or remaining <= 0:
                 return found
             if self._watcher is None:
+                from broker.watch import WalWatcher  # watchfiles: only when following
+
                 # Watch first, then read again: a write between the two is not missed.
                 self._watcher = WalWatcher(self.engine.database.data_dir.path)
                 continue

@@ -2,21 +2,22 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
 import os
 import signal
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from broker.errors import BrokerError, ErrorCode
-from broker.server import Server
 from cli.context import state
 from cli.formats import parse_duration
+
+if TYPE_CHECKING:
+    from broker.server import Server
 
 
 def serve(
@@ -87,9 +88,11 @@ def serve(
         format="%(asctime)s %(name)s %(levelname)s %(message)s",
         stream=sys.stderr,
     )
+    import asyncio
     from dataclasses import replace
 
     from broker.limits import DEFAULT_LIMITS
+    from broker.server import Server  # asyncio and the server: only for serve
 
     limits = replace(DEFAULT_LIMITS, session_timeout_ms=timeout_ms)
     server = Server(
@@ -103,6 +106,8 @@ def serve(
 
 
 async def _run(server: Server, host: str, port: int, unix: bool, ready_file: Path | None) -> None:
+    import asyncio
+
     await server.start(host, port, unix=unix)
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
