@@ -9,6 +9,7 @@ reads inside the transaction.
 
 from __future__ import annotations
 
+import dataclasses
 import operator
 import random
 import sqlite3
@@ -21,9 +22,11 @@ from broker import backup
 from broker.core import ownership as ownership_rules
 from broker.core import producers as producer_rules
 from broker.core import records as record_rules
+from broker.core.exclusive import Access
 from broker.core.ownership import Fence
 from broker.core.producers import Batch, ProducerEntry, Verdict
 from broker.errors import BrokerError, ErrorCode
+from broker.exclusives import AccessInfo, Attachment, Exclusives
 from broker.limits import DEFAULT_LIMITS, Limits
 from broker.owners import Owners
 from broker.producers import Lease, ProducerTable, Staged, write_snapshot
@@ -50,6 +53,7 @@ class ProduceRequest:
     records: Sequence[NewRecord]
     producer: ProducerFields = NO_PRODUCER
     fences: Sequence[Fence] = ()
+    attachment: int | None = None  # an exclusive or shared producer's attachment
 
 
 ProduceOutcome = list[AppendResult] | BrokerError
@@ -70,6 +74,7 @@ class Engine:
         self._round_robin = random.randrange(1 << 30)  # noqa: S311 - spreading, not secrecy
         self.owners = Owners(database, limits, clock, served_sessions=tuple)
         self.producers = ProducerTable(limits)
+        self.exclusives = Exclusives(database, self.owners, clock)
         with database.read() as conn:
             self.producers.load(conn)
 
@@ -135,6 +140,7 @@ class Engine:
         *,
         producer: ProducerFields = NO_PRODUCER,
         fences: Sequence[Fence] = (),
+        attachment: int | None = None,
     ) -> list[AppendResult]:
         """Append records, each to its own or a chosen partition, in one transaction.
 
@@ -146,7 +152,7 @@ class Engine:
         staged = self.producers.stage()
         with self.database.write() as conn:
             results = self._produce_in(
-                conn, ProduceRequest(topic, records, producer, fences), staged
+                conn, ProduceRequest(topic, records, producer, fences, attachment), staged
             )
         staged.commit()
         self._snapshot_when_due()
@@ -184,6 +190,10 @@ class Engine:
         row = self._topic(conn, topic)
         by_partition = self._route(row, records)
         self._check_fences(conn, row, by_partition, request.fences)
+        epoch = self.exclusives.check_write(conn, row.topic_id, request.attachment)
+        if epoch != producer.epoch:  # every record carries the epoch it was written under
+            producer = dataclasses.replace(producer, epoch=epoch)
+            request = dataclasses.replace(request, producer=producer)
         now_ms = self.clock()
         if producer.producer_id:
             return self._produce_idempotent(conn, row, by_partition, request, staged, now_ms)
@@ -393,6 +403,43 @@ class Engine:
         closes; everything the session holds is released.
         """
         self.owners.session_closed(session_id)
+        with self.database.write() as conn:
+            self.exclusives.session_closed(conn, session_id)
+
+    # exclusive producers --------------------------------------------------------------
+
+    def attach_producer(
+        self,
+        topic: str,
+        session_id: str,
+        access: Access,
+        name: str,
+        epoch: int | None = None,
+    ) -> Attachment:
+        """Attach a producer to topic with an access mode (Exclusive may wait)."""
+        with self.database.read() as conn:
+            row = self._topic(conn, topic)
+        return self.exclusives.attach(row.topic_id, topic, session_id, access, name, epoch)
+
+    def poll_attachment(self, attachment_id: int, topic: str) -> Attachment:
+        return self.exclusives.poll(attachment_id, topic)
+
+    def detach_producer(self, attachment_id: int) -> None:
+        self.exclusives.detach(attachment_id)
+
+    def topic_access(self, topic: str) -> AccessInfo:
+        """Epoch, exclusive producer, shared producers and waiters (dead ones dropped)."""
+        with self.database.write() as conn:
+            row = self._topic(conn, topic)
+            self.exclusives.reconcile(conn, row.topic_id)
+            return self.exclusives.info(conn, row.topic_id)
+
+    def read_compacted(self, topic: str, partition: int) -> list[Record]:
+        """The newest record of every key in one partition, in offset order."""
+        with self.database.read() as conn:
+            row = self._topic(conn, topic)
+            record_rules.check_partition(topic, partition, row.partitions)
+            return logs.read_compacted(conn, row, partition)
 
     # status -------------------------------------------------------------------------
 

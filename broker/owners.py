@@ -244,6 +244,10 @@ class Owners:
         generation, holder = stored
         return Holding(generation, holder, holder is not None and self._live(conn, holder, now_ms))
 
+    def is_live(self, conn: sqlite3.Connection, session_id: str, now_ms: int) -> bool:
+        """Whether a session (of any kind) is alive now; used by exclusive access too."""
+        return self._live(conn, session_id, now_ms)
+
     def _live(self, conn: sqlite3.Connection, session_id: str, now_ms: int) -> bool:
         row = store.session(conn, session_id) if session_id.startswith("proc-") else None
         return sessions.is_live(

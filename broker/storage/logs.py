@@ -48,6 +48,8 @@ def delete_topic(conn: sqlite3.Connection, topic: TopicRow) -> None:
     conn.execute(Q["records_delete_topic"], (topic.topic_id,))
     conn.execute(Q["batches_delete_topic"], (topic.topic_id,))
     conn.execute(Q["offsets_delete_topic"], (topic.topic_id,))
+    conn.execute(Q["access_delete_topic"], (topic.topic_id,))
+    conn.execute(Q["attachments_delete_topic"], (topic.topic_id,))
     conn.execute(Q["partitions_delete_topic"], (topic.topic_id,))
     conn.execute(Q["topic_delete"], (topic.topic_id,))
 
@@ -118,4 +120,10 @@ def read(
     cursor = conn.execute(
         Q["records_read"], (topic.name, topic.topic_id, partition, offset, max_records)
     )
+    return list(map(Record._make, cursor))
+
+
+def read_compacted(conn: sqlite3.Connection, topic: TopicRow, partition: int) -> list[Record]:
+    """The newest record of every key in a partition, in offset order (keyless: none)."""
+    cursor = conn.execute(Q["records_compacted"], (topic.name, topic.topic_id, partition))
     return list(map(Record._make, cursor))

@@ -160,3 +160,48 @@ SET next_offset = excluded.next_offset, producer_state = excluded.producer_state
 SELECT partition, next_offset, producer_state, committed_ms FROM consumer_offsets
 WHERE group_name = ? AND topic_id = ?
 ORDER BY partition;
+
+-- name: access_get
+SELECT epoch, last_exclusive FROM topic_access WHERE topic_id = ?;
+
+-- name: access_put
+INSERT INTO topic_access (topic_id, epoch, last_exclusive) VALUES (?, ?, ?)
+ON CONFLICT (topic_id) DO UPDATE SET epoch = excluded.epoch,
+                                     last_exclusive = excluded.last_exclusive;
+
+-- name: access_delete_topic
+DELETE FROM topic_access WHERE topic_id = ?;
+
+-- name: attachments_of_topic
+SELECT attachment_id, session_id, name, mode, epoch FROM producer_attachments
+WHERE topic_id = ? ORDER BY attachment_id;
+
+-- name: attachment_by_id
+SELECT topic_id, session_id, name, mode, epoch FROM producer_attachments
+WHERE attachment_id = ?;
+
+-- name: attachment_insert
+INSERT INTO producer_attachments (topic_id, session_id, name, mode, epoch, attached_ms)
+VALUES (?, ?, ?, ?, ?, ?);
+
+-- name: attachment_update
+UPDATE producer_attachments SET mode = ?, epoch = ? WHERE attachment_id = ?;
+
+-- name: attachment_delete
+DELETE FROM producer_attachments WHERE attachment_id = ?;
+
+-- name: attachments_of_session
+SELECT attachment_id, topic_id FROM producer_attachments WHERE session_id = ?;
+
+-- name: attachments_delete_topic
+DELETE FROM producer_attachments WHERE topic_id = ?;
+
+-- name: records_compacted
+SELECT ?, partition, offset, timestamp_ms, key, value, headers AS "headers [fencelog_headers]",
+       producer_id, generation, sequence, epoch, txn_id
+FROM records
+WHERE topic_id = ?2 AND partition = ?3 AND offset IN (
+    SELECT max(offset) FROM records
+    WHERE topic_id = ?2 AND partition = ?3 AND key IS NOT NULL
+    GROUP BY key)
+ORDER BY offset;
