@@ -30,6 +30,7 @@ from broker.discovery import find_server
 from broker.embedded import EmbeddedTransport
 from broker.engine import Clock, Engine, wall_clock_ms
 from broker.errors import BrokerError, ErrorCode
+from broker.exclusives import AccessInfo, Attachment
 from broker.limits import DEFAULT_LIMITS, Limits
 from broker.owners import Claimed, OwnershipInfo
 from broker.producers import Lease
@@ -70,6 +71,7 @@ class _Transport(Protocol):
         *,
         producer: ProducerFields,
         fences: Sequence[Fence],
+        attachment: int | None = None,
     ) -> list[AppendResult]: ...
     def fetch(
         self,
@@ -96,6 +98,12 @@ class _Transport(Protocol):
     ) -> None: ...
     def committed_offsets(self, group: str, topic: str) -> list[OffsetRow]: ...
     def backup(self, path: str) -> int: ...
+    def attach(
+        self, topic: str, access: str, name: str, epoch: int | None, wait_ms: int
+    ) -> Attachment: ...
+    def detach(self, topic: str, attachment_id: int) -> None: ...
+    def topic_access(self, topic: str) -> AccessInfo: ...
+    def read_compacted(self, topic: str, partition: int) -> list[Record]: ...
     def close(self) -> None: ...
 
 
@@ -280,8 +288,17 @@ class Client:
         state: ProducerState | bytes | None = None,
         max_in_flight: int = 5,
         delivery_timeout_s: float = 30.0,
+        access: str | None = None,
+        name: str | None = None,
+        epoch: int | None = None,
+        wait_timeout_s: float = 30.0,
     ) -> Producer:
-        """A producer to topic: idempotent by default (see broker.producer)."""
+        """A producer to topic: idempotent by default (see broker.producer).
+
+        access: None (plain writes), "shared", "exclusive" or "wait-exclusive" (blocks
+        up to wait_timeout_s until promoted). `epoch`: the epoch a previous exclusive
+        producer held, to re-attach without bumping it.
+        """
         from broker.producer import Producer, ProducerState
 
         if isinstance(state, bytes):
@@ -293,7 +310,22 @@ class Client:
             state=state,
             max_in_flight=max_in_flight,
             delivery_timeout_s=delivery_timeout_s,
+            access=access,
+            name=name,
+            epoch=epoch,
+            wait_timeout_s=wait_timeout_s,
         )
+
+    def topic_access(self, topic: str) -> AccessInfo:
+        """A topic's epoch, its exclusive producer, shared producers and waiters."""
+        return self._transport.topic_access(topic)
+
+    def read_compacted(self, topic: str, partition: int | None = None) -> list[Record]:
+        """The newest record of every key (all partitions, or one), in offset order."""
+        partitions = (
+            range(self.describe_topic(topic).partitions) if partition is None else [partition]
+        )
+        return [r for p in partitions for r in self._transport.read_compacted(topic, p)]
 
     def lease_pid(self, topic: str, partition: int, pid: int | None = None) -> Lease:
         """A new producer id for (topic, partition), or an existing pid's state there."""

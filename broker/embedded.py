@@ -14,9 +14,11 @@ import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
+from broker.core.exclusive import Mode, parse_access
 from broker.core.ownership import Fence
 from broker.engine import Engine
 from broker.errors import BrokerError, ErrorCode
+from broker.exclusives import Attachment
 from broker.owners import Claimed, Owners, OwnershipInfo
 from broker.storage.database import Database
 from broker.storage.ownership import AuditRow
@@ -77,6 +79,8 @@ class EmbeddedTransport:
         self.commit_offsets = engine.commit_offsets
         self.committed_offsets = engine.committed_offsets
         self.backup = engine.backup
+        self.topic_access = engine.topic_access
+        self.read_compacted = engine.read_compacted
 
     # records ------------------------------------------------------------------------
 
@@ -87,8 +91,11 @@ class EmbeddedTransport:
         *,
         producer: ProducerFields,
         fences: Sequence[Fence],
+        attachment: int | None = None,
     ) -> list[AppendResult]:
-        return self.engine.produce(topic, records, producer=producer, fences=fences)
+        return self.engine.produce(
+            topic, records, producer=producer, fences=fences, attachment=attachment
+        )
 
     def fetch(
         self,
@@ -111,6 +118,42 @@ class EmbeddedTransport:
                 self._watcher = WalWatcher(self.engine.database.data_dir.path)
                 continue
             self._watcher.wait(remaining)
+
+    # exclusive producers --------------------------------------------------------------
+
+    def attach(
+        self, topic: str, access: str, name: str, epoch: int | None, wait_ms: int
+    ) -> Attachment:
+        """Attach; a waiter polls (woken by other processes' writes) until promoted."""
+        attached = self.engine.attach_producer(
+            topic, self.session_id(), parse_access(access), name, epoch
+        )
+        deadline = time.monotonic() + wait_ms / 1000
+        while attached.mode is Mode.WAITING:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                self.engine.detach_producer(attached.attachment_id)
+                raise BrokerError(
+                    ErrorCode.WAIT_TIMEOUT,
+                    f"no exclusive access to {topic} within {wait_ms} ms",
+                    topic=topic,
+                    hint="the producer left the queue; try again or wait longer",
+                )
+            self._wait_for_change(min(remaining, 0.5))
+            attached = self.engine.poll_attachment(attached.attachment_id, topic)
+        return attached
+
+    def _wait_for_change(self, timeout_s: float) -> None:
+        if self._watcher is None:
+            from broker.watch import WalWatcher
+
+            self._watcher = WalWatcher(self.engine.database.data_dir.path)
+        # A holder that died writes nothing: the wait is short so that liveness is
+        # looked at again soon, not only when another process writes.
+        self._watcher.wait(timeout_s)
+
+    def detach(self, topic: str, attachment_id: int) -> None:
+        self.engine.detach_producer(attachment_id)
 
     # ownership ----------------------------------------------------------------------
 

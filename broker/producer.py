@@ -22,6 +22,9 @@ Rules (DESIGN.md section 4):
   built with `state=` resumes those pids one generation up, which fences the old
   instance, and its replays of already-written records are answered as duplicates.
 - idempotent=False opts out (pid 0): no numbering, no retries.
+- access="shared" | "exclusive" | "wait-exclusive" attaches the producer to the topic
+  (PIP-68); a producer that lost exclusive access raises ProducerFenced on its next
+  send, and every send after it.
 """
 
 from __future__ import annotations
@@ -29,6 +32,10 @@ from __future__ import annotations
 import asyncio
 import collections
 import concurrent.futures
+import contextlib
+import os
+import secrets
+import socket
 import time
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -38,6 +45,7 @@ import msgpack
 
 from broker.core import records as record_rules
 from broker.errors import BrokerError, ErrorCode
+from broker.exclusives import Attachment
 from broker.producers import Lease
 from broker.types import NO_PRODUCER, AppendResult, Headers, NewRecord, ProducerFields
 
@@ -88,6 +96,13 @@ class ProducerState:
             raise BrokerError(ErrorCode.INVALID_ARGUMENT, f"not a producer state: {exc}") from exc
 
 
+class ProducerFenced(BrokerError):
+    """This producer lost exclusive access for good: it can never send again."""
+
+    def __init__(self, error: BrokerError) -> None:
+        super().__init__(error.code, error.message, **error.details)
+
+
 class _Partition:
     """One partition's numbering: the lease and the next sequence to hand out."""
 
@@ -125,6 +140,10 @@ class Producer:
         max_in_flight: int = 5,
         delivery_timeout_s: float = 30.0,
         renew_before_ms: int = 60_000,
+        access: str | None = None,
+        name: str | None = None,
+        epoch: int | None = None,
+        wait_timeout_s: float = 30.0,
     ) -> None:
         if max_in_flight < 1:
             raise BrokerError(ErrorCode.INVALID_ARGUMENT, "max_in_flight must be >= 1")
@@ -147,6 +166,25 @@ class Producer:
         if state is not None:
             for partition, saved in state.partitions.items():
                 self._resume(partition, saved)
+        self.access = access
+        self.name = name or f"{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(3)}"
+        self._attachment: Attachment | None = None
+        self._closed = False
+        if access is not None:
+            if wait_timeout_s < 0:
+                raise BrokerError(ErrorCode.INVALID_ARGUMENT, "wait_timeout_s must be >= 0")
+            self._attachment = client._transport.attach(
+                topic, access, self.name, epoch, int(wait_timeout_s * 1000)
+            )
+
+    @property
+    def epoch(self) -> int | None:
+        """The topic epoch this producer holds (exclusive or shared access), else None."""
+        return None if self._attachment is None else self._attachment.epoch
+
+    @property
+    def attachment_id(self) -> int | None:
+        return None if self._attachment is None else self._attachment.attachment_id
 
     # sending ----------------------------------------------------------------------------
 
@@ -186,7 +224,15 @@ class Producer:
             pump.result()
 
     def close(self) -> None:
-        self.flush()
+        """Wait for what is in flight, then give up the topic access (if any)."""
+        self._closed = True
+        try:
+            self.flush()
+        finally:
+            attached, self._attachment = self._attachment, None
+            if attached is not None and self._fenced is None:
+                with contextlib.suppress(BrokerError):
+                    self.client._transport.detach(self.topic, attached.attachment_id)
 
     def __enter__(self) -> Producer:
         return self
@@ -213,6 +259,8 @@ class Producer:
     ) -> dict[int, tuple[list[int], concurrent.futures.Future[list[AppendResult]]]]:
         if self._fenced is not None:
             raise self._fenced
+        if self._closed:
+            raise BrokerError(ErrorCode.INVALID_ARGUMENT, "this producer is closed")
         by_partition: dict[int, list[tuple[int, NewRecord]]] = {}
         for index, value in enumerate(values):
             record = self._record(value, partition, key, headers)
@@ -290,7 +338,11 @@ class Producer:
         while True:
             try:
                 return self.client._transport.produce(
-                    self.topic, batch.records, producer=batch.fields, fences=()
+                    self.topic,
+                    batch.records,
+                    producer=batch.fields,
+                    fences=(),
+                    attachment=self.attachment_id,
                 )
             except BrokerError as error:
                 if not self._may_retry(error) or time.monotonic() + delay > deadline:
@@ -366,10 +418,12 @@ class Producer:
 
     def _async_send(self) -> Send:
         client = self.client._transport.client  # type: ignore[attr-defined]
-        topic = self.topic
+        topic, attachment = self.topic, self.attachment_id
 
         async def send(records: list[NewRecord], fields: ProducerFields) -> list[AppendResult]:
-            results: list[AppendResult] = await client.produce(topic, records, producer=fields)
+            results: list[AppendResult] = await client.produce(
+                topic, records, producer=fields, attachment=attachment
+            )
             return results
 
         return send
@@ -388,7 +442,13 @@ class Producer:
             batch.done.set_result(results)
 
     def _fail(self, partition: int, batch: _Batch, error: BrokerError) -> None:
-        if error.code in (ErrorCode.FENCED, ErrorCode.INVALID_GENERATION):
+        if error.code is ErrorCode.PRODUCER_FENCED:
+            error = ProducerFenced(error)
+        if error.code in (
+            ErrorCode.FENCED,
+            ErrorCode.INVALID_GENERATION,
+            ErrorCode.PRODUCER_FENCED,
+        ):
             self._fenced = error
         if batch.fields.producer_id and error.code not in RETRIABLE:
             # sequences already handed out past this batch are void: start a new pid

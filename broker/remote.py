@@ -28,6 +28,7 @@ from broker import __version__
 from broker.core.ownership import Fence
 from broker.core.producers import ProducerEntry
 from broker.errors import BrokerError, ErrorCode
+from broker.exclusives import AccessInfo, Attachment
 from broker.limits import DEFAULT_LIMITS, Limits, limits_from_server
 from broker.owners import Claimed, OwnershipInfo
 from broker.producers import Lease
@@ -371,12 +372,14 @@ class AsyncClient:
         *,
         producer: ProducerFields = NO_PRODUCER,
         fences: Sequence[Fence] = (),
+        attachment: int | None = None,
     ) -> list[AppendResult]:
         args = {
             "topic": topic,
             "records": codec.new_records_to_wire(records),
             "producer": codec.producer_to_wire(producer),
             "fences": codec.fences_to_wire(fences),
+            "attachment": attachment,
         }
         reply = await self.request(Op.PRODUCE, args)
         return codec.results_from_wire(topic, reply["results"])
@@ -458,6 +461,24 @@ class AsyncClient:
     async def backup(self, path: str) -> int:
         return int((await self.request(Op.BACKUP, {"path": path}))["bytes"])
 
+    async def attach(
+        self, topic: str, access: str, name: str, epoch: int | None, wait_ms: int
+    ) -> Attachment:
+        args = {"topic": topic, "access": access, "name": name, "epoch": epoch, "wait_ms": wait_ms}
+        connection = await self.connection()
+        # A wait for exclusive access may be long: it is not a request to repeat elsewhere.
+        return codec.attachment_from_wire(await connection.request(Op.ATTACH, args))
+
+    async def detach(self, topic: str, attachment_id: int) -> None:
+        await self.request(Op.DETACH, {"topic": topic, "attachment": attachment_id})
+
+    async def topic_access(self, topic: str) -> AccessInfo:
+        return codec.access_from_wire(await self.request(Op.TOPIC_ACCESS, {"topic": topic}))
+
+    async def read_compacted(self, topic: str, partition: int) -> list[Record]:
+        reply = await self.request(Op.READ_COMPACTED, {"topic": topic, "partition": partition})
+        return codec.records_from_wire(reply["records"])
+
 
 class ServedTransport:
     """The sync face of an AsyncClient, for broker.client.Client."""
@@ -513,8 +534,13 @@ class ServedTransport:
         *,
         producer: ProducerFields,
         fences: Sequence[Fence],
+        attachment: int | None = None,
     ) -> list[AppendResult]:
-        return self._call(self.client.produce(topic, records, producer=producer, fences=fences))
+        return self._call(
+            self.client.produce(
+                topic, records, producer=producer, fences=fences, attachment=attachment
+            )
+        )
 
     def fetch(
         self,
@@ -560,6 +586,20 @@ class ServedTransport:
 
     def backup(self, path: str) -> int:
         return self._call(self.client.backup(os.path.abspath(path)))
+
+    def attach(
+        self, topic: str, access: str, name: str, epoch: int | None, wait_ms: int
+    ) -> Attachment:
+        return self._call(self.client.attach(topic, access, name, epoch, wait_ms))
+
+    def detach(self, topic: str, attachment_id: int) -> None:
+        self._call(self.client.detach(topic, attachment_id))
+
+    def topic_access(self, topic: str) -> AccessInfo:
+        return self._call(self.client.topic_access(topic))
+
+    def read_compacted(self, topic: str, partition: int) -> list[Record]:
+        return self._call(self.client.read_compacted(topic, partition))
 
     def run_async(self, work: Coroutine[Any, Any, T]) -> concurrent.futures.Future[T]:
         """Start a coroutine on this transport's loop (the pipelined producer's pumps)."""

@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any, Final, TypeVar
 
 from broker import __version__
+from broker.core.exclusive import Mode, parse_access
 from broker.discovery import SOCKET_FILE, ServerInfo, ServerLock
 from broker.engine import Clock, Engine, ProduceOutcome, ProduceRequest, wall_clock_ms
 from broker.errors import BrokerError, ErrorCode
@@ -131,7 +132,12 @@ class Server:
             Op.COMMIT_OFFSETS: self._commit_offsets,
             Op.COMMITTED_OFFSETS: self._committed_offsets,
             Op.BACKUP: self._backup,
+            Op.ATTACH: self._attach,
+            Op.DETACH: self._detach,
+            Op.TOPIC_ACCESS: self._topic_access,
+            Op.READ_COMPACTED: self._read_compacted,
         }
+        self._access_changed: dict[str, asyncio.Event] = {}
         self._run = new_server_run()
 
     # life cycle ---------------------------------------------------------------------
@@ -366,6 +372,7 @@ class Server:
             await loop.run_in_executor(
                 self._writer_pool, self._writer.session_closed, session.session_id
             )
+        self._access_wake()
 
     async def _reap_sessions(self) -> None:
         loop = asyncio.get_running_loop()
@@ -448,10 +455,13 @@ class Server:
         records = codec.new_records_from_wire(args.get("records"))
         producer = codec.producer_from_wire(args.get("producer"))
         fences = codec.fences_from_wire(args.get("fences"))
+        attachment = codec.field(args, "attachment", int, optional=True)
         size = sum(len(r.value) for r in records)
         future: asyncio.Future[ProduceOutcome] = asyncio.get_running_loop().create_future()
         await self._produce_queue.put(
-            _PendingProduce(ProduceRequest(topic, records, producer, fences), size, future)
+            _PendingProduce(
+                ProduceRequest(topic, records, producer, fences, attachment), size, future
+            )
         )
         outcome = await future
         if isinstance(outcome, BrokerError):
@@ -555,6 +565,63 @@ class Server:
                 f"a served broker writes snapshots to absolute paths, not {out!r}",
             )
         return {"bytes": await self._read(lambda: self._reader.backup(out))}
+
+    async def _attach(self, session: Session, args: dict[str, Any]) -> dict[str, Any]:
+        topic = codec.field(args, "topic", str)
+        access = parse_access(codec.field(args, "access", str))
+        name = codec.field(args, "name", str)
+        epoch = codec.field(args, "epoch", int, optional=True)
+        wait_ms = codec.field(args, "wait_ms", int, optional=True) or 0
+        if wait_ms < 0:
+            raise BrokerError(ErrorCode.INVALID_ARGUMENT, f"wait_ms must be >= 0, not {wait_ms}")
+        attached = await self._write(
+            lambda: self._writer.attach_producer(topic, session.session_id, access, name, epoch)
+        )
+        self._access_wake(topic)
+        deadline = asyncio.get_running_loop().time() + wait_ms / 1000
+        while attached.mode is Mode.WAITING:
+            remaining = deadline - asyncio.get_running_loop().time()
+            if remaining <= 0 or self._stopping.is_set():
+                await self._write(partial(self._writer.detach_producer, attached.attachment_id))
+                self._access_wake(topic)
+                raise BrokerError(
+                    ErrorCode.WAIT_TIMEOUT,
+                    f"no exclusive access to {topic} within {wait_ms} ms",
+                    topic=topic,
+                    hint="the producer left the queue; try again or wait longer",
+                )
+            changed = self._access_changed.setdefault(topic, asyncio.Event())
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(changed.wait(), min(remaining, 1.0))
+            attached = await self._write(
+                partial(self._writer.poll_attachment, attached.attachment_id, topic)
+            )
+        return codec.attachment_to_wire(attached)
+
+    async def _detach(self, session: Session, args: dict[str, Any]) -> dict[str, Any]:
+        attachment_id = codec.field(args, "attachment", int)
+        topic = codec.field(args, "topic", str)
+        await self._write(lambda: self._writer.detach_producer(attachment_id))
+        self._access_wake(topic)
+        return {}
+
+    async def _topic_access(self, session: Session, args: dict[str, Any]) -> dict[str, Any]:
+        topic = codec.field(args, "topic", str)
+        return codec.access_to_wire(await self._write(lambda: self._writer.topic_access(topic)))
+
+    async def _read_compacted(self, session: Session, args: dict[str, Any]) -> dict[str, Any]:
+        topic = codec.field(args, "topic", str)
+        partition = codec.field(args, "partition", int)
+        found = await self._read(lambda: self._reader.read_compacted(topic, partition))
+        return {"records": codec.records_to_wire(found)}
+
+    def _access_wake(self, topic: str | None = None) -> None:
+        """Waiters for exclusive access look again (one topic, or all of them)."""
+        topics = [topic] if topic is not None else list(self._access_changed)
+        for name in topics:
+            event = self._access_changed.pop(name, None)
+            if event is not None:
+                event.set()
 
     # the writer and the reader --------------------------------------------------------
 

@@ -45,6 +45,12 @@ def consume(
             metavar="DURATION",
         ),
     ] = None,
+    compacted: Annotated[
+        bool,
+        typer.Option(
+            "--compacted", help="Only the newest record of every key (records without a key: none)."
+        ),
+    ] = False,
     fence: FenceOption = None,
     fmt: FormatOption = Format.text,
     as_json: JsonFlag = False,
@@ -52,11 +58,26 @@ def consume(
     """Print a topic's records: up to the end offsets, or (--follow) as they arrive.
 
     With --json, one object per record: topic, partition, offset, timestamp_ms, key, value,
-    headers. Text values that are not valid UTF-8 are shown with U+FFFD; use --format
-    base64 to see their exact bytes.
+    headers, epoch (the exclusive-producer epoch it was written under). Text values that
+    are not valid UTF-8 are shown with U+FFFD; use --format base64 to see their exact
+    bytes. --compacted prints the newest record of every key (the compacted view).
     """
     timeout_s = parse_duration(timeout) if timeout is not None else None
     client = state().client()
+    if compacted:
+        if follow or start != "beginning" or fence:
+            raise BrokerError(
+                ErrorCode.INVALID_ARGUMENT,
+                "--compacted reads a snapshot of every key: no --follow, --from or --fence",
+            )
+        out = Output(as_json)
+        rendering = Rendering(fmt)
+        chosen: list[int | None] = list(partitions) if partitions else [None]
+        latest = [r for p in chosen for r in client.read_compacted(topic, p)]
+        for record in latest[:max_records] if max_records is not None else latest:
+            _print(out, rendering, record)
+        out.flush()
+        return
     records = client.consume(
         topic,
         partition=partitions or None,
@@ -126,6 +147,7 @@ def record_dict(record: Record, rendering: Rendering) -> dict[str, Any]:
         "key": rendering.show(record.key),
         "value": rendering.show(record.value),
         "headers": [[name, rendering.show(value)] for name, value in record.headers],
+        "epoch": record.epoch,
     }
 
 

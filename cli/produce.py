@@ -6,14 +6,16 @@ import sys
 from collections.abc import Callable, Iterable, Sequence
 from typing import Annotated
 
+import click
 import typer
 
 from broker.client import Client
+from broker.core.exclusive import parse_access
 from broker.core.ownership import Fence
 from broker.errors import BrokerError, ErrorCode
 from broker.types import AppendResult, Headers, NewRecord, ProducerFields
 from cli.context import state
-from cli.formats import Format, decode_input
+from cli.formats import Format, decode_input, parse_duration
 from cli.lines import line_batches
 from cli.options import FenceOption, FormatOption, JsonFlag
 from cli.output import Output, progress
@@ -74,6 +76,27 @@ def produce(
         int | None,
         typer.Option("--sequence", help="Sequence of the first record; the next get +1, +2..."),
     ] = None,
+    access: Annotated[
+        str | None,
+        typer.Option(
+            "--access",
+            help="Attach as a producer: shared, exclusive (refused if another producer is "
+            "attached) or wait-exclusive (queue until exclusive). Held while stdin is open.",
+            metavar="MODE",
+        ),
+    ] = None,
+    wait_timeout: Annotated[
+        str,
+        typer.Option(
+            "--wait-timeout",
+            help="With --access wait-exclusive: give up after this long (exit 62).",
+            metavar="DURATION",
+        ),
+    ] = "30s",
+    producer_name: Annotated[
+        str | None,
+        typer.Option("--producer-name", help="Name shown in topic describe (default: host-pid)."),
+    ] = None,
     fmt: FormatOption = Format.text,
     as_json: JsonFlag = False,
 ) -> None:
@@ -103,7 +126,25 @@ def produce(
     def records_of(lines: Iterable[bytes]) -> list[NewRecord]:
         return [_record(line, record_key, key_separator, parsed, partition, fmt) for line in lines]
 
-    send = _sender(client, topic, fences, idempotent, (pid, generation, sequence), partition)
+    if access is not None:
+        parse_access(access)  # a clear error before anything else
+        if pid is not None or fences:
+            raise BrokerError(
+                ErrorCode.INVALID_ARGUMENT, "--access does not combine with --pid or --fence"
+            )
+        wait_s = parse_duration(wait_timeout)
+        if wait_s < 0:
+            raise BrokerError(ErrorCode.INVALID_ARGUMENT, "--wait-timeout must be >= 0")
+        attached = client.producer(
+            topic, idempotent=idempotent, access=access, name=producer_name, wait_timeout_s=wait_s
+        )
+        ctx = click.get_current_context()
+        ctx.call_on_close(attached.close)
+        send: Send = attached.send
+        if not as_json:
+            sys.stderr.write(f"attached to {topic} as {access} at epoch {attached.epoch}\n")
+    else:
+        send = _sender(client, topic, fences, idempotent, (pid, generation, sequence), partition)
     numbered = idempotent or pid is not None  # JSON then says whether each was a duplicate
     if values:
         encoded = [v.encode("utf-8", "surrogateescape") for v in values]

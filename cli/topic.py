@@ -6,7 +6,9 @@ from typing import Annotated, Any
 
 import typer
 
+from broker.core.exclusive import Attached
 from broker.errors import BrokerError, ErrorCode
+from broker.exclusives import AccessInfo
 from broker.types import TopicInfo
 from cli.context import state
 from cli.options import JsonFlag
@@ -91,11 +93,14 @@ def describe(
     name: Annotated[str, typer.Argument(help="Topic name.")],
     as_json: JsonFlag = False,
 ) -> None:
-    """Show a topic's partitions with their offsets and sizes."""
-    info = state().client().describe_topic(name)
+    """Show a topic's partitions (offsets, sizes) and its producers: access mode, epoch,
+    the exclusive producer, shared producers and waiters."""
+    client = state().client()
+    info = client.describe_topic(name)
+    access = client.topic_access(name)
     out = Output(as_json)
     if as_json:
-        out.json(topic_dict(info, partitions=True))
+        out.json(topic_dict(info, partitions=True) | {"access": access_dict(access)})
         return
     rows = [
         (p.partition, p.start_offset, p.end_offset, p.records, p.bytes)
@@ -103,6 +108,30 @@ def describe(
     ]
     columns = ["partition", "start offset", "end offset", "records", "bytes"]
     out.table(f"topic {info.name}", columns, rows)
+    producers = [(a.mode, a.name, a.epoch, a.session_id) for a in _attached(access)]
+    out.table(
+        f"access: {access.mode}, epoch {access.epoch}",
+        ["mode", "producer", "epoch", "session"],
+        producers,
+    )
+
+
+def _attached(access: AccessInfo) -> list[Attached]:
+    exclusive = [access.exclusive] if access.exclusive is not None else []
+    return [*exclusive, *access.shared, *access.waiting]
+
+
+def access_dict(access: AccessInfo) -> dict[str, Any]:
+    def producer(a: Attached) -> dict[str, Any]:
+        return {"name": a.name, "epoch": a.epoch, "session": a.session_id, "id": a.attachment_id}
+
+    return {
+        "mode": access.mode,
+        "epoch": access.epoch,
+        "exclusive": None if access.exclusive is None else producer(access.exclusive),
+        "shared": [producer(a) for a in access.shared],
+        "waiting": [producer(a) for a in access.waiting],
+    }
 
 
 @app.command("delete")

@@ -16,7 +16,16 @@ import broker
 from broker.errors import ErrorCode
 from broker.types import NewRecord
 
-RECORD_FIELDS = {"topic", "partition", "offset", "timestamp_ms", "key", "value", "headers"}
+RECORD_FIELDS = {
+    "topic",
+    "partition",
+    "offset",
+    "timestamp_ms",
+    "key",
+    "value",
+    "headers",
+    "epoch",
+}
 
 
 @pytest.fixture
@@ -51,6 +60,7 @@ def test_consume_one_partition_as_json(invoke: Invoke, filled: Path) -> None:
         "key": "k1",
         "value": "p2-0",
         "headers": [["trace", "abc"]],
+        "epoch": 0,
     }
     assert (second["offset"], second["key"], second["value"]) == (1, "", "p2-1")
     assert result.stderr == ""

@@ -10,8 +10,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, TypeVar
 
+from broker.core.exclusive import Attached, Mode
 from broker.core.ownership import Fence
 from broker.core.producers import ProducerEntry
+from broker.exclusives import AccessInfo, Attachment
 from broker.owners import Claimed, OwnershipInfo
 from broker.producers import Lease
 from broker.protocol.frames import ProtocolError
@@ -340,3 +342,47 @@ def offset_map_from_wire(wire: object) -> dict[int, int]:
     if not isinstance(wire, tuple | list):
         raise ProtocolError("field 'offsets' must be an array of [partition, offset]")
     return positions_from_wire(wire)
+
+
+# exclusive producers -----------------------------------------------------------------
+
+
+def attachment_to_wire(a: Attachment) -> dict[str, Any]:
+    return {
+        "id": a.attachment_id,
+        "topic": a.topic,
+        "name": a.name,
+        "mode": a.mode,
+        "epoch": a.epoch,
+    }
+
+
+def attachment_from_wire(wire: dict[str, Any]) -> Attachment:
+    return Attachment(wire["id"], wire["topic"], wire["name"], Mode(wire["mode"]), wire["epoch"])
+
+
+def _attached_to_wire(a: Attached) -> tuple[Any, ...]:
+    return (a.attachment_id, a.session_id, a.name, a.mode, a.epoch, a.live)
+
+
+def _attached_from_wire(row: Sequence[Any]) -> Attached:
+    return Attached(row[0], row[1], row[2], Mode(row[3]), row[4], row[5])
+
+
+def access_to_wire(info: AccessInfo) -> dict[str, Any]:
+    return {
+        "epoch": info.epoch,
+        "exclusive": None if info.exclusive is None else _attached_to_wire(info.exclusive),
+        "shared": [_attached_to_wire(a) for a in info.shared],
+        "waiting": [_attached_to_wire(a) for a in info.waiting],
+    }
+
+
+def access_from_wire(wire: dict[str, Any]) -> AccessInfo:
+    exclusive = wire["exclusive"]
+    return AccessInfo(
+        wire["epoch"],
+        None if exclusive is None else _attached_from_wire(exclusive),
+        tuple(_attached_from_wire(a) for a in wire["shared"]),
+        tuple(_attached_from_wire(a) for a in wire["waiting"]),
+    )

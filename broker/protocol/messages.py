@@ -49,6 +49,10 @@ class Op(enum.IntEnum):
     COMMIT_OFFSETS = 44
     COMMITTED_OFFSETS = 45
     BACKUP = 46
+    ATTACH = 50
+    DETACH = 51
+    TOPIC_ACCESS = 52
+    READ_COMPACTED = 53
 
 
 @dataclass(frozen=True, slots=True)
