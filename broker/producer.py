@@ -61,6 +61,7 @@ RETRIABLE: Final = frozenset(
         ErrorCode.TOO_MANY_REQUESTS,
     }
 )
+_SESSION_ENDED: Final = frozenset({ErrorCode.CONNECTION_FAILED, ErrorCode.SEVERED})
 _BACKOFF_FIRST_S: Final = 0.02
 _BACKOFF_MAX_S: Final = 1.0
 
@@ -97,10 +98,13 @@ class ProducerState:
 
 
 class ProducerFenced(BrokerError):
-    """This producer lost exclusive access for good: it can never send again."""
+    """This producer lost its topic access for good: it can never send again."""
 
     def __init__(self, error: BrokerError) -> None:
-        super().__init__(error.code, error.message, **error.details)
+        message = error.message
+        if error.code is not ErrorCode.PRODUCER_FENCED:  # its session ended under it
+            message = f"this producer lost its topic access: {error.message}"
+        super().__init__(ErrorCode.PRODUCER_FENCED, message, **error.details)
 
 
 class _Partition:
@@ -431,6 +435,8 @@ class Producer:
     # outcomes -----------------------------------------------------------------------------
 
     def _may_retry(self, error: BrokerError) -> bool:
+        if self._attachment is not None and error.code in _SESSION_ENDED:
+            return False  # the attachment went with the session: a retry is fenced
         return self.idempotent and error.code in RETRIABLE
 
     def _acknowledge(self, partition: int, batch: _Batch, results: list[AppendResult]) -> None:
@@ -442,7 +448,10 @@ class Producer:
             batch.done.set_result(results)
 
     def _fail(self, partition: int, batch: _Batch, error: BrokerError) -> None:
-        if error.code is ErrorCode.PRODUCER_FENCED:
+        if error.code is ErrorCode.PRODUCER_FENCED or (
+            self._attachment is not None and error.code in _SESSION_ENDED
+        ):
+            # An attachment belongs to its session: when the session ends, so does access.
             error = ProducerFenced(error)
         if error.code in (
             ErrorCode.FENCED,
