@@ -230,6 +230,8 @@ class Engine:
         producer_rules.check_batch_fields(batch)
         staged.catch_up(conn, row.topic_id, partition, logs.end_offset(conn, row, partition))
         entry = staged.get((row.topic_id, partition, batch.producer_id))
+        if entry is None:  # never wrote here, or evicted from memory: ask the log
+            entry = self._entry_from_log(conn, row.topic_id, partition, batch.producer_id)
         if entry is None:
             self._check_new_pid(conn, batch)
         verdict = producer_rules.decide(entry, batch, now_ms, self.limits.pid_lease_ms)
@@ -247,19 +249,27 @@ class Engine:
         staged.appended(conn, row.topic_id, partition, header)
         return [AppendResult(row.name, partition, base_offset + i) for i in range(batch.count)]
 
+    def _entry_from_log(
+        self, conn: sqlite3.Connection, topic_id: int, partition: int, producer_id: int
+    ) -> ProducerEntry | None:
+        """A pid's state rebuilt from its batch headers: eviction from memory never makes
+        the broker forget what a pid wrote, so a late retry is still a duplicate."""
+        found = producer_store.entry_from_headers(conn, topic_id, partition, producer_id)
+        if found is None:
+            return None
+        generation, last_sequence, first_ms, last_offset = found
+        return ProducerEntry(producer_id, generation, last_sequence, first_ms, last_offset)
+
     def _check_new_pid(self, conn: sqlite3.Connection, batch: Batch) -> None:
-        known = self.producers.known_pid(conn, batch.producer_id)
-        if known and batch.first_sequence == 1:
-            return
-        code = ErrorCode.PID_EXPIRED if known else ErrorCode.UNKNOWN_PID
-        raise BrokerError(
-            code,
-            f"producer id {batch.producer_id} has no state on this partition "
-            + ("(it expired and was evicted)" if known else "(it was never leased)"),
-            producer_id=batch.producer_id,
-            received_sequence=batch.first_sequence,
-            hint="lease a new pid (fencelog lease-pid) and start at sequence 1",
-        )
+        """A pid's first batch on a partition: it must have been leased."""
+        if not self.producers.known_pid(conn, batch.producer_id):
+            raise BrokerError(
+                ErrorCode.UNKNOWN_PID,
+                f"producer id {batch.producer_id} was never leased",
+                producer_id=batch.producer_id,
+                received_sequence=batch.first_sequence,
+                hint="lease a pid (fencelog lease-pid) and start at sequence 1",
+            )
 
     def _duplicates(
         self, conn: sqlite3.Connection, row: logs.TopicRow, partition: int, batch: Batch
@@ -317,7 +327,9 @@ class Engine:
             return producer_store.snapshots(conn)
 
     def _catch_up_all(self, conn: sqlite3.Connection, staged: Staged) -> None:
-        for row in logs.all_topics(conn):
+        rows = logs.all_topics(conn)
+        self.producers.retain_topics({row.topic_id for row in rows})
+        for row in rows:
             for partition in range(row.partitions):
                 end = logs.end_offset(conn, row, partition)
                 staged.catch_up(conn, row.topic_id, partition, end)

@@ -127,6 +127,10 @@ class ProducerTable:
             generation = random.randrange(1, _GENERATION_START_MAX)  # noqa: S311 - not secret
             return Lease(self.new_pid(conn), generation, 0, now_ms + self.limits.pid_lease_ms)
         entry = staged.get((topic_id, partition, pid))
+        if entry is None:  # evicted from memory? the batch headers still know it
+            found = store.entry_from_headers(conn, topic_id, partition, pid)
+            if found is not None:
+                entry = ProducerEntry(pid, found[0], found[1], found[2], found[3])
         if entry is None:
             code = ErrorCode.PID_EXPIRED if self.known_pid(conn, pid) else ErrorCode.UNKNOWN_PID
             raise BrokerError(
@@ -164,6 +168,13 @@ class ProducerTable:
         while len(self.entries) > self.limits.producer_ids_max:
             self.entries.popitem(last=False)
             self.evictions += 1
+
+    def retain_topics(self, topic_ids: set[int]) -> None:
+        """Forget the producers of topics that no longer exist (ids are never reused)."""
+        for key in [k for k in self.entries if k[0] not in topic_ids]:
+            del self.entries[key]
+        for part in [p for p in self.replayed if p[0] not in topic_ids]:
+            del self.replayed[part]
 
     def entries_of(self, topic_id: int) -> Iterator[tuple[int, ProducerEntry]]:
         for (t, partition, _), entry in self.entries.items():

@@ -28,9 +28,13 @@ class TopicRow:
 def insert_topic(
     conn: sqlite3.Connection, name: str, partitions: int, created_ms: int, owner_group: str | None
 ) -> TopicRow:
-    cursor = conn.execute(Q["topic_insert"], (name, partitions, created_ms, owner_group))
-    topic_id = cursor.lastrowid
-    assert topic_id is not None
+    # Topic ids are never reused (a deleted topic's id stays retired): state keyed by
+    # topic id in any process can never be mistaken for a new topic's.
+    newest = conn.execute(Q["topic_id_max"]).fetchone()[0]
+    retired = conn.execute(Q["counter_get"], ("next_topic_id",)).fetchone()
+    topic_id = max(int(newest) + 1, int(retired[0]) if retired else 1)
+    conn.execute(Q["topic_insert_with_id"], (topic_id, name, partitions, created_ms, owner_group))
+    conn.execute(Q["counter_put"], ("next_topic_id", topic_id + 1))
     conn.executemany(Q["partition_insert"], ((topic_id, p) for p in range(partitions)))
     return TopicRow(topic_id, name, partitions, created_ms, owner_group)
 

@@ -119,3 +119,17 @@ def commit_offset(
 
 def offsets_of(conn: sqlite3.Connection, group: str, topic_id: int) -> list[OffsetRow]:
     return [OffsetRow(*row) for row in conn.execute(Q["offsets_of_group"], (group, topic_id))]
+
+
+def entry_from_headers(
+    conn: sqlite3.Connection, topic_id: int, partition: int, producer_id: int
+) -> tuple[int, int, int, int] | None:
+    """(generation, last sequence, first append_ms, last offset) of a pid on a partition,
+    from its batch headers alone, or None if it never wrote there."""
+    first = conn.execute(
+        Q["batch_first_of_producer"], (topic_id, partition, producer_id)
+    ).fetchone()
+    if first is None:
+        return None
+    last = conn.execute(Q["batch_last_of_producer"], (topic_id, partition, producer_id)).fetchone()
+    return int(last[0]), int(last[1]), int(first[1]), int(last[2])

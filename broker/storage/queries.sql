@@ -205,3 +205,24 @@ WHERE topic_id = ?2 AND partition = ?3 AND offset IN (
     WHERE topic_id = ?2 AND partition = ?3 AND key IS NOT NULL
     GROUP BY key)
 ORDER BY offset;
+
+-- name: batches_of_producer_bounds
+SELECT min(first_sequence), max(last_sequence), count(*) FROM producer_batches
+WHERE topic_id = ? AND partition = ? AND producer_id = ?;
+
+-- name: batch_first_of_producer
+SELECT generation, append_ms FROM producer_batches
+WHERE topic_id = ? AND partition = ? AND producer_id = ?
+ORDER BY first_sequence LIMIT 1;
+
+-- name: batch_last_of_producer
+SELECT generation, last_sequence, base_offset + last_sequence - first_sequence
+FROM producer_batches
+WHERE topic_id = ? AND partition = ? AND producer_id = ?
+ORDER BY first_sequence DESC LIMIT 1;
+
+-- name: topic_insert_with_id
+INSERT INTO topics (topic_id, name, partitions, created_ms, owner_group) VALUES (?, ?, ?, ?, ?);
+
+-- name: topic_id_max
+SELECT coalesce(max(topic_id), 0) FROM topics;
