@@ -105,7 +105,8 @@ def consume(
         out.flush()
     if rendering.lossy:
         warn(
-            f"{rendering.lossy} records had bytes that are not UTF-8, shown as U+FFFD; "
+            f"{rendering.lossy} {'record' if rendering.lossy == 1 else 'records'} had bytes "
+            "that are not UTF-8, shown as U+FFFD; "
             "use --format base64 to see them exactly"
         )
 

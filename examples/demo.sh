@@ -34,6 +34,51 @@ step fencelog consume orders -p 0 --format hex --json
 step fencelog status --json
 
 echo
+echo "# idempotent producers: a retry is answered with the original offset"
+lease=$(fencelog lease-pid orders 1 --json)
+pid=$(python3 -c 'import json,sys; print(json.loads(sys.argv[1])["pid"])' "$lease")
+gen=$(python3 -c 'import json,sys; print(json.loads(sys.argv[1])["generation"])' "$lease")
+step fencelog produce orders --partition 1 --pid "$pid" --generation "$gen" --sequence 1 --value once --json
+step fencelog produce orders --partition 1 --pid "$pid" --generation "$gen" --sequence 1 --value once --json
+printf '\n\033[1m$ seq 1 1000 | fencelog produce orders --idempotent\033[0m\n'
+seq 1 1000 | fencelog produce orders --idempotent
+
+echo
+echo "# ownership: writes to an owner-group topic need the current owner's fence"
+step fencelog topic create journal --partitions 2 --owner-group samza
+step fencelog own samza journal/0 --generation 3 -- fencelog produce journal --partition 0 --value from-the-owner --json
+set +e
+fencelog produce journal --partition 0 --fence samza:journal/0:3 --value zombie
+echo "exit status: $? (FENCED: the claim ended with its command)"
+set -e
+step fencelog own history --json
+
+echo
+echo "# exclusive producers: one writer at a time, one segment per epoch"
+step fencelog topic create control
+sleep 2 | fencelog produce control --access exclusive --producer-name leader-1 &
+holder=$!
+sleep 1
+set +e
+fencelog produce control --access shared --value y
+echo "exit status: $? (PRODUCER_BUSY while leader-1 holds the topic)"
+set -e
+echo "k=v" | fencelog produce control --access wait-exclusive --wait-timeout 10s --key-separator = --producer-name leader-2
+wait "$holder"
+step fencelog consume control --compacted --json
+
+echo
+echo "# the same commands against a server"
+fencelog serve --listen 127.0.0.1:0 --ready-file ready.json >/dev/null &
+server=$!
+for _ in $(seq 50); do [ -s ready.json ] && break; sleep 0.1; done
+url="tcp://$(python3 -c 'import json; print(json.load(open("ready.json"))["tcp"])')"
+step fencelog --broker "$url" produce orders --value served --json
+step fencelog --broker "$url" consume orders --partition 0 --from 0 --max 2 --json
+kill -TERM "$server"
+wait "$server"
+
+echo
 echo "# bad input gets one line on stderr and its own exit status"
 set +e
 fencelog consume no-such-topic
