@@ -3,6 +3,8 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+BENCH_STAMP := $(VENV)/.installed-bench
+SUDO := $(if $(filter 0,$(shell id -u)),,sudo -n)
 
 .PHONY: demo test lint typecheck unit docs bench clean
 
@@ -30,7 +32,18 @@ unit: $(STAMP)
 docs: $(STAMP)
 	$(BIN)/python -m cli.docs write
 
-bench: $(STAMP)
+# The benchmarks' extra (nats-py) and, if missing, Debian's nats-server for the NATS
+# JetStream baseline; without it bench/ skips that baseline and says so.
+$(BENCH_STAMP): $(STAMP)
+	$(BIN)/pip install --quiet -e '.[test,bench]'
+	touch $(BENCH_STAMP)
+
+bench: $(BENCH_STAMP)
+	@command -v nats-server >/dev/null 2>&1 || test -x /usr/sbin/nats-server || \
+		{ $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq nats-server; } \
+		>/dev/null 2>&1 || \
+		echo "make bench: nats-server is missing and apt-get could not install it;" \
+		"the NATS JetStream comparison will be skipped" >&2
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python -m bench.run
 
 clean:

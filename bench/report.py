@@ -17,9 +17,11 @@ from bench.measures import EngineCliResults, LatencyResult, Sizes
 SECTION_TITLE: Final = "Engine and CLI (issue 2)"
 DOCUMENT_HEAD: Final = """# Benchmark results
 
-`make bench` (`python -m bench.run`) measures fencelog against plain SQLite on the same
-machine in the same run, so a ratio holds where an absolute rate would not. Each benchmark
-group owns one section below and rewrites only that section.
+`make bench` (`python -m bench.run`) measures fencelog against its baselines (plain
+SQLite, the embedded engine, NATS JetStream) on the same machine in the same run, so a
+ratio holds where an absolute rate would not. Each benchmark group owns one section below
+and rewrites only that section; `python -m bench.run --only GROUP` runs one group
+(engine, server, ownership, idempotence), and `--quick` a small run that writes nothing.
 """
 _IMPORTS_SHOWN: Final = 8
 

@@ -1,9 +1,15 @@
 """The benchmark entry point: `python -m bench.run` (`make bench`).
 
-Runs the "Engine and CLI (issue 2)" group (append and read against raw SQLite, and the
-`fencelog produce` process), prints a table and rewrites that group's section of
-bench/RESULTS.md. All databases live in one temporary directory, removed at the end.
-Exit status 0 when every target is met, 1 when one is missed.
+Runs the benchmark groups (all of them, or those named with --only), prints each
+group's table and rewrites that group's section of bench/RESULTS.md as soon as it ends:
+- engine: "Engine and CLI (issue 2)": append and read against raw SQLite, and the
+  `fencelog produce` process;
+- server: "Server (issue 3)": `fencelog serve` as a process beside NATS JetStream,
+  served batches and reads beside the embedded engine;
+- ownership: "Ownership (issue 4)": claim + release round trips, severing;
+- idempotence: "Idempotent producers (issue 5)": the producer fields' overhead, restart.
+All databases and servers live in one temporary directory, removed at the end; every
+server started is stopped. Exit status 0 when every target is met, 1 when one is missed.
 """
 
 from __future__ import annotations
@@ -12,11 +18,21 @@ import argparse
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Final
 
-from bench import append, cli_produce, read, report
+from bench import (
+    append,
+    cli_produce,
+    idempotence,
+    jetstream,
+    ownership,
+    read,
+    report,
+    sections,
+    serving,
+)
 from bench.machine import Machine, describe, finished
 from bench.measures import EngineCliResults, Sizes
 from broker.storage.database import DURABILITIES
@@ -33,6 +49,49 @@ FULL: Final = Sizes(
 QUICK: Final = Sizes(
     rounds=3, append_records=50_000, read_rounds=5, read_records=50_000, cli_runs=10, quick=True
 )
+SERVER_FULL: Final = serving.ServerSizes(
+    rounds=5,
+    window_records=10_000,
+    latency_requests=2_000,
+    batch_records=100_000,
+    consume_rounds=9,
+    consume_records=200_000,
+    quick=False,
+)
+SERVER_QUICK: Final = serving.ServerSizes(
+    rounds=3,
+    window_records=2_000,
+    latency_requests=500,
+    batch_records=20_000,
+    consume_rounds=3,
+    consume_records=50_000,
+    quick=True,
+)
+OWNERSHIP_FULL: Final = ownership.OwnershipSizes(rounds=5, pairs=300, sever_rounds=10, quick=False)
+OWNERSHIP_QUICK: Final = ownership.OwnershipSizes(rounds=3, pairs=100, sever_rounds=4, quick=True)
+IDEMPOTENCE_FULL: Final = idempotence.IdempotenceSizes(
+    rounds=5,
+    embedded_batch_records=100_000,
+    embedded_single_records=5_000,
+    served_batch_records=100_000,
+    served_single_records=10_000,
+    restart_records=1_000_000,
+    restart_tail=10_000,
+    restart_rounds=5,
+    quick=False,
+)
+IDEMPOTENCE_QUICK: Final = idempotence.IdempotenceSizes(
+    rounds=3,
+    embedded_batch_records=20_000,
+    embedded_single_records=1_000,
+    served_batch_records=20_000,
+    served_single_records=2_000,
+    restart_records=100_000,
+    restart_tail=10_000,
+    restart_rounds=3,
+    quick=True,
+)
+GROUPS: Final = ("engine", "server", "ownership", "idempotence")
 
 
 def _positive(text: str) -> int:
@@ -42,17 +101,36 @@ def _positive(text: str) -> int:
     return number
 
 
+def _groups(text: str) -> tuple[str, ...]:
+    chosen = tuple(name.strip() for name in text.split(",") if name.strip())
+    unknown = [name for name in chosen if name not in GROUPS]
+    if unknown or not chosen:
+        raise argparse.ArgumentTypeError(
+            f"unknown group {', '.join(unknown) or '(none)'}; choose from {', '.join(GROUPS)}"
+        )
+    return tuple(name for name in GROUPS if name in chosen)
+
+
 def parse_arguments(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         prog="python -m bench.run",
-        description="fencelog benchmarks against raw SQLite; exit 1 if a target is missed.",
+        description="fencelog benchmarks against raw SQLite, the embedded engine and NATS "
+        "JetStream; exit 1 if a target is missed.",
     )
-    parser.add_argument("--quick", action="store_true", help="small sizes: a run of ~20 s")
-    parser.add_argument("--rounds", type=_positive, help="append rounds per durability")
-    parser.add_argument("--append-records", type=_positive, help="records per append round")
-    parser.add_argument("--read-rounds", type=_positive, help="rounds of the read comparison")
-    parser.add_argument("--read-records", type=_positive, help="records in the read partition")
-    parser.add_argument("--cli-runs", type=_positive, help="timed `fencelog produce` runs")
+    parser.add_argument(
+        "--only",
+        type=_groups,
+        default=GROUPS,
+        metavar="GROUP[,GROUP...]",
+        help=f"run only these groups, of {', '.join(GROUPS)} (default: all)",
+    )
+    parser.add_argument("--quick", action="store_true", help="small sizes: a run of ~1 min")
+    engine = parser.add_argument_group("the engine group's sizes")
+    engine.add_argument("--rounds", type=_positive, help="append rounds per durability")
+    engine.add_argument("--append-records", type=_positive, help="records per append round")
+    engine.add_argument("--read-rounds", type=_positive, help="rounds of the read comparison")
+    engine.add_argument("--read-records", type=_positive, help="records in the read partition")
+    engine.add_argument("--cli-runs", type=_positive, help="timed `fencelog produce` runs")
     parser.add_argument(
         "--dir", type=Path, help="where to make the temporary directory (default: system temp)"
     )
@@ -106,29 +184,81 @@ def measure_all(work_dir: Path, sizes: Sizes) -> EngineCliResults:
     return EngineCliResults(sizes, tuple(appends), read_result, produce, imports)
 
 
-def write_results(path: Path, results: EngineCliResults, machine: Machine) -> None:
+def write_section(path: Path, section_text: str) -> None:
     document = path.read_text(encoding="utf-8") if path.exists() else report.DOCUMENT_HEAD
-    updated = report.replace_section(document, report.section(results, machine))
+    updated = report.replace_section(document, section_text)
     temporary = path.with_name(path.name + ".tmp")
     temporary.write_text(updated, encoding="utf-8")
     temporary.replace(path)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    arguments = parse_arguments(argv)
-    sizes = chosen_sizes(arguments)
-    with tempfile.TemporaryDirectory(prefix="fencelog-bench-", dir=arguments.dir) as name:
-        work_dir = Path(name)
-        started = describe(work_dir)
-        results = measure_all(work_dir, sizes)
+# groups ---------------------------------------------------------------------------------
+
+# One group's run: (printed table, RESULTS.md section, whether every target was met).
+Outcome = tuple[str, str, bool]
+
+
+def run_engine(work_dir: Path, arguments: argparse.Namespace) -> Outcome:
+    started = describe(work_dir)
+    results = measure_all(work_dir, chosen_sizes(arguments))
     machine = finished(started)
-    print(report.table(results))
-    destination = results_path(arguments)
-    if destination is not None:
-        write_results(destination, results, machine)
-        print(f"\nwrote section {report.SECTION_TITLE!r} of {destination}")
     comparisons = (*results.append, results.read)
     passed = all(c.passed for c in comparisons) and results.produce.passed
+    return report.table(results), report.section(results, machine), passed
+
+
+def _section_outcome(section: sections.Section, machine: Machine) -> Outcome:
+    return sections.table(section), sections.markdown(section, machine), section.passed
+
+
+def run_server(work_dir: Path, arguments: argparse.Namespace) -> Outcome:
+    skipped = jetstream.unavailable()
+    if skipped:
+        sys.stderr.write(f"bench: the NATS JetStream baseline is skipped: {skipped}\n")
+    started = describe(work_dir)
+    sizes = SERVER_QUICK if arguments.quick else SERVER_FULL
+    results = serving.measure(work_dir, sizes)
+    return _section_outcome(serving.section(results), finished(started))
+
+
+def run_ownership(work_dir: Path, arguments: argparse.Namespace) -> Outcome:
+    started = describe(work_dir)
+    sizes = OWNERSHIP_QUICK if arguments.quick else OWNERSHIP_FULL
+    results = ownership.measure(work_dir, sizes)
+    return _section_outcome(ownership.section(results), finished(started))
+
+
+def run_idempotence(work_dir: Path, arguments: argparse.Namespace) -> Outcome:
+    started = describe(work_dir)
+    sizes = IDEMPOTENCE_QUICK if arguments.quick else IDEMPOTENCE_FULL
+    results = idempotence.measure(work_dir, sizes)
+    return _section_outcome(idempotence.section(results), finished(started))
+
+
+RUNNERS: Final[dict[str, Callable[[Path, argparse.Namespace], Outcome]]] = {
+    "engine": run_engine,
+    "server": run_server,
+    "ownership": run_ownership,
+    "idempotence": run_idempotence,
+}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    arguments = parse_arguments(argv)
+    destination = results_path(arguments)
+    started_s = time.monotonic()
+    passed = True
+    for name in arguments.only:
+        _step(f"group {name}", started_s)
+        with tempfile.TemporaryDirectory(prefix=f"fencelog-bench-{name}-", dir=arguments.dir) as d:
+            printed, section_text, group_passed = RUNNERS[name](Path(d), arguments)
+        passed = passed and group_passed
+        print(printed + "\n", flush=True)
+        if destination is not None:
+            write_section(destination, section_text)
+            title = section_text.splitlines()[0].removeprefix("## ")
+            print(f"wrote section {title!r} of {destination}\n", flush=True)
+    _step(f"all done: every target {'met' if passed else 'NOT met'}", started_s)
     return 0 if passed else 1
 
 
