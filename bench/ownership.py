@@ -270,7 +270,7 @@ def _findings(results: OwnershipResults) -> list[str]:
     lines = []
     for name, severings in results.severings.items():
         claim_ms = [s.claim_ms for s in severings]
-        after_ms = median([s.reject_ms - s.claim_ms for s in severings])
+        after_ms = round(median([s.reject_ms - s.claim_ms for s in severings]), 1) + 0.0
         lines.append(
             f"- {name}: the new claim took a median {median(claim_ms):.1f} ms (max "
             f"{max(claim_ms):.1f} ms) while the old holder kept writing; the holder's first "

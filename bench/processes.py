@@ -22,6 +22,7 @@ import os
 import shutil
 import signal
 import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -53,7 +54,8 @@ class ServerProcess:
         return self.popen.pid
 
     def log_tail(self, chars: int = 2000) -> str:
-        self._log.flush()
+        if not self._log.closed:
+            self._log.flush()
         return self.log_path.read_text(encoding="utf-8", errors="replace")[-chars:]
 
     def wait_for(self, path: Path, timeout_s: float = READY_TIMEOUT_S) -> None:
@@ -169,7 +171,7 @@ def fencelog_server(work_dir: Path, name: str, durability: Durability) -> Iterat
     try:
         yield server
     except BaseException:
-        server.stop()
+        _report_stop(server)
         raise
     status = server.stop()
     if status != 0:
@@ -181,5 +183,16 @@ def nats_server(work_dir: Path) -> Iterator[NatsServer]:
     server = NatsServer(work_dir)
     try:
         yield server
-    finally:
-        server.stop()
+    except BaseException:
+        _report_stop(server)
+        raise
+    server.stop()
+
+
+def _report_stop(server: ServerProcess) -> None:
+    """Stop a server while a run is failing, and say how it ended, with its log."""
+    running = server.popen.poll() is None
+    status = server.stop()
+    how = "was stopped" if running else f"had already exited with status {status}"
+    sys.stderr.write(f"bench: {server.name} (pid {server.pid}) {how}; its log ends:\n")
+    sys.stderr.write(server.log_tail() + "\n")

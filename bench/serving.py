@@ -583,7 +583,7 @@ def _method(results: ServerResults) -> list[str]:
         "  (pid, generation, next sequence), each coroutine waiting for its acknowledgement",
         "  before sending again. NATS: one nats-py connection, a fresh stream per round,",
         f"  {WINDOW} coroutines awaiting `js.publish(subject, value, headers={{Nats-Msg-Id:",
-        "  unique id}})`. Both sides check afterwards that every record is stored once; a",
+        "  unique id})`. Both sides check afterwards that every record is stored once; a",
         "  repeated Nats-Msg-Id is checked to come back as a duplicate.",
         "- One at a time: the same requests, one coroutine, perf_counter around each",
         "  `produce` / `js.publish`; a round's p50 and p99 (nearest rank), median over rounds.",
