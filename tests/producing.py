@@ -13,6 +13,7 @@ state a log's records imply, a checker of exactly-once delivery, and a TCP proxy
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 import itertools
 import socket
@@ -23,12 +24,14 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from broker.core.producers import ProducerEntry
+from broker.producer import Producer
 from broker.protocol.frames import decode_body
 from broker.protocol.messages import Message
-from broker.types import Record
+from broker.types import AppendResult, NewRecord, Record
 
 HOST = "127.0.0.1"
 START_MS = 1_000_000
+SEND_TIMEOUT_S = 10.0
 
 
 class FakeClock:
@@ -43,6 +46,27 @@ class FakeClock:
     def advance(self, ms: int) -> int:
         self.now_ms += ms
         return self.now_ms
+
+
+def send_within(
+    producer: Producer,
+    values: Sequence[bytes | str | NewRecord],
+    *,
+    partition: int,
+    timeout_s: float = SEND_TIMEOUT_S,
+) -> list[AppendResult]:
+    """Producer.send with a deadline: the results, or AssertionError saying why not."""
+    future = producer.send_async(values, partition=partition)
+    try:
+        return future.result(timeout=timeout_s)
+    except concurrent.futures.TimeoutError:
+        queued = producer._queues.get(partition)
+        pump = producer._pumps.get(partition)
+        stranded = bool(queued) and pump is not None and pump.done()
+        raise AssertionError(
+            f"producer.send({values!r}) not answered within {timeout_s}s"
+            + ("; the batch sits in the producer's queue and no pump runs" if stranded else "")
+        ) from None
 
 
 # the log's own account of producer state ------------------------------------------------

@@ -1,0 +1,304 @@
+"""The idempotent Producer of broker/producer.py, embedded and served (a Server in a
+thread on 127.0.0.1): numbering from 1, one pid per partition, pipelined batches kept in
+order, saved state that resumes one generation up (replays answered as duplicates, the
+old instance fenced from the new one's first record), offset commits that carry the
+state, and lease renewal by the broker's clock.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import time
+from collections.abc import Iterator
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+from helpers import Processes
+from producing import FakeClock, delivery_faults, send_within, state_rows
+from servers import served
+
+from broker.client import Client, connect
+from broker.errors import BrokerError, ErrorCode
+from broker.limits import DEFAULT_LIMITS
+from broker.producer import PartitionState, Producer, ProducerState
+from broker.types import NewRecord
+
+TOPIC = "orders"
+INPUT = "input"
+LEASE_MS = 60_000
+
+
+@pytest.fixture(params=["embedded", "served"])
+def kind(request: pytest.FixtureRequest) -> str:
+    chosen: str = request.param
+    return chosen
+
+
+@contextlib.contextmanager
+def broker_client(kind: str, data_dir: Path) -> Iterator[Client]:
+    """A client of a fresh broker, embedded or served. Used inside each test, so that the
+    client and the server are closed (their threads joined) before a failure is reported."""
+    if kind == "embedded":
+        with connect(data_dir, durability="normal") as embedded:
+            embedded.create_topic(TOPIC, partitions=2)
+            embedded.create_topic(INPUT)
+            yield embedded
+        return
+    with served(data_dir) as server, connect(server.address) as remote:
+        remote.create_topic(TOPIC, partitions=2)
+        remote.create_topic(INPUT)
+        yield remote
+
+
+def stored(client: Client, partition: int = 0) -> list[bytes]:
+    return [r.value for r in client.consume(TOPIC, partition=partition)]
+
+
+def test_send_numbers_records_from_one_and_says_where_they_landed(
+    kind: str, data_dir: Path
+) -> None:
+    with broker_client(kind, data_dir) as client:
+        producer = client.producer(TOPIC)
+        first = send_within(producer, ["a", "b", "c"], partition=0)
+        second = send_within(producer, [b"d"], partition=0)
+        assert [(r.partition, r.offset, r.duplicate) for r in first + second] == [
+            (0, 0, False),
+            (0, 1, False),
+            (0, 2, False),
+            (0, 3, False),
+        ]
+        records = list(client.consume(TOPIC, partition=0))
+        pid, generation = records[0].producer_id, records[0].generation
+        assert pid >= 1
+        assert [(r.producer_id, r.generation, r.sequence) for r in records] == [
+            (pid, generation, sequence) for sequence in (1, 2, 3, 4)
+        ]
+        assert producer.state() == ProducerState(TOPIC, {0: PartitionState(pid, generation, 4)})
+        rows = state_rows(client.producer_states(TOPIC))
+        assert [(p, row_pid, g, s, last) for p, row_pid, g, s, _, last in rows] == [
+            (0, pid, generation, 4, 3)
+        ]
+
+
+def test_each_partition_gets_its_own_pid_and_its_own_numbering(kind: str, data_dir: Path) -> None:
+    with broker_client(kind, data_dir) as client:
+        producer = client.producer(TOPIC)
+        values = [NewRecord(f"v{i}".encode(), partition=i % 2) for i in range(6)]
+        results = producer.send(values)  # no partition given: one batch per partition
+        assert [r.partition for r in results] == [0, 1, 0, 1, 0, 1]
+        by_partition = {p: list(client.consume(TOPIC, partition=p)) for p in (0, 1)}
+        assert [r.value for r in by_partition[0]] == [b"v0", b"v2", b"v4"]
+        assert [r.value for r in by_partition[1]] == [b"v1", b"v3", b"v5"]
+        pids = {p: {r.producer_id for r in records} for p, records in by_partition.items()}
+        assert len(pids[0]) == len(pids[1]) == 1 and pids[0] != pids[1]
+        for records in by_partition.values():
+            assert [r.sequence for r in records] == [1, 2, 3]
+        assert set(producer.state().partitions) == {0, 1}
+
+
+def test_send_async_keeps_batches_in_order_with_several_in_flight(
+    kind: str, data_dir: Path
+) -> None:
+    with broker_client(kind, data_dir) as client:
+        producer = client.producer(TOPIC, max_in_flight=4)
+        batches = [[f"b{i}-{j}".encode() for j in range(1 + i % 3)] for i in range(40)]
+        futures = [producer.send_async(batch, partition=0) for batch in batches]
+        producer.flush()
+        offsets = [r.offset for future in futures for r in future.result(timeout=30)]
+        assert offsets == list(range(len(offsets)))
+        sent = [value for batch in batches for value in batch]
+        faults = delivery_faults(sent, stored(client))
+        assert faults.total == 0, faults
+        assert producer.state().partitions[0].sequence == len(sent)
+
+
+def test_one_send_after_another_is_always_answered(kind: str, data_dir: Path) -> None:
+    with broker_client(kind, data_dir) as client:
+        # Each send waits for the one before: the next batch is queued just as the pump that
+        # sent the previous one is finishing.
+        producer = client.producer(TOPIC)
+        for index in range(300):
+            (result,) = send_within(producer, [f"v{index}"], partition=0, timeout_s=5)
+            assert result.offset == index
+        assert len(stored(client)) == 300
+
+
+def test_a_producer_that_opts_out_writes_without_a_pid(kind: str, data_dir: Path) -> None:
+    with broker_client(kind, data_dir) as client:
+        producer = client.producer(TOPIC, idempotent=False)
+        send_within(producer, ["a", "a"], partition=0)
+        assert [(r.producer_id, r.sequence) for r in client.consume(TOPIC)] == [(0, 0), (0, 0)]
+        assert producer.state().partitions == {}
+        assert client.producer_states(TOPIC) == []
+
+
+def test_a_resumed_producer_answers_replays_as_duplicates_and_fences_the_old_one(
+    kind: str, data_dir: Path
+) -> None:
+    with broker_client(kind, data_dir) as client:
+        old = client.producer(TOPIC)
+        send_within(old, ["a", "b"], partition=0)
+        send_within(old, ["c"], partition=0)
+        client.commit_offsets("copier", INPUT, {0: 3}, producer=old)  # input 0..2 done
+        send_within(old, ["d", "e"], partition=0)  # written, but the commit after it never happened
+        offsets, saved = client.committed_offsets("copier", INPUT)
+        assert offsets == {0: 3}
+        assert saved is not None
+        (generation,) = {r.generation for r in client.consume(TOPIC)}
+        assert saved.partitions[0].generation == generation and saved.partitions[0].sequence == 3
+        successor = client.producer(TOPIC, state=saved)
+        replay = send_within(successor, ["d", "e"], partition=0)
+        assert [(r.offset, r.duplicate) for r in replay] == [(3, True), (4, True)]
+        assert [(r.offset, r.duplicate) for r in send_within(successor, ["f"], partition=0)] == [
+            (5, False)
+        ]
+        with pytest.raises(BrokerError) as raised:
+            send_within(old, ["zombie"], partition=0)
+        assert raised.value.code is ErrorCode.FENCED
+        assert raised.value.details["stored_generation"] == generation + 1
+        assert raised.value.details["received_generation"] == generation
+        with pytest.raises(BrokerError) as again:  # a fenced producer never sends again
+            send_within(old, ["zombie-2"], partition=0)
+        assert again.value.code is ErrorCode.FENCED
+        assert stored(client) == [b"a", b"b", b"c", b"d", b"e", b"f"]
+        assert successor.state().partitions[0] == PartitionState(
+            saved.partitions[0].producer_id, generation + 1, 6
+        )
+
+
+def test_a_fenced_producer_fails_every_batch_it_has_queued_and_writes_none(
+    kind: str, data_dir: Path
+) -> None:
+    with broker_client(kind, data_dir) as client:
+        old = client.producer(TOPIC, max_in_flight=3)
+        send_within(old, ["a"], partition=0)
+        successor = client.producer(TOPIC, state=old.state())
+        send_within(successor, ["b"], partition=0)
+        refusals: list[BaseException | None] = []
+        futures = []
+        for index in range(6):
+            try:  # embedded, a send runs at once: a fenced producer refuses the next one
+                futures.append(old.send_async([f"zombie-{index}"], partition=0))
+            except BrokerError as error:
+                refusals.append(error)
+        refusals += [future.exception(timeout=30) for future in futures]
+        assert len(refusals) == 6
+        for refused in refusals:
+            assert isinstance(refused, BrokerError) and refused.code is ErrorCode.FENCED, refused
+        assert stored(client) == [b"a", b"b"]
+
+
+def test_producer_arguments_and_saved_state_are_checked(kind: str, data_dir: Path) -> None:
+    with broker_client(kind, data_dir) as client:
+        state = ProducerState(TOPIC, {0: PartitionState(7, 3, 12), 1: PartitionState(8, 1, 0)})
+        assert ProducerState.from_bytes(state.to_bytes()) == state
+        for bad in (b"not msgpack \xc1", b"\x80", json.dumps({"topic": 1}).encode()):
+            with pytest.raises(BrokerError) as raised:
+                ProducerState.from_bytes(bad)
+            assert raised.value.code is ErrorCode.INVALID_ARGUMENT
+        with pytest.raises(BrokerError) as wrong_topic:
+            client.producer(INPUT, state=state)
+        assert wrong_topic.value.code is ErrorCode.INVALID_ARGUMENT
+        with pytest.raises(BrokerError) as in_flight:
+            client.producer(TOPIC, max_in_flight=0)
+        assert in_flight.value.code is ErrorCode.INVALID_ARGUMENT
+        with pytest.raises(BrokerError) as unknown:  # pid 7 was never leased
+            client.producer(TOPIC, state=state)
+        assert unknown.value.code is ErrorCode.UNKNOWN_PID
+        with pytest.raises(BrokerError) as nothing:
+            client.producer(TOPIC).send([], partition=0)
+        assert nothing.value.code is ErrorCode.INVALID_ARGUMENT
+
+
+def test_committed_offsets_answer_the_producer_state_stored_last(data_dir: Path) -> None:
+    clock = FakeClock()  # two commits within one millisecond
+    with connect(data_dir, durability="normal", clock=clock) as client:
+        client.create_topic(INPUT, partitions=2)
+        first = ProducerState(TOPIC, {0: PartitionState(1, 1, 5)})
+        last = ProducerState(TOPIC, {0: PartitionState(1, 1, 9)})
+        client.commit_offsets("copier", INPUT, {0: 5}, producer=first)
+        client.commit_offsets("copier", INPUT, {1: 9}, producer=last)
+        offsets, state = client.committed_offsets("copier", INPUT)
+    assert offsets == {0: 5, 1: 9}
+    assert state == last
+
+
+# the lease, by the broker's clock ---------------------------------------------------------
+
+
+def embedded_with_clock(data_dir: Path, clock: FakeClock) -> Client:
+    chosen = replace(DEFAULT_LIMITS, pid_lease_ms=LEASE_MS)
+    client = connect(data_dir, durability="normal", clock=clock, limits=chosen)
+    client.create_topic(TOPIC)
+    return client
+
+
+def test_a_producer_keeps_its_pid_while_the_broker_clock_says_the_lease_is_young(
+    data_dir: Path,
+) -> None:
+    clock = FakeClock()  # the broker's clock, far behind the wall clock
+    with embedded_with_clock(data_dir, clock) as client:
+        producer = client.producer(TOPIC)
+        for value in ("a", "b", "c"):
+            send_within(producer, [value], partition=0)
+            clock.advance(1_000)
+        pids = [r.producer_id for r in client.consume(TOPIC)]
+    assert len(set(pids)) == 1, f"a new pid for every batch: {pids}"
+
+
+def test_a_producer_leases_a_new_pid_before_the_broker_clock_ends_its_lease(
+    data_dir: Path,
+) -> None:
+    clock = FakeClock(start_ms=time.time_ns() // 1_000_000)
+    with embedded_with_clock(data_dir, clock) as client:
+        producer = Producer(client, TOPIC, renew_before_ms=10_000)
+        send_within(producer, ["a"], partition=0)
+        clock.advance(LEASE_MS - 5_000)  # inside renew_before_ms of the end
+        send_within(producer, ["b"], partition=0)
+        clock.advance(6_000)  # the first pid's lease is over
+        send_within(producer, ["c"], partition=0)
+        records = list(client.consume(TOPIC))
+    assert [r.value for r in records] == [b"a", b"b", b"c"]
+    assert records[0].producer_id != records[1].producer_id == records[2].producer_id
+
+
+RENEWING = r"""
+import sys
+from broker.client import connect
+from broker.limits import DEFAULT_LIMITS
+from broker.producer import Producer
+
+url, topic, count = sys.argv[1], sys.argv[2], int(sys.argv[3])
+with connect(url) as client:
+    # renew 50 ms after each lease: renewals fall while batches are in flight
+    producer = Producer(client, topic, max_in_flight=5,
+                        renew_before_ms=DEFAULT_LIMITS.pid_lease_ms - 50)
+    futures = [producer.send_async([f"v{i}"], partition=0) for i in range(count)]
+    for future in futures:
+        future.result(timeout=60)
+    print("done", flush=True)
+"""
+
+
+def test_a_pipelined_producer_renews_its_lease_with_batches_in_flight(
+    data_dir: Path, processes: Processes
+) -> None:
+    count = 1_500
+    with served(data_dir) as server:
+        with connect(server.address) as client:
+            client.create_topic(TOPIC)
+        process = processes.python(RENEWING, server.address, TOPIC, str(count))
+        ended = process.popen.poll
+        deadline = time.monotonic() + 15
+        while ended() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        hung = ended() is None
+        process.kill()
+        with connect(server.address) as client:
+            values = [r.value for r in client.consume(TOPIC)]
+    assert not hung, f"the producer hung after {len(values)} of {count} records"
+    assert process.popen.returncode == 0, process.stderr_text()
+    faults = delivery_faults([f"v{i}".encode() for i in range(count)], values)
+    assert faults.total == 0, faults
