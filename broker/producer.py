@@ -36,6 +36,7 @@ import contextlib
 import os
 import secrets
 import socket
+import threading
 import time
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -165,6 +166,8 @@ class Producer:
         self._partitions: dict[int, _Partition] = {}
         self._queues: dict[int, collections.deque[_Batch]] = {}
         self._pumps: dict[int, concurrent.futures.Future[None]] = {}
+        self._pumping = threading.Lock()
+        self._running: set[int] = set()
         self._round_robin = 0
         self._fenced: BrokerError | None = None
         if state is not None:
@@ -307,10 +310,13 @@ class Producer:
     # the pipeline -------------------------------------------------------------------------
 
     def _enqueue(self, partition: int, batch: _Batch) -> None:
-        queue = self._queues.setdefault(partition, collections.deque())
-        queue.append(batch)
-        pump = self._pumps.get(partition)
-        if pump is None or pump.done():
+        with self._pumping:  # a pump that is about to exit sees this batch, or none runs
+            queue = self._queues.setdefault(partition, collections.deque())
+            queue.append(batch)
+            start = partition not in self._running
+            if start:
+                self._running.add(partition)
+        if start:
             self._pumps[partition] = self._start_pump(partition)
 
     def _start_pump(self, partition: int) -> concurrent.futures.Future[None]:
@@ -323,9 +329,16 @@ class Producer:
         result: concurrent.futures.Future[None] = runner(self._pump(partition))
         return result
 
+    def _pump_may_exit(self, partition: int, queue: collections.deque[_Batch]) -> bool:
+        with self._pumping:
+            if queue:
+                return False
+            self._running.discard(partition)
+            return True
+
     def _pump_sync(self, partition: int) -> None:
         queue = self._queues[partition]
-        while queue:
+        while not self._pump_may_exit(partition, queue):
             batch = queue.popleft()
             try:
                 state = self._partition_for(partition)
@@ -359,7 +372,7 @@ class Producer:
         queue = self._queues[partition]
         inflight: collections.deque[_Batch] = collections.deque()
         send = self._async_send()
-        while queue or inflight:
+        while inflight or not self._pump_may_exit(partition, queue):
             while queue and len(inflight) < self.max_in_flight:
                 batch = queue.popleft()
                 try:
