@@ -424,3 +424,17 @@ def test_a_restored_copy_is_not_tied_to_the_server_that_took_it(
     assert status["producer_ids"] == 2
     names = {p.name for p in sandbox.iterdir()}
     assert DB_FILE in names and not any(name.endswith(".tmp") for name in names)
+
+
+def test_relative_paths_mean_the_users_directory_even_through_a_server(
+    runner: CliRunner, data_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    produce_idempotently(data_dir, rounds=2)
+    with serving(data_dir, tmp_path / "ready.json") as server:
+        work = tmp_path / "work"
+        work.mkdir()
+        monkeypatch.chdir(work)  # the server runs elsewhere
+        expect(fencelog(runner, server.address, "snapshot", "create", "--out", "fixture.db"), 0)
+    assert (work / "fixture.db").is_file()
+    expect(fencelog(runner, "./sandbox", "snapshot", "restore", "fixture.db"), 0)
+    assert records_of(work / "sandbox") == records_of(data_dir)
