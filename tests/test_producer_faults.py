@@ -116,7 +116,7 @@ def test_fencelog_produce_idempotent_survives_lost_acknowledgements(
         )
         sent: list[bytes] = []
         answers: list[dict[str, Any]] = []
-        for round_ in range(30):  # 30 batches: stdin lines arrive five at a time
+        for round_ in range(40):  # 40 batches: stdin lines arrive five at a time
             lines = [f"line-{round_}-{i}" for i in range(5)]
             produce.stdin.write("".join(f"{line}\n" for line in lines).encode())
             produce.stdin.flush()
