@@ -42,16 +42,20 @@ def access_view(client: Client, topic: str) -> AccessView:
 
 
 def wait_for_access(
-    client: Client, topic: str, check: Callable[[AccessView], bool], what: str
+    client: Client,
+    topic: str,
+    check: Callable[[AccessView], bool],
+    what: str,
+    timeout_s: float = STEP_S,
 ) -> AccessView:
-    """Poll the topic's access until check() holds; fail after STEP_S saying `what`."""
-    deadline = time.monotonic() + STEP_S
+    """Poll the topic's access until check() holds; fail after timeout_s saying `what`."""
+    deadline = time.monotonic() + timeout_s
     while True:
         view = access_view(client, topic)
         if check(view):
             return view
         if time.monotonic() > deadline:
-            raise AssertionError(f"not within {STEP_S}s: {what}; last seen {view}")
+            raise AssertionError(f"not within {timeout_s}s: {what}; last seen {view}")
         time.sleep(0.02)
 
 

@@ -48,7 +48,7 @@ from broker.core.exclusive import Access, Mode
 from broker.errors import BrokerError, ErrorCode
 from broker.limits import DEFAULT_LIMITS
 from broker.producer import Producer, ProducerFenced
-from broker.protocol.messages import Op, Reply
+from broker.protocol.messages import Op, Reply, Request
 from broker.types import NewRecord, Record
 
 TOPIC = "control"
@@ -414,6 +414,30 @@ def test_a_served_session_that_misses_its_heartbeats_loses_exclusive_access(
             # The silent session sends nothing more: the server ends it, the waiter goes.
             assert waiter.promoted().epoch == 2
             silent.until_closed()
+
+
+def test_a_served_waiter_that_disconnects_leaves_the_queue(data_dir: Path) -> None:
+    """Its connection closes while its wait (60 s here) is far from over: it is detached
+    then, not when the wait ends, and the next waiter is the one promoted."""
+    with served(data_dir) as server, connect(server.address) as client:
+        client.create_topic(TOPIC)
+        holder = exclusive(client, "holder")
+        with RawSession(server.address) as gone:
+            gone.hello()
+            args = {"topic": TOPIC, "access": "wait-exclusive", "name": "gone", "wait_ms": 60_000}
+            gone.sock.sendall(gone.frames.send(Request(99, Op.ATTACH, args)))  # no reply yet
+            wait_for_access(client, TOPIC, lambda v: v.waiting == ("gone",), "gone waits")
+        waiter = Waiter(connect(server.address), TOPIC, "next")
+        try:
+            wait_for_access(
+                client, TOPIC, lambda v: v.waiting == ("next",), "only next waits", timeout_s=5
+            )
+            holder.close()
+            assert waiter.promoted().epoch == 2
+        finally:
+            holder.close()  # closing twice is harmless
+            waiter.join()
+            waiter.client.close()
 
 
 # the compacted read ---------------------------------------------------------------------

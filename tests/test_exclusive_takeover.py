@@ -253,6 +253,26 @@ def test_a_paused_exclusive_producer_never_lands_a_record_after_the_next_epoch(
         assert access_view(client, TOPIC).epoch == 1 + TAKEOVERS
 
 
+def test_a_killed_holder_is_detached_at_once_and_the_waiter_promoted(
+    target: tuple[str, str],
+) -> None:
+    """kill -9: no goodbye, no heartbeat; embedded the process is gone, served the
+    connection is. Neither waits for the session timeout to run out."""
+    kind, url = target
+    chain = Chain(kind, url)
+    with contextlib.closing(chain), connect(url, durability="normal") as client:
+        client.create_topic(TOPIC)
+        holder = chain.start("killed", access="exclusive")
+        assert holder.until("elected") and holder.acks(2)
+        waiter = chain.start("next")
+        wait_until_waiting(client, waiter.name)
+        holder.process.kill()
+        assert waiter.until("elected") and waiter.epoch == 2
+        assert waiter.acks(2)
+    with connect(url, durability="normal") as client:
+        check_log(client, chain.writers)
+
+
 def test_a_paused_holder_is_fenced_after_a_new_exclusive_producer_took_over(
     target: tuple[str, str],
 ) -> None:
