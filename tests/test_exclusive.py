@@ -14,8 +14,8 @@ record of every key.
 A producer "loses its session" without doing anything itself: served, the server ends
 its connection (what it does to a session that missed its heartbeats); embedded, its
 client runs on a LaggingClock that falls behind by more than the session timeout, so
-everyone else sees its heartbeats as too old, exactly as if its process had stopped. A served
-raw socket that attaches and then says nothing misses its heartbeats for real.
+everyone else sees its heartbeats as too old, exactly as if its process had stopped.
+Served, a raw socket that attaches and then says nothing misses its heartbeats for real.
 """
 
 from __future__ import annotations

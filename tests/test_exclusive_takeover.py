@@ -10,6 +10,10 @@ it runs again, so the waiter cannot be promoted: then the writer is resumed for 
 record and paused again. A writer may also lose its session before it is paused (a late
 heartbeat on a busy machine): the takeover then happens early, which the rules allow; the
 log must hold the same guarantees either way.
+
+Also: a holder killed with SIGKILL is detached at once (no session timeout to wait for),
+and a paused holder whose session ended is fenced when a new producer took plain
+Exclusive access instead of a waiter being promoted.
 """
 
 from __future__ import annotations
