@@ -985,6 +985,8 @@ class ProducerModel(RuleBasedStateMachine):
         else:
             assert len(rows) == min(len(self.state), self.ids_max)
             assert set(rows) <= every, sorted(set(rows) - every)
+            if len(self.state) <= self.ids_max:  # nothing was ever evicted
+                assert status.producer_evictions == 0
 
     @invariant()
     def end_offsets_match(self) -> None:
