@@ -38,7 +38,7 @@ from broker.limits import DEFAULT_LIMITS
 from broker.producer import Producer
 
 TOPIC = "control"
-TAKEOVERS = 4
+TAKEOVERS = 3
 SESSION_TIMEOUT_MS = {"embedded": 1500, "served": 1000}
 FENCED_EXIT = 3
 PAUSE_ATTEMPTS = 4  # embedded: a writer paused holding the write lock is paused again
