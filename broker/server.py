@@ -264,28 +264,36 @@ class Server:
         self._connection_tasks.add(task)
         replies: asyncio.Queue[_Pending | None] = asyncio.Queue(self.limits.inflight_requests_max)
         sender = asyncio.create_task(self._send_replies(replies, writer))
+        peer_gone = False  # True: the peer closed or dropped; nobody reads replies
         try:
-            await self._read_requests(session, reader, replies)
+            peer_gone = await self._read_requests(session, reader, replies)
         except BrokerError as error:  # malformed input or failed authentication
             log.info("session %s (%s): %s", session.session_id, session.peer, error.message)
             await replies.put((0, Op.NONE, _failed(error)))
         except asyncio.CancelledError:
             pass  # stopping: answer what was read, then close
         except (ConnectionError, OSError):
-            pass
+            peer_gone = True
         finally:
+            if peer_gone:
+                # Nobody will read the replies: end the session first, so what it holds
+                # (a place in a wait-exclusive queue, claims) is released now, not when
+                # its slowest request would have finished.
+                await self._end_session(session)
             with contextlib.suppress(asyncio.CancelledError):
                 await replies.put(None)
                 await sender
             self._connection_tasks.discard(task)
-            await self._end_session(session)
+            if not peer_gone:
+                await self._end_session(session)
 
     async def _read_requests(
         self,
         session: Session,
         reader: asyncio.StreamReader,
         replies: asyncio.Queue[_Pending | None],
-    ) -> None:
+    ) -> bool:
+        """Read and start requests until the peer closes (True) or says GOODBYE (False)."""
         frames = FrameConnection(self.limits.frame_bytes_max)
         loop = asyncio.get_running_loop()
         while True:
@@ -296,14 +304,14 @@ class Server:
                 if isinstance(message, Sentinel):
                     if message is NEED_DATA:
                         break
-                    return  # closed cleanly
+                    return True  # the peer closed its side
                 if not isinstance(message, Request):
                     raise ProtocolError("a client sends requests only")
                 session.last_seen = loop.time()
                 future = self._start(session, message)
                 await replies.put((message.request_id, message.op, future))
                 if message.op is Op.GOODBYE:
-                    return
+                    return False
             if frames.buffered_bytes > self.limits.connection_buffer_bytes_max:
                 raise ProtocolError("connection buffer limit exceeded")
 

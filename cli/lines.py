@@ -7,6 +7,8 @@ batches; `tail -f` piped in is sent line by line as it comes.
 
 from __future__ import annotations
 
+import io
+import os
 import queue
 import threading
 from collections.abc import Iterator
@@ -14,11 +16,27 @@ from typing import BinaryIO
 
 _EOF = b""
 _QUEUE_LINES_MAX = 10_000
+_CHUNK_BYTES = 64 * 1024
 
 
 def _pump(stream: BinaryIO, lines: queue.Queue[bytes]) -> None:
-    for line in stream:
-        lines.put(line)
+    try:
+        fd: int | None = stream.fileno()
+    except (OSError, ValueError, io.UnsupportedOperation):
+        fd = None
+    if fd is None:  # not a real file (tests feed a BytesIO)
+        for line in stream:
+            lines.put(line)
+    else:
+        # os.read, not the buffered stream: a reader blocked in it holds no lock, so the
+        # process can still exit cleanly while stdin stays open (`tail -f | fencelog ...`).
+        pending = b""
+        while chunk := os.read(fd, _CHUNK_BYTES):
+            *complete, pending = (pending + chunk).split(b"\n")
+            for line in complete:
+                lines.put(line + b"\n")
+        if pending:
+            lines.put(pending)
     lines.put(_EOF)
 
 

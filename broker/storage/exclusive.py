@@ -38,9 +38,17 @@ def insert(
     epoch: int,
     now_ms: int,
 ) -> int:
-    cursor = conn.execute(Q["attachment_insert"], (topic_id, session_id, name, mode, epoch, now_ms))
-    assert cursor.lastrowid is not None
-    return cursor.lastrowid
+    # Attachment ids are never reused: a write carries only its attachment id, so a
+    # detached producer's id must never come to name its successor.
+    newest = conn.execute(Q["attachment_id_max"]).fetchone()[0]
+    retired = conn.execute(Q["counter_get"], ("next_attachment_id",)).fetchone()
+    attachment_id = max(int(newest) + 1, int(retired[0]) if retired else 1)
+    conn.execute(
+        Q["attachment_insert_with_id"],
+        (attachment_id, topic_id, session_id, name, mode, epoch, now_ms),
+    )
+    conn.execute(Q["counter_put"], ("next_attachment_id", attachment_id + 1))
+    return attachment_id
 
 
 def update(conn: sqlite3.Connection, attachment_id: int, mode: str, epoch: int) -> None:

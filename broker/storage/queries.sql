@@ -226,3 +226,11 @@ INSERT INTO topics (topic_id, name, partitions, created_ms, owner_group) VALUES 
 
 -- name: topic_id_max
 SELECT coalesce(max(topic_id), 0) FROM topics;
+
+-- name: attachment_id_max
+SELECT coalesce(max(attachment_id), 0) FROM producer_attachments;
+
+-- name: attachment_insert_with_id
+INSERT INTO producer_attachments (attachment_id, topic_id, session_id, name, mode, epoch,
+                                  attached_ms)
+VALUES (?, ?, ?, ?, ?, ?, ?);
