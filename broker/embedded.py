@@ -81,6 +81,7 @@ class EmbeddedTransport:
         self.backup = engine.backup
         self.topic_access = engine.topic_access
         self.read_compacted = engine.read_compacted
+        self.broker_now_ms = engine.clock
 
     # records ------------------------------------------------------------------------
 

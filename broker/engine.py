@@ -359,6 +359,8 @@ class Engine:
                 producer_store.commit_offset(
                     conn, group, row.topic_id, partition, offset, producer_state, now_ms
                 )
+            if producer_state is not None:
+                producer_store.set_group_state(conn, group, row.topic_id, producer_state)
 
     def committed_offsets(self, group: str, topic: str) -> list[producer_store.OffsetRow]:
         ownership_rules.check_name("consumer group", group)

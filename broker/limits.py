@@ -57,6 +57,7 @@ CLIENT_LIMIT_NAMES = (
     "frame_bytes_max",
     "session_timeout_ms",
     "fetch_wait_ms_max",
+    "pid_lease_ms",
 )
 
 

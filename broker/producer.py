@@ -111,11 +111,19 @@ class ProducerFenced(BrokerError):
 class _Partition:
     """One partition's numbering: the lease and the next sequence to hand out."""
 
-    def __init__(self, lease: Lease, next_sequence: int) -> None:
+    def __init__(self, lease: Lease, next_sequence: int, renew_before_ms: int) -> None:
         self.lease = lease
+        self.received = time.monotonic()
+        # Renew renew_before_ms before the end, or a tenth of the lease, if that is less.
+        margin_ms = min(renew_before_ms, (lease.expire_ms - lease.now_ms) // 10)
+        self.renew_at_ms = lease.expire_ms - margin_ms
         self.next_sequence = next_sequence
         self.acknowledged = next_sequence - 1
         self.failed: BrokerError | None = None
+
+    def broker_now_ms(self) -> int:
+        """The broker's clock, estimated from its answer to the lease and time since."""
+        return self.lease.now_ms + int((time.monotonic() - self.received) * 1000)
 
     def fields(self, count: int) -> ProducerFields:
         first = self.next_sequence
@@ -376,16 +384,16 @@ class Producer:
             while queue and len(inflight) < self.max_in_flight:
                 batch = queue.popleft()
                 try:
-                    state = (
-                        await asyncio.to_thread(self._partition_for, partition)
-                        if (self._needs_lease(partition) and not inflight)
-                        else self._partition_for(partition)
-                    )
+                    if self._needs_lease(partition) and not inflight:
+                        state = await asyncio.to_thread(self._partition_for, partition)
+                    else:
+                        state = self._partition_for(partition, may_lease=False)
                 except BrokerError as error:
                     self._fail(partition, batch, error)
                     continue
                 batch.fields = state.fields(len(batch.records)) if self.idempotent else NO_PRODUCER
                 batch.attempt = asyncio.ensure_future(send(batch.records, batch.fields))
+                batch.attempt.add_done_callback(_retrieved)
                 inflight.append(batch)
             if not inflight:
                 continue
@@ -493,26 +501,37 @@ class Producer:
         state = self._partitions.get(partition)
         if state is None:
             return self.idempotent
-        return self.idempotent and _now_ms() >= state.lease.expire_ms - self.renew_before_ms
+        clock = getattr(self.client._transport, "broker_now_ms", None)  # embedded: exact
+        now_ms = clock() if clock is not None else state.broker_now_ms()
+        return self.idempotent and now_ms >= state.renew_at_ms
 
-    def _partition_for(self, partition: int) -> _Partition:
+    def _partition_for(self, partition: int, *, may_lease: bool = True) -> _Partition:
+        """The partition's numbering; a new pid when due and allowed (never with batches
+        of the old pid still in flight: they keep its sequences)."""
         state = self._partitions.get(partition)
-        if self.idempotent and (state is None or self._needs_lease(partition)):
-            state = _Partition(self.client.lease_pid(self.topic, partition), 1)
+        if self.idempotent and may_lease and (state is None or self._needs_lease(partition)):
+            lease = self.client.lease_pid(self.topic, partition)
+            state = _Partition(lease, 1, self.renew_before_ms)
             self._partitions[partition] = state
-        assert state is not None or not self.idempotent
-        return state or _Partition(Lease(0, 0, 0, 0), 1)
+        if state is None:
+            assert not self.idempotent
+            return _Partition(Lease(0, 0, 0, 0, 0), 1, 0)
+        return state
 
     def _resume(self, partition: int, saved: PartitionState) -> None:
         lease = self.client.lease_pid(self.topic, partition, saved.producer_id)
         # One generation above the broker's: the instance this state came from is fenced
         # from our first new record on; replays of what it wrote answer as duplicates.
-        resumed = Lease(lease.producer_id, lease.generation + 1, saved.sequence, lease.expire_ms)
-        self._partitions[partition] = _Partition(resumed, saved.sequence + 1)
+        resumed = Lease(
+            lease.producer_id, lease.generation + 1, saved.sequence, lease.expire_ms, lease.now_ms
+        )
+        self._partitions[partition] = _Partition(resumed, saved.sequence + 1, self.renew_before_ms)
 
 
-def _now_ms() -> int:
-    return time.time_ns() // 1_000_000
+def _retrieved(attempt: asyncio.Future[list[AppendResult]]) -> None:
+    """An attempt's outcome is read by the pump, or dropped once its batch failed."""
+    if not attempt.cancelled():
+        attempt.exception()
 
 
 def wait_all(

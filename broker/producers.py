@@ -45,6 +45,7 @@ class Lease:
     generation: int
     sequence: int  # the high-water mark: the next record carries sequence + 1
     expire_ms: int
+    now_ms: int = 0  # the broker's clock when it answered: expiry is judged against it
 
 
 class ProducerTable:
@@ -125,7 +126,8 @@ class ProducerTable:
     ) -> Lease:
         if pid is None:
             generation = random.randrange(1, _GENERATION_START_MAX)  # noqa: S311 - not secret
-            return Lease(self.new_pid(conn), generation, 0, now_ms + self.limits.pid_lease_ms)
+            lease_end = now_ms + self.limits.pid_lease_ms
+            return Lease(self.new_pid(conn), generation, 0, lease_end, now_ms)
         entry = staged.get((topic_id, partition, pid))
         if entry is None:  # evicted from memory? the batch headers still know it
             found = store.entry_from_headers(conn, topic_id, partition, pid)
@@ -153,7 +155,7 @@ class ProducerTable:
                 expired_ms=expire_ms,
                 hint="lease a new pid",
             )
-        return Lease(pid, entry.generation, entry.high_water_sequence, expire_ms)
+        return Lease(pid, entry.generation, entry.high_water_sequence, expire_ms, now_ms)
 
     # changes --------------------------------------------------------------------------
 

@@ -304,11 +304,14 @@ def lease_to_wire(lease: Lease) -> dict[str, int]:
         "generation": lease.generation,
         "sequence": lease.sequence,
         "expire_ms": lease.expire_ms,
+        "now_ms": lease.now_ms,
     }
 
 
 def lease_from_wire(wire: dict[str, Any]) -> Lease:
-    return Lease(wire["pid"], wire["generation"], wire["sequence"], wire["expire_ms"])
+    return Lease(
+        wire["pid"], wire["generation"], wire["sequence"], wire["expire_ms"], wire["now_ms"]
+    )
 
 
 def entries_to_wire(entries: Sequence[tuple[int, ProducerEntry]]) -> list[tuple[int, ...]]:

@@ -133,3 +133,10 @@ def entry_from_headers(
         return None
     last = conn.execute(Q["batch_last_of_producer"], (topic_id, partition, producer_id)).fetchone()
     return int(last[0]), int(last[1]), int(first[1]), int(last[2])
+
+
+def set_group_state(
+    conn: sqlite3.Connection, group: str, topic_id: int, producer_state: bytes
+) -> None:
+    """The producer state belongs to the (group, topic): the newest one on every row."""
+    conn.execute(Q["offsets_state_put"], (producer_state, group, topic_id))

@@ -234,3 +234,6 @@ SELECT coalesce(max(attachment_id), 0) FROM producer_attachments;
 INSERT INTO producer_attachments (attachment_id, topic_id, session_id, name, mode, epoch,
                                   attached_ms)
 VALUES (?, ?, ?, ?, ?, ?, ?);
+
+-- name: offsets_state_put
+UPDATE consumer_offsets SET producer_state = ? WHERE group_name = ? AND topic_id = ?;
