@@ -155,7 +155,9 @@ def test_lease_pid_of_an_existing_pid_answers_its_state_on_that_partition(
     clock.advance(700)
     send(engine, lease, 4, ["d"], generation=lease.generation + 1)
     again = engine.lease_pid(TOPIC, 0, lease.producer_id)
-    assert again == Lease(lease.producer_id, lease.generation + 1, 4, first_ms + LEASE_MS)
+    assert again == Lease(
+        lease.producer_id, lease.generation + 1, 4, first_ms + LEASE_MS, now_ms=clock.now_ms
+    )
     with pytest.raises(BrokerError) as raised:
         engine.lease_pid(TOPIC, 1, lease.producer_id)  # it never wrote to partition 1
     assert raised.value.code is ErrorCode.PID_EXPIRED
@@ -783,6 +785,7 @@ class ProducerModel(RuleBasedStateMachine):
         assert lease.producer_id not in self.leased and lease.producer_id >= 1
         assert lease.sequence == 0
         assert lease.expire_ms == self.clock.now_ms + MODEL_LEASE_MS
+        assert lease.now_ms == self.clock.now_ms
         self.leased[lease.producer_id] = lease.generation
 
     @rule(data=st.data(), partition=st.integers(0, PARTITIONS - 1))
@@ -795,7 +798,8 @@ class ProducerModel(RuleBasedStateMachine):
             expected = ErrorCode.PID_EXPIRED
         else:
             expire_ms = entry.first_ms + MODEL_LEASE_MS
-            expected = Lease(pid, entry.generation, entry.high_water, expire_ms)
+            now_ms = self.clock.now_ms  # a lease also answers the broker's clock
+            expected = Lease(pid, entry.generation, entry.high_water, expire_ms, now_ms)
         try:
             got: Lease | ErrorCode = self.engine.lease_pid(TOPIC, partition, pid)
         except BrokerError as error:
