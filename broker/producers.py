@@ -8,14 +8,17 @@ sequence, derived from the log's batch headers only.
   what other processes sharing the data directory appended.
 - Changes are staged (`Staged`) during the transaction, per request with savepoints,
   and reach the table only after COMMIT returns.
-- At most producer_ids_max entries are kept; the oldest goes first, and every eviction
-  is counted (fencelog status shows it).
+- At most producer_ids_max entries are kept in memory; the one that entered first goes
+  first, and every eviction is counted (fencelog status shows it). Eviction bounds
+  memory, not what the broker knows: an evicted pid is rebuilt from its batch headers.
 - A snapshot stores the table with its offset vector; losing every snapshot costs only
   replay time.
 """
 
 from __future__ import annotations
 
+import heapq
+import itertools
 import random
 import sqlite3
 from collections import OrderedDict
@@ -34,6 +37,7 @@ from broker.storage.producers import BatchHeader
 
 Key = tuple[int, int, int]  # topic_id, partition, producer_id
 Part = tuple[int, int]  # topic_id, partition
+_Mark = tuple[dict[Key, ProducerEntry], dict[Key, int], dict[Part, int], int]
 PID_COUNTER = "next_producer_id"
 PID_WRAP = 1 << 31
 _GENERATION_START_MAX = 1 << 20
@@ -52,6 +56,11 @@ class ProducerTable:
     def __init__(self, limits: Limits) -> None:
         self.limits = limits
         self.entries: OrderedDict[Key, ProducerEntry] = OrderedDict()
+        # Eviction takes the pid that entered the table first (first seen, or back after
+        # an eviction): (entered ms, key) in a heap whose stale items are skipped.
+        self._last_ms: dict[Key, int] = {}
+        self._by_age: list[tuple[int, int, Key]] = []  # (entered ms, order, key)
+        self._order = itertools.count()
         self.replayed: dict[Part, int] = {}
         self.evictions = 0
         self.records_since_snapshot = 0
@@ -71,6 +80,10 @@ class ProducerTable:
             ((t, p, e[0]), ProducerEntry(*e)) for t, p, e in decoded["entries"]
         )
         self.replayed = {(t, p): offset for t, p, offset in decoded["replayed"]}
+        last = {(t, p, pid): ms for t, p, pid, ms in decoded.get("last_ms", ())}
+        self._last_ms = {k: last.get(k, e.first_record_ms) for k, e in self.entries.items()}
+        self._by_age = [(ms, next(self._order), k) for k, ms in self._last_ms.items()]
+        heapq.heapify(self._by_age)
         self.evictions = int(decoded["evictions"])
         return snapshot_id
 
@@ -93,6 +106,7 @@ class ProducerTable:
                 ],
                 "replayed": [(t, p, o) for (t, p), o in self.replayed.items()],
                 "evictions": self.evictions,
+                "last_ms": [(*key, ms) for key, ms in self._last_ms.items()],
             }
         )
         return body
@@ -164,17 +178,34 @@ class ProducerTable:
 
     def _commit(self, staged: Staged) -> None:
         for key, entry in staged.changes.items():
+            if key not in self.entries:  # enters the table now (first seen, or came back)
+                entered_ms = staged.last_ms.get(key, entry.first_record_ms)
+                self._last_ms[key] = entered_ms
+                heapq.heappush(self._by_age, (entered_ms, next(self._order), key))
             self.entries[key] = entry
         self.replayed.update(staged.replayed)
         self.records_since_snapshot += staged.appended_records
         while len(self.entries) > self.limits.producer_ids_max:
-            self.entries.popitem(last=False)
-            self.evictions += 1
+            self._evict_oldest()
+
+    def _evict_oldest(self) -> None:
+        """Out goes the pid that entered the table first, whatever order it was seen in."""
+        while self._by_age:
+            last_ms, _, key = heapq.heappop(self._by_age)
+            if key in self.entries and self._last_ms.get(key) == last_ms:
+                del self.entries[key]
+                del self._last_ms[key]
+                self.evictions += 1
+                return
+        key, _ = self.entries.popitem(last=False)  # the heap never runs dry first
+        self._last_ms.pop(key, None)
+        self.evictions += 1
 
     def retain_topics(self, topic_ids: set[int]) -> None:
         """Forget the producers of topics that no longer exist (ids are never reused)."""
         for key in [k for k in self.entries if k[0] not in topic_ids]:
             del self.entries[key]
+            self._last_ms.pop(key, None)
         for part in [p for p in self.replayed if p[0] not in topic_ids]:
             del self.replayed[part]
 
@@ -190,6 +221,7 @@ class Staged:
     def __init__(self, table: ProducerTable) -> None:
         self.table = table
         self.changes: dict[Key, ProducerEntry] = {}
+        self.last_ms: dict[Key, int] = {}
         self.replayed: dict[Part, int] = {}
         self.appended_records = 0
 
@@ -202,22 +234,30 @@ class Staged:
         start = self.replayed.get(part, self.table.replayed.get(part, 0))
         if start < end:
             for header in store.batches_after(conn, topic_id, partition, start):
-                self._apply(topic_id, partition, header)
+                self._apply(conn, topic_id, partition, header)
         self.replayed[part] = max(start, end)
 
-    def _apply(self, topic_id: int, partition: int, header: BatchHeader) -> None:
+    def _apply(
+        self, conn: sqlite3.Connection, topic_id: int, partition: int, header: BatchHeader
+    ) -> None:
         key = (topic_id, partition, header.producer_id)
         count = header.last_sequence - header.first_sequence + 1
         batch = Batch(header.producer_id, header.generation, header.first_sequence, count)
-        self.changes[key] = after_append(
-            self.get(key), batch, header.append_ms, header.base_offset + count - 1
-        )
+        entry = self.get(key)
+        first_ms = header.append_ms
+        if entry is None:  # new here, or evicted earlier: its lease began at its first record
+            first_ms = (
+                store.first_append_ms(conn, topic_id, partition, header.producer_id) or first_ms
+            )
+        self.changes[key] = after_append(entry, batch, first_ms, header.base_offset + count - 1)
+        if key not in self.table.entries:
+            self.last_ms.setdefault(key, header.append_ms)  # when it enters the table
 
     def appended(
         self, conn: sqlite3.Connection, topic_id: int, partition: int, header: BatchHeader
     ) -> None:
         store.insert_batch(conn, topic_id, partition, header)
-        self._apply(topic_id, partition, header)
+        self._apply(conn, topic_id, partition, header)
         count = header.last_sequence - header.first_sequence + 1
         self.replayed[(topic_id, partition)] = header.base_offset + count
         self.appended_records += count
@@ -229,11 +269,12 @@ class Staged:
         if self.replayed.get(part, self.table.replayed.get(part, 0)) == base_offset:
             self.replayed[part] = end
 
-    def mark(self) -> tuple[dict[Key, ProducerEntry], dict[Part, int], int]:
-        return dict(self.changes), dict(self.replayed), self.appended_records
+    def mark(self) -> _Mark:
+        return dict(self.changes), dict(self.last_ms), dict(self.replayed), self.appended_records
 
-    def restore(self, mark: tuple[dict[Key, ProducerEntry], dict[Part, int], int]) -> None:
-        self.changes, self.replayed, self.appended_records = (dict(mark[0]), dict(mark[1]), mark[2])
+    def restore(self, mark: _Mark) -> None:
+        self.changes, self.last_ms = dict(mark[0]), dict(mark[1])
+        self.replayed, self.appended_records = dict(mark[2]), mark[3]
 
     def commit(self) -> None:
         self.table._commit(self)

@@ -140,3 +140,11 @@ def set_group_state(
 ) -> None:
     """The producer state belongs to the (group, topic): the newest one on every row."""
     conn.execute(Q["offsets_state_put"], (producer_state, group, topic_id))
+
+
+def first_append_ms(
+    conn: sqlite3.Connection, topic_id: int, partition: int, producer_id: int
+) -> int | None:
+    """When a pid's first record on a partition was appended: its lease starts there."""
+    row = conn.execute(Q["batch_first_append_ms"], (topic_id, partition, producer_id)).fetchone()
+    return None if row is None else int(row[0])

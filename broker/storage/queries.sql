@@ -237,3 +237,8 @@ VALUES (?, ?, ?, ?, ?, ?, ?);
 
 -- name: offsets_state_put
 UPDATE consumer_offsets SET producer_state = ? WHERE group_name = ? AND topic_id = ?;
+
+-- name: batch_first_append_ms
+SELECT append_ms FROM producer_batches
+WHERE topic_id = ? AND partition = ? AND producer_id = ?
+ORDER BY first_sequence LIMIT 1;
