@@ -381,7 +381,12 @@ class Producer:
         inflight: collections.deque[_Batch] = collections.deque()
         send = self._async_send()
         while inflight or not self._pump_may_exit(partition, queue):
-            while queue and len(inflight) < self.max_in_flight:
+            while (
+                queue
+                and len(inflight) < self.max_in_flight
+                # renewal due: let the old pid's batches finish, then lease a new one
+                and not (inflight and self._needs_lease(partition))
+            ):
                 batch = queue.popleft()
                 try:
                     if self._needs_lease(partition) and not inflight:
