@@ -38,7 +38,7 @@ import secrets
 import socket
 import threading
 import time
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Final
 
@@ -119,7 +119,6 @@ class _Partition:
         self.renew_at_ms = lease.expire_ms - margin_ms
         self.next_sequence = next_sequence
         self.acknowledged = next_sequence - 1
-        self.failed: BrokerError | None = None
 
     def broker_now_ms(self) -> int:
         """The broker's clock, estimated from its answer to the lease and time since."""
@@ -537,9 +536,3 @@ def _retrieved(attempt: asyncio.Future[list[AppendResult]]) -> None:
     """An attempt's outcome is read by the pump, or dropped once its batch failed."""
     if not attempt.cancelled():
         attempt.exception()
-
-
-def wait_all(
-    futures: Sequence[concurrent.futures.Future[list[AppendResult]]],
-) -> list[list[AppendResult]]:
-    return [future.result() for future in futures]

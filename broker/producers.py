@@ -24,7 +24,6 @@ import sqlite3
 from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any
 
 import msgpack
 
@@ -301,14 +300,3 @@ def write_snapshot(
         )
     table.records_since_snapshot = 0
     return snapshot_id
-
-
-def describe_entry(entry: ProducerEntry, lease_ms: int) -> dict[str, Any]:
-    return {
-        "producer_id": entry.producer_id,
-        "generation": entry.generation,
-        "sequence": entry.high_water_sequence,
-        "last_offset": entry.last_offset,
-        "first_record_ms": entry.first_record_ms,
-        "expire_ms": entry.expires_ms(lease_ms),
-    }

@@ -49,7 +49,8 @@ def create(
             out.line(f"producer snapshot {snapshot_id}")
         return
     target = out_file.resolve()
-    total = client.status().database_bytes + client.status().wal_bytes
+    sizes = client.status()
+    total = sizes.database_bytes + sizes.wal_bytes
     size = _with_growth_bar(lambda: client.backup(target), target, total)
     if as_json:
         out.json({"file": str(target), "bytes": size})

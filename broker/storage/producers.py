@@ -68,10 +68,6 @@ def offset_of_sequence(
     return None if row is None else int(row[0]) + sequence - int(row[1])
 
 
-def delete_producer(conn: sqlite3.Connection, topic_id: int, partition: int, pid: int) -> None:
-    conn.execute(Q["batches_delete_producer"], (topic_id, partition, pid))
-
-
 def counter(conn: sqlite3.Connection, name: str) -> int:
     row = conn.execute(Q["counter_get"], (name,)).fetchone()
     return 0 if row is None else int(row[0])
@@ -126,20 +122,11 @@ def entry_from_headers(
 ) -> tuple[int, int, int, int] | None:
     """(generation, last sequence, first append_ms, last offset) of a pid on a partition,
     from its batch headers alone, or None if it never wrote there."""
-    first = conn.execute(
-        Q["batch_first_of_producer"], (topic_id, partition, producer_id)
-    ).fetchone()
-    if first is None:
+    first_ms = first_append_ms(conn, topic_id, partition, producer_id)
+    if first_ms is None:
         return None
     last = conn.execute(Q["batch_last_of_producer"], (topic_id, partition, producer_id)).fetchone()
-    return int(last[0]), int(last[1]), int(first[1]), int(last[2])
-
-
-def set_group_state(
-    conn: sqlite3.Connection, group: str, topic_id: int, producer_state: bytes
-) -> None:
-    """The producer state belongs to the (group, topic): the newest one on every row."""
-    conn.execute(Q["offsets_state_put"], (producer_state, group, topic_id))
+    return int(last[0]), int(last[1]), first_ms, int(last[2])
 
 
 def first_append_ms(
@@ -148,3 +135,10 @@ def first_append_ms(
     """When a pid's first record on a partition was appended: its lease starts there."""
     row = conn.execute(Q["batch_first_append_ms"], (topic_id, partition, producer_id)).fetchone()
     return None if row is None else int(row[0])
+
+
+def set_group_state(
+    conn: sqlite3.Connection, group: str, topic_id: int, producer_state: bytes
+) -> None:
+    """The producer state belongs to the (group, topic): the newest one on every row."""
+    conn.execute(Q["offsets_state_put"], (producer_state, group, topic_id))

@@ -1,9 +1,6 @@
 -- Named queries. Each block starts with `-- name: NAME`; storage/queries.py loads them.
 -- Logic never assembles SQL: it picks a query here by name and binds parameters.
 
--- name: topic_insert
-INSERT INTO topics (name, partitions, created_ms, owner_group) VALUES (?, ?, ?, ?);
-
 -- name: partition_insert
 INSERT INTO partitions (topic_id, partition) VALUES (?, ?);
 
@@ -115,9 +112,6 @@ WHERE topic_id = ? AND partition = ? AND producer_id = ? AND first_sequence <= ?
 ORDER BY first_sequence DESC
 LIMIT 1;
 
--- name: batches_delete_producer
-DELETE FROM producer_batches WHERE topic_id = ? AND partition = ? AND producer_id = ?;
-
 -- name: batches_delete_topic
 DELETE FROM producer_batches WHERE topic_id = ?;
 
@@ -180,10 +174,6 @@ WHERE topic_id = ? ORDER BY attachment_id;
 SELECT topic_id, session_id, name, mode, epoch FROM producer_attachments
 WHERE attachment_id = ?;
 
--- name: attachment_insert
-INSERT INTO producer_attachments (topic_id, session_id, name, mode, epoch, attached_ms)
-VALUES (?, ?, ?, ?, ?, ?);
-
 -- name: attachment_update
 UPDATE producer_attachments SET mode = ?, epoch = ? WHERE attachment_id = ?;
 
@@ -205,15 +195,6 @@ WHERE topic_id = ?2 AND partition = ?3 AND offset IN (
     WHERE topic_id = ?2 AND partition = ?3 AND key IS NOT NULL
     GROUP BY key)
 ORDER BY offset;
-
--- name: batches_of_producer_bounds
-SELECT min(first_sequence), max(last_sequence), count(*) FROM producer_batches
-WHERE topic_id = ? AND partition = ? AND producer_id = ?;
-
--- name: batch_first_of_producer
-SELECT generation, append_ms FROM producer_batches
-WHERE topic_id = ? AND partition = ? AND producer_id = ?
-ORDER BY first_sequence LIMIT 1;
 
 -- name: batch_last_of_producer
 SELECT generation, last_sequence, base_offset + last_sequence - first_sequence
