@@ -9,17 +9,16 @@ always stopped by the test that started them (SIGTERM, then SIGKILL).
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import signal
 import socket
-import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
+import servers
 from helpers import Process, fencelog_script, user_env
 
 from broker.client import Client
@@ -61,62 +60,16 @@ def tool_env(**extra: str) -> dict[str, str]:
     return env
 
 
-class ServeProcess:
-    """A real `fencelog --broker DIR serve` on 127.0.0.1, port 0, no unix socket."""
-
-    def __init__(self, data_dir: Path, *, session_timeout: str = "15s") -> None:
-        self.ready_file = data_dir.parent / f"{data_dir.name}.ready.json"
-        self.ready_file.unlink(missing_ok=True)
-        self.process = Process(
-            [
-                fencelog_script(),
-                "--broker",
-                str(data_dir),
-                "serve",
-                "--listen",
-                f"{HOST}:0",
-                "--ready-file",
-                str(self.ready_file),
-                "--no-unix",
-                "--session-timeout",
-                session_timeout,
-            ]
-        )
-        self.url = ""
-
-    def wait_ready(self) -> str:
-        def ready() -> dict[str, Any] | None:
-            if self.process.popen.poll() is not None:
-                raise AssertionError(
-                    f"fencelog serve exited {self.process.popen.returncode}: "
-                    f"{self.process.stderr_text()!r}"
-                )
-            with contextlib.suppress(FileNotFoundError, json.JSONDecodeError):
-                info = json.loads(self.ready_file.read_text())
-                assert isinstance(info, dict)
-                return info
-            return None
-
-        info = wait_until(ready, STEP_TIMEOUT_S, "fencelog serve writes its ready file")
-        self.url = f"tcp://{info['tcp']}"
-        return self.url
-
-    def close(self) -> None:
-        if self.process.popen.poll() is None:
-            self.process.signal(signal.SIGTERM)
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                self.process.popen.wait(timeout=10)
-        self.process.close()
-
-
 @contextlib.contextmanager
 def serving(data_dir: Path, *, session_timeout: str = "15s") -> Iterator[str]:
-    """A served broker on data_dir for the body of a with-block; yields its tcp:// URL."""
-    server = ServeProcess(data_dir, session_timeout=session_timeout)
-    try:
-        yield server.wait_ready()
-    finally:
-        server.close()
+    """A served broker on data_dir for the body of a with-block; yields its tcp:// URL.
+
+    The shared launcher of tests/servers.py, with no unix socket and the given timeout.
+    """
+    ready_file = data_dir.parent / f"{data_dir.name}.ready.json"
+    serve_args = ["--no-unix", "--session-timeout", session_timeout]
+    with servers.serving(data_dir, ready_file, serve_args=serve_args) as server:
+        yield server.address
 
 
 @contextlib.contextmanager
