@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
-from broker.core.exclusive import Mode, parse_access
+from broker.core.exclusive import Mode, parse_access, wait_timeout
 from broker.core.ownership import Fence
 from broker.engine import Engine
 from broker.errors import BrokerError, ErrorCode
@@ -134,12 +134,7 @@ class EmbeddedTransport:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 self.engine.detach_producer(attached.attachment_id)
-                raise BrokerError(
-                    ErrorCode.WAIT_TIMEOUT,
-                    f"no exclusive access to {topic} within {wait_ms} ms",
-                    topic=topic,
-                    hint="the producer left the queue; try again or wait longer",
-                )
+                raise wait_timeout(topic, wait_ms)
             self._wait_for_change(min(remaining, 0.5))
             attached = self.engine.poll_attachment(attached.attachment_id, topic)
         return attached

@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any, Final, TypeVar
 
 from broker import __version__
-from broker.core.exclusive import Mode, parse_access
+from broker.core.exclusive import Mode, parse_access, wait_timeout
 from broker.discovery import SOCKET_FILE, ServerInfo, ServerLock
 from broker.engine import Clock, Engine, ProduceOutcome, ProduceRequest, wall_clock_ms
 from broker.errors import BrokerError, ErrorCode
@@ -592,12 +592,7 @@ class Server:
             if remaining <= 0 or self._stopping.is_set():
                 await self._write(partial(self._writer.detach_producer, attached.attachment_id))
                 self._access_wake(topic)
-                raise BrokerError(
-                    ErrorCode.WAIT_TIMEOUT,
-                    f"no exclusive access to {topic} within {wait_ms} ms",
-                    topic=topic,
-                    hint="the producer left the queue; try again or wait longer",
-                )
+                raise wait_timeout(topic, wait_ms)
             changed = self._access_changed.setdefault(topic, asyncio.Event())
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(changed.wait(), min(remaining, 1.0))

@@ -145,3 +145,13 @@ def busy(why: str) -> BrokerError:
         f"the topic is busy: {why}",
         hint="retry later, or use --access wait-exclusive to queue",
     )
+
+
+def wait_timeout(topic: str, wait_ms: int) -> BrokerError:
+    """A wait-exclusive producer whose wait ended first; it has left the queue."""
+    return BrokerError(
+        ErrorCode.WAIT_TIMEOUT,
+        f"no exclusive access to {topic} within {wait_ms} ms",
+        topic=topic,
+        hint="the producer left the queue; try again or wait longer",
+    )
