@@ -17,6 +17,7 @@ operations (`_Transport`).
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -37,6 +38,7 @@ from broker.producers import Lease
 from broker.storage.database import Durability
 from broker.storage.ownership import AuditRow
 from broker.storage.producers import OffsetRow, SnapshotRow
+from broker.txns import TxnDetail, TxnInfo, TxnMember
 from broker.types import (
     NO_PRODUCER,
     AppendResult,
@@ -50,6 +52,7 @@ from broker.types import (
 
 if TYPE_CHECKING:  # imported when used: a one-shot embedded command needs neither
     from broker.producer import Producer, ProducerState
+    from broker.transaction import Transaction
 
 DEFAULT_BROKER: Final = "./.fencelog"
 Start = int | Literal["beginning", "end"]
@@ -104,6 +107,20 @@ class _Transport(Protocol):
     def detach(self, topic: str, attachment_id: int) -> None: ...
     def topic_access(self, topic: str) -> AccessInfo: ...
     def read_compacted(self, topic: str, partition: int) -> list[Record]: ...
+    def txn_begin(self, group: str, key: str | None, timeout_ms: int | None) -> TxnInfo: ...
+    def txn_join(self, txn_id: int, member: str) -> TxnMember: ...
+    def txn_commit(self, txn_id: int, group: str | None) -> TxnInfo: ...
+    def txn_abort(self, txn_id: int, group: str | None) -> TxnInfo: ...
+    def txn_list(self, include_ended: bool, limit: int) -> list[TxnInfo]: ...
+    def txn_show(self, txn_id: int, records_max: int | None) -> TxnDetail: ...
+    def txn_commit_offsets(
+        self,
+        txn_id: int,
+        group: str,
+        topic: str,
+        offsets: dict[int, int],
+        producer_state: bytes | None,
+    ) -> None: ...
     def close(self) -> None: ...
 
 
@@ -158,14 +175,19 @@ class Client:
         headers: Headers = (),
         producer: ProducerFields = NO_PRODUCER,
         fences: Sequence[Fence] = (),
+        txn: int | None = None,
     ) -> list[AppendResult]:
         """Append values (bytes, str, or NewRecord for per-record keys and partitions).
 
         `key`, `partition` and `headers` apply to every value given as bytes or str.
         Each batch of up to append_records_max records is one atomic append; results come
         back in the order of `values`. `fences` (e.g. `claimed.fence`) must be current,
-        or the append fails with FENCED and nothing is written.
+        or the append fails with FENCED and nothing is written. With `txn` (a transaction
+        id) the records are journaled into that transaction instead: offset -1 each, and
+        no reader sees them until it commits.
         """
+        if txn is not None:
+            producer = dataclasses.replace(producer, txn_id=txn)
         default_key = _as_bytes(key) if key is not None else None
         records = [
             value
@@ -351,11 +373,7 @@ class Client:
         producer: Producer | ProducerState | None = None,
     ) -> None:
         """Store a consumer group's next offsets, with a producer's state to resume."""
-        from broker.producer import Producer
-
-        state = producer.state() if isinstance(producer, Producer) else producer
-        blob = state.to_bytes() if state is not None else None
-        self._transport.commit_offsets(group, topic, dict(offsets), blob)
+        self._transport.commit_offsets(group, topic, dict(offsets), _state_blob(producer))
 
     def committed_offsets(
         self, group: str, topic: str
@@ -373,6 +391,70 @@ class Client:
     def backup(self, path: str | os.PathLike[str]) -> int:
         """Write a consistent one-file copy of the whole broker; its size in bytes."""
         return self._transport.backup(os.fspath(path))
+
+    # transactions -------------------------------------------------------------------
+
+    def transaction(
+        self, group: str, *, key: str | None = None, timeout_ms: int | None = None
+    ) -> Transaction:
+        """Begin a transaction of group; use it in a with-block (commit on exit, abort on
+        an exception). With a key, a transaction already begun under that key (open or
+        committed) is found again instead: `existing` is then True on its info."""
+        from broker.transaction import Transaction
+
+        return Transaction(self, self.txn_begin(group, key=key, timeout_ms=timeout_ms))
+
+    def join_transaction(self, txn_id: int, member: str) -> Transaction:
+        """Write into another process's transaction as a named member. Joining again
+        under the same name (a retried task) discards that member's earlier records."""
+        from broker.transaction import Transaction
+
+        joined = self.txn_join(txn_id, member)
+        info = self.txn_show(txn_id, records_max=0).info
+        return Transaction(self, info, joined, owner=False)
+
+    def txn_begin(
+        self, group: str, *, key: str | None = None, timeout_ms: int | None = None
+    ) -> TxnInfo:
+        """BEGIN in the group's journal; the new (or, with key, found) transaction."""
+        return self._transport.txn_begin(group, key, timeout_ms)
+
+    def txn_join(self, txn_id: int, member: str) -> TxnMember:
+        return self._transport.txn_join(txn_id, member)
+
+    def txn_commit(self, txn_id: int, *, group: str | None = None) -> TxnInfo:
+        """Commit: PREPARE_COMMIT made durable, then every record copied into its log.
+        Committing twice answers the commit again; an aborted one is TXN_ABORTED."""
+        return self._transport.txn_commit(txn_id, group)
+
+    def txn_abort(self, txn_id: int, *, group: str | None = None) -> TxnInfo:
+        return self._transport.txn_abort(txn_id, group)
+
+    def txn_list(self, *, include_ended: bool = False, limit: int = 100) -> list[TxnInfo]:
+        """Open and committing transactions (with include_ended, the newest of all)."""
+        if limit < 0:
+            raise BrokerError(ErrorCode.INVALID_ARGUMENT, f"limit must be >= 0, not {limit}")
+        return self._transport.txn_list(include_ended, limit)
+
+    def txn_show(self, txn_id: int, *, records_max: int | None = None) -> TxnDetail:
+        """A transaction, its journal entries and the records still in its data journals."""
+        if records_max is not None and records_max < 0:
+            raise BrokerError(ErrorCode.INVALID_ARGUMENT, "records_max must be >= 0")
+        return self._transport.txn_show(txn_id, records_max)
+
+    def txn_commit_offsets(
+        self,
+        txn_id: int,
+        group: str,
+        topic: str,
+        offsets: Mapping[int, int],
+        *,
+        producer: Producer | ProducerState | None = None,
+    ) -> None:
+        """Consumer offsets (and a producer's state) that take effect at the commit."""
+        self._transport.txn_commit_offsets(
+            txn_id, group, topic, dict(offsets), _state_blob(producer)
+        )
 
     # ownership ----------------------------------------------------------------------
 
@@ -429,6 +511,15 @@ class Client:
         finally:
             with contextlib.suppress(BrokerError):
                 self.release(group, [c.resource for c in claimed])
+
+
+def _state_blob(producer: Producer | ProducerState | None) -> bytes | None:
+    if producer is None:
+        return None
+    from broker.producer import Producer
+
+    state = producer.state() if isinstance(producer, Producer) else producer
+    return state.to_bytes()
 
 
 def _wait_ms(follow: bool, poll_ms: int, idle_deadline: float | None) -> int:

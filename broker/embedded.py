@@ -82,6 +82,13 @@ class EmbeddedTransport:
         self.topic_access = engine.topic_access
         self.read_compacted = engine.read_compacted
         self.broker_now_ms = engine.clock
+        self.txn_begin = engine.txn_begin
+        self.txn_join = engine.txn_join
+        self.txn_commit = engine.txn_commit
+        self.txn_abort = engine.txn_abort
+        self.txn_list = engine.txn_list
+        self.txn_show = engine.txn_show
+        self.txn_commit_offsets = engine.txn_commit_offsets
 
     # records ------------------------------------------------------------------------
 

@@ -34,6 +34,7 @@ from broker.storage import logs
 from broker.storage import producers as producer_store
 from broker.storage.database import SCHEMA_VERSION, Database, Durability
 from broker.storage.producers import BatchHeader
+from broker.txns import Transactions, TxnDetail, TxnInfo, TxnMember
 from broker.types import (
     NO_PRODUCER,
     AppendResult,
@@ -77,6 +78,8 @@ class Engine:
         self.exclusives = Exclusives(database, self.owners, clock)
         with database.read() as conn:
             self.producers.load(conn)
+        self.txns = Transactions(database, limits, clock, self.producers)
+        self.txns.recover()  # finish every commit a killed broker had prepared
 
     @classmethod
     def open(
@@ -155,6 +158,8 @@ class Engine:
                 conn, ProduceRequest(topic, records, producer, fences, attachment), staged
             )
         staged.commit()
+        if producer.txn_id is not None:
+            self.txns.failpoints.reached("data")
         self._snapshot_when_due()
         return results
 
@@ -180,6 +185,8 @@ class Engine:
                 conn.execute("RELEASE request")
                 outcomes.append(outcome)
         staged.commit()
+        if any(request.producer.txn_id is not None for request in requests):
+            self.txns.failpoints.reached("data")
         self._snapshot_when_due()
         return outcomes
 
@@ -195,6 +202,8 @@ class Engine:
             producer = dataclasses.replace(producer, epoch=epoch)
             request = dataclasses.replace(request, producer=producer)
         now_ms = self.clock()
+        if producer.txn_id is not None:  # into the data journals, not the log
+            return self.txns.journal(conn, row, by_partition, records, producer, now_ms)
         if producer.producer_id:
             return self._produce_idempotent(conn, row, by_partition, request, staged, now_ms)
         results: list[AppendResult] = [_PENDING] * len(records)
@@ -362,6 +371,24 @@ class Engine:
             if producer_state is not None:
                 producer_store.set_group_state(conn, group, row.topic_id, producer_state)
 
+    def txn_commit_offsets(
+        self,
+        txn_id: int,
+        group: str,
+        topic: str,
+        offsets: Mapping[int, int],
+        producer_state: bytes | None = None,
+    ) -> None:
+        """Consumer offsets that take effect when transaction txn_id commits."""
+        ownership_rules.check_name("consumer group", group)
+        with self.database.write() as conn:
+            row = self._topic(conn, topic)
+            for partition, offset in offsets.items():
+                record_rules.check_partition(topic, partition, row.partitions)
+                if offset < 0:
+                    raise BrokerError(ErrorCode.INVALID_ARGUMENT, "offsets are >= 0")
+            self.txns.add_offsets(conn, txn_id, group, row.topic_id, offsets, producer_state)
+
     def committed_offsets(self, group: str, topic: str) -> list[producer_store.OffsetRow]:
         ownership_rules.check_name("consumer group", group)
         with self.database.read() as conn:
@@ -407,6 +434,28 @@ class Engine:
             if len(found) >= max_records:
                 break
         return found
+
+    # transactions -------------------------------------------------------------------
+
+    def txn_begin(
+        self, group: str, key: str | None = None, timeout_ms: int | None = None
+    ) -> TxnInfo:
+        return self.txns.begin(group, key, timeout_ms)
+
+    def txn_join(self, txn_id: int, member: str) -> TxnMember:
+        return self.txns.join(txn_id, member)
+
+    def txn_commit(self, txn_id: int, group: str | None = None) -> TxnInfo:
+        return self.txns.commit(txn_id, group)
+
+    def txn_abort(self, txn_id: int, group: str | None = None) -> TxnInfo:
+        return self.txns.abort(txn_id, group)
+
+    def txn_list(self, include_ended: bool = False, limit: int = 100) -> list[TxnInfo]:
+        return self.txns.list(include_ended, limit)
+
+    def txn_show(self, txn_id: int, records_max: int | None = None) -> TxnDetail:
+        return self.txns.show(txn_id, records_max)
 
     # sessions -----------------------------------------------------------------------
 

@@ -33,6 +33,13 @@ class Limits:
     # ownership
     ownership_audit_rows_max: int = 100_000
     own_resources_max: int = 1_000
+    # transactions
+    txn_timeout_ms: int = 60_000
+    txn_timeout_max_ms: int = 24 * 3600 * 1000
+    txn_journals: int = 16
+    txn_id_block_size: int = 100
+    txn_history_max: int = 10_000
+    txn_show_records_max: int = 1_000
     # the server and its connections
     frame_bytes_max: int = 48 * 1024 * 1024
     connections_max: int = 512
@@ -58,6 +65,7 @@ CLIENT_LIMIT_NAMES = (
     "session_timeout_ms",
     "fetch_wait_ms_max",
     "pid_lease_ms",
+    "txn_timeout_ms",
 )
 
 

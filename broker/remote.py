@@ -37,6 +37,7 @@ from broker.protocol.frames import NEED_DATA, FrameConnection, Sentinel
 from broker.protocol.messages import ErrorReply, Op, Push, Reply, Request
 from broker.storage.ownership import AuditRow
 from broker.storage.producers import OffsetRow, SnapshotRow
+from broker.txns import TxnDetail, TxnInfo, TxnMember
 from broker.types import (
     NO_PRODUCER,
     AppendResult,
@@ -61,6 +62,14 @@ RETRY_SAFE: Final = frozenset(
         Op.OWN,
         Op.OWNERSHIP,
         Op.OWN_HISTORY,
+        # committing or aborting twice is answered as done; joining twice only bumps
+        # the member's generation before it has written anything
+        Op.TXN_JOIN,
+        Op.TXN_COMMIT,
+        Op.TXN_ABORT,
+        Op.TXN_LIST,
+        Op.TXN_SHOW,
+        Op.TXN_COMMIT_OFFSETS,
     }
 )
 _ENDED: Final = frozenset({ErrorCode.CONNECTION_FAILED, ErrorCode.SEVERED})
@@ -461,6 +470,49 @@ class AsyncClient:
     async def backup(self, path: str) -> int:
         return int((await self.request(Op.BACKUP, {"path": path}))["bytes"])
 
+    async def txn_begin(
+        self, group: str, key: str | None = None, timeout_ms: int | None = None
+    ) -> TxnInfo:
+        args = {"group": group, "key": key, "timeout_ms": timeout_ms}
+        return codec.txn_from_wire(await self.request(Op.TXN_BEGIN, args))
+
+    async def txn_join(self, txn_id: int, member: str) -> TxnMember:
+        reply = await self.request(Op.TXN_JOIN, {"txn_id": txn_id, "member": member})
+        return codec.member_from_wire(reply)
+
+    async def txn_commit(self, txn_id: int, group: str | None = None) -> TxnInfo:
+        reply = await self.request(Op.TXN_COMMIT, {"txn_id": txn_id, "group": group})
+        return codec.txn_from_wire(reply)
+
+    async def txn_abort(self, txn_id: int, group: str | None = None) -> TxnInfo:
+        reply = await self.request(Op.TXN_ABORT, {"txn_id": txn_id, "group": group})
+        return codec.txn_from_wire(reply)
+
+    async def txn_list(self, include_ended: bool = False, limit: int = 100) -> list[TxnInfo]:
+        reply = await self.request(Op.TXN_LIST, {"all": include_ended, "limit": limit})
+        return [codec.txn_from_wire(wire) for wire in reply["txns"]]
+
+    async def txn_show(self, txn_id: int, records_max: int | None = None) -> TxnDetail:
+        reply = await self.request(Op.TXN_SHOW, {"txn_id": txn_id, "records_max": records_max})
+        return codec.detail_from_wire(reply)
+
+    async def txn_commit_offsets(
+        self,
+        txn_id: int,
+        group: str,
+        topic: str,
+        offsets: dict[int, int],
+        producer_state: bytes | None,
+    ) -> None:
+        args = {
+            "txn_id": txn_id,
+            "group": group,
+            "topic": topic,
+            "offsets": list(offsets.items()),
+            "producer_state": producer_state,
+        }
+        await self.request(Op.TXN_COMMIT_OFFSETS, args)
+
     async def attach(
         self, topic: str, access: str, name: str, epoch: int | None, wait_ms: int
     ) -> Attachment:
@@ -600,6 +652,34 @@ class ServedTransport:
 
     def read_compacted(self, topic: str, partition: int) -> list[Record]:
         return self._call(self.client.read_compacted(topic, partition))
+
+    def txn_begin(self, group: str, key: str | None, timeout_ms: int | None) -> TxnInfo:
+        return self._call(self.client.txn_begin(group, key, timeout_ms))
+
+    def txn_join(self, txn_id: int, member: str) -> TxnMember:
+        return self._call(self.client.txn_join(txn_id, member))
+
+    def txn_commit(self, txn_id: int, group: str | None) -> TxnInfo:
+        return self._call(self.client.txn_commit(txn_id, group))
+
+    def txn_abort(self, txn_id: int, group: str | None) -> TxnInfo:
+        return self._call(self.client.txn_abort(txn_id, group))
+
+    def txn_list(self, include_ended: bool, limit: int) -> list[TxnInfo]:
+        return self._call(self.client.txn_list(include_ended, limit))
+
+    def txn_show(self, txn_id: int, records_max: int | None) -> TxnDetail:
+        return self._call(self.client.txn_show(txn_id, records_max))
+
+    def txn_commit_offsets(
+        self,
+        txn_id: int,
+        group: str,
+        topic: str,
+        offsets: dict[int, int],
+        producer_state: bytes | None,
+    ) -> None:
+        self._call(self.client.txn_commit_offsets(txn_id, group, topic, offsets, producer_state))
 
     def run_async(self, work: Coroutine[Any, Any, T]) -> concurrent.futures.Future[T]:
         """Start a coroutine on this transport's loop (the pipelined producer's pumps)."""

@@ -136,6 +136,13 @@ class Server:
             Op.DETACH: self._detach,
             Op.TOPIC_ACCESS: self._topic_access,
             Op.READ_COMPACTED: self._read_compacted,
+            Op.TXN_BEGIN: self._txn_begin,
+            Op.TXN_JOIN: self._txn_join,
+            Op.TXN_COMMIT: self._txn_commit,
+            Op.TXN_ABORT: self._txn_abort,
+            Op.TXN_LIST: self._txn_list,
+            Op.TXN_SHOW: self._txn_show,
+            Op.TXN_COMMIT_OFFSETS: self._txn_commit_offsets,
         }
         self._access_changed: dict[str, asyncio.Event] = {}
         self._run = new_server_run()
@@ -186,6 +193,7 @@ class Server:
         self._background = [
             asyncio.create_task(self._commit_loop(), name="group-commit"),
             asyncio.create_task(self._reap_sessions(), name="session-reaper"),
+            asyncio.create_task(self._expire_txns(), name="txn-expiry"),
         ]
         log.info("serving %s on tcp://%s", self.data_dir, self.info.tcp)
 
@@ -364,8 +372,10 @@ class Server:
                 break  # appended, never acknowledged: the client sees the connection drop
             with contextlib.suppress(ConnectionError, OSError):
                 writer.write(frames.send(message))
-                if replies.empty():
+                if replies.empty() or op is Op.TXN_COMMIT:
                     await writer.drain()
+            if op is Op.TXN_COMMIT and isinstance(message, Reply):
+                self._writer.txns.failpoints.reached("ack")
             if isinstance(message, ErrorReply) and request_id == 0:
                 break  # a connection-level error: nothing more on this connection
         with contextlib.suppress(ConnectionError, OSError):
@@ -392,6 +402,18 @@ class Server:
                 if session.inflight == 0 and now - session.last_seen > timeout_s:
                     log.info("session %s missed heartbeats; closing", session.session_id)
                     await self.sever(session.session_id, "missed heartbeats")
+
+    async def _expire_txns(self) -> None:
+        """Abort transactions past their timeout, about once a second."""
+        while True:
+            await asyncio.sleep(min(1.0, self.limits.txn_timeout_ms / 4000))
+            try:
+                expired = await self._write(self._writer.txns.expire)
+            except BrokerError as error:  # busy storage: the next round tries again
+                log.warning("transaction expiry: %s", error.message)
+                continue
+            for txn_id in expired:
+                log.info("transaction %d timed out; aborted", txn_id)
 
     async def sever(self, session_id: str, reason: str) -> None:
         """End a session now: tell it why, then close its connection."""
@@ -617,6 +639,56 @@ class Server:
         partition = codec.field(args, "partition", int)
         found = await self._read(lambda: self._reader.read_compacted(topic, partition))
         return {"records": codec.records_to_wire(found)}
+
+    async def _txn_begin(self, session: Session, args: dict[str, Any]) -> dict[str, Any]:
+        group = codec.field(args, "group", str)
+        key = codec.field(args, "key", str, optional=True)
+        timeout_ms = codec.field(args, "timeout_ms", int, optional=True)
+        info = await self._write(lambda: self._writer.txn_begin(group, key, timeout_ms))
+        return codec.txn_to_wire(info)
+
+    async def _txn_join(self, session: Session, args: dict[str, Any]) -> dict[str, Any]:
+        txn_id = codec.txn_id_from_wire(args)
+        member = codec.field(args, "member", str)
+        joined = await self._write(lambda: self._writer.txn_join(txn_id, member))
+        return codec.member_to_wire(joined)
+
+    async def _txn_commit(self, session: Session, args: dict[str, Any]) -> dict[str, Any]:
+        txn_id = codec.txn_id_from_wire(args)
+        group = codec.field(args, "group", str, optional=True)
+        info = await self._write(lambda: self._writer.txn_commit(txn_id, group))
+        for part in info.partitions:
+            if part.topic is not None:
+                self._wake(part.topic)
+        return codec.txn_to_wire(info)
+
+    async def _txn_abort(self, session: Session, args: dict[str, Any]) -> dict[str, Any]:
+        txn_id = codec.txn_id_from_wire(args)
+        group = codec.field(args, "group", str, optional=True)
+        return codec.txn_to_wire(await self._write(lambda: self._writer.txn_abort(txn_id, group)))
+
+    async def _txn_list(self, session: Session, args: dict[str, Any]) -> dict[str, Any]:
+        include_ended = codec.field(args, "all", bool, optional=True) or False
+        limit = codec.non_negative(args, "limit")
+        found = await self._write(lambda: self._writer.txn_list(include_ended, limit))
+        return {"txns": [codec.txn_to_wire(info) for info in found]}
+
+    async def _txn_show(self, session: Session, args: dict[str, Any]) -> dict[str, Any]:
+        txn_id = codec.txn_id_from_wire(args)
+        records_max = codec.non_negative(args, "records_max", optional=True)
+        detail = await self._write(lambda: self._writer.txn_show(txn_id, records_max))
+        return codec.detail_to_wire(detail)
+
+    async def _txn_commit_offsets(self, session: Session, args: dict[str, Any]) -> dict[str, Any]:
+        txn_id = codec.txn_id_from_wire(args)
+        group = codec.field(args, "group", str)
+        topic = codec.field(args, "topic", str)
+        offsets = codec.offset_map_from_wire(args.get("offsets"))
+        state = codec.field(args, "producer_state", bytes, optional=True)
+        await self._write(
+            lambda: self._writer.txn_commit_offsets(txn_id, group, topic, offsets, state)
+        )
+        return {}
 
     def _access_wake(self, topic: str | None = None) -> None:
         """Waiters for exclusive access look again (one topic, or all of them)."""

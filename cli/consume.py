@@ -149,7 +149,7 @@ def record_dict(record: Record, rendering: Rendering) -> dict[str, Any]:
         "value": rendering.show(record.value),
         "headers": [[name, rendering.show(value)] for name, value in record.headers],
         "epoch": record.epoch,
-    }
+    } | ({"txn_id": record.txn_id} if record.txn_id is not None else {})
 
 
 def _print(out: Output, rendering: Rendering, record: Record) -> None:

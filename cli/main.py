@@ -11,7 +11,7 @@ import typer
 from broker import __version__
 from broker.client import DEFAULT_BROKER
 from broker.storage.database import Durability
-from cli import consume, own, produce, producers, serve, snapshot, status, topic
+from cli import consume, own, produce, producers, serve, snapshot, status, topic, txn
 from cli.context import State
 from cli.errors import FencelogGroup, exit_status_table
 
@@ -83,9 +83,13 @@ app.add_typer(topic.app, name="topic")
 app.add_typer(own.app, name="own")
 app.add_typer(producers.app, name="producers")
 app.add_typer(snapshot.app, name="snapshot")
+app.add_typer(txn.app, name="txn")
 app.command("lease-pid")(producers.lease_pid)
 app.command("produce")(produce.produce)
 app.command("consume")(consume.consume)
+app.command("txn-begin")(txn.txn_begin)
+app.command("txn-commit")(txn.txn_commit)
+app.command("txn-abort")(txn.txn_abort)
 app.command("status")(status.status)
 app.command("serve")(serve.serve)
 

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable, Iterable, Sequence
-from typing import Annotated
+from functools import partial
+from typing import TYPE_CHECKING, Annotated
 
 import click
 import typer
@@ -12,6 +13,7 @@ import typer
 from broker.client import Client
 from broker.core.exclusive import parse_access
 from broker.core.ownership import Fence
+from broker.core.txn import parse_txn_id
 from broker.errors import BrokerError, ErrorCode
 from broker.types import AppendResult, Headers, NewRecord, ProducerFields
 from cli.context import state
@@ -20,6 +22,9 @@ from cli.lines import line_batches
 from cli.options import FenceOption, FormatOption, JsonFlag
 from cli.output import Output, progress
 from cli.own import fences_from
+
+if TYPE_CHECKING:
+    from broker.producer import Producer
 
 
 def produce(
@@ -97,6 +102,24 @@ def produce(
         str | None,
         typer.Option("--producer-name", help="Name shown in topic describe (default: host-pid)."),
     ] = None,
+    txn: Annotated[
+        str | None,
+        typer.Option(
+            "--txn",
+            help="Journal the records into this open transaction (from txn-begin): no "
+            "consumer sees them until txn-commit.",
+            metavar="TXN_ID",
+        ),
+    ] = None,
+    member: Annotated[
+        str | None,
+        typer.Option(
+            "--member",
+            help="With --txn: write as this named member. Running again under the same "
+            "name replaces the member's earlier records in the transaction.",
+            metavar="NAME",
+        ),
+    ] = None,
     fmt: FormatOption = Format.text,
     as_json: JsonFlag = False,
 ) -> None:
@@ -107,6 +130,8 @@ def produce(
     --idempotent or --pid, duplicate).
     With --pid/--generation/--sequence a retry of records already written is answered
     with their original offsets and "duplicate": true (exit 0).
+    With --txn the records wait in the transaction's journal: offset is null, and they
+    get their offsets when the transaction commits.
     """
     if key is not None and key_separator is not None:
         raise BrokerError(
@@ -119,30 +144,30 @@ def produce(
     )
     parsed = _headers(headers or [], fmt)
     fences = fences_from(fence or [])
+    txn_id = _txn_options(txn, member, idempotent, pid, access)
     client = state().client()
     out = Output(as_json)
-    summary = _Summary(topic)
+    summary = _Summary(topic, txn_id)
 
     def records_of(lines: Iterable[bytes]) -> list[NewRecord]:
         return [_record(line, record_key, key_separator, parsed, partition, fmt) for line in lines]
 
     if access is not None:
-        parse_access(access)  # a clear error before anything else
         if pid is not None or fences:
             raise BrokerError(
                 ErrorCode.INVALID_ARGUMENT, "--access does not combine with --pid or --fence"
             )
-        wait_s = parse_duration(wait_timeout)
-        if wait_s < 0:
-            raise BrokerError(ErrorCode.INVALID_ARGUMENT, "--wait-timeout must be >= 0")
-        attached = client.producer(
-            topic, idempotent=idempotent, access=access, name=producer_name, wait_timeout_s=wait_s
-        )
-        ctx = click.get_current_context()
-        ctx.call_on_close(attached.close)
+        attached = _attach(client, topic, access, idempotent, producer_name, wait_timeout)
         send: Send = attached.send
         if not as_json:
             sys.stderr.write(f"attached to {topic} as {access} at epoch {attached.epoch}\n")
+    elif txn_id is not None:
+        fields = (
+            client.txn_join(txn_id, member).producer
+            if member is not None
+            else ProducerFields(txn_id=txn_id)
+        )
+        send = partial(client.produce, topic, producer=fields, fences=fences)
     else:
         send = _sender(client, topic, fences, idempotent, (pid, generation, sequence), partition)
     numbered = idempotent or pid is not None  # JSON then says whether each was a duplicate
@@ -165,6 +190,42 @@ def produce(
 
 
 Send = Callable[[list[NewRecord]], list[AppendResult]]
+
+
+def _attach(
+    client: Client,
+    topic: str,
+    access: str,
+    idempotent: bool,
+    name: str | None,
+    wait_timeout: str,
+) -> Producer:
+    """A producer attached with an access mode, detached when the command ends."""
+    parse_access(access)  # a clear error before anything else
+    wait_s = parse_duration(wait_timeout)
+    if wait_s < 0:
+        raise BrokerError(ErrorCode.INVALID_ARGUMENT, "--wait-timeout must be >= 0")
+    attached = client.producer(
+        topic, idempotent=idempotent, access=access, name=name, wait_timeout_s=wait_s
+    )
+    click.get_current_context().call_on_close(attached.close)
+    return attached
+
+
+def _txn_options(
+    txn: str | None, member: str | None, idempotent: bool, pid: int | None, access: str | None
+) -> int | None:
+    if txn is None:
+        if member is not None:
+            raise BrokerError(ErrorCode.INVALID_ARGUMENT, "--member goes with --txn")
+        return None
+    if idempotent or pid is not None or access is not None:
+        raise BrokerError(
+            ErrorCode.INVALID_ARGUMENT,
+            "--txn does not combine with --idempotent, --pid or --access",
+            hint="a transaction is all or nothing already; retry it as a whole",
+        )
+    return parse_txn_id(txn)
 
 
 def _sender(
@@ -241,8 +302,9 @@ def _headers(pairs: Sequence[str], fmt: Format) -> Headers:
 
 
 class _Summary:
-    def __init__(self, topic: str) -> None:
+    def __init__(self, topic: str, txn_id: int | None = None) -> None:
         self.topic = topic
+        self.txn_id = txn_id
         self.ranges: dict[int, tuple[int, int]] = {}
         self.count = 0
 
@@ -252,11 +314,17 @@ class _Summary:
         self.count += 1
 
     def text(self) -> str:
+        plural = "record" if self.count == 1 else "records"
+        if self.txn_id is not None:
+            partitions = ", ".join(map(str, sorted(self.ranges)))
+            return (
+                f"journaled {self.count} {plural} to {self.topic} (partitions {partitions}) "
+                f"in transaction {self.txn_id}; consumers see them after txn-commit"
+            )
         where = ", ".join(
             f"partition {p} offsets {lo}-{hi}" if lo != hi else f"partition {p} offset {lo}"
             for p, (lo, hi) in sorted(self.ranges.items())
         )
-        plural = "record" if self.count == 1 else "records"
         return f"produced {self.count} {plural} to {self.topic}" + (f": {where}" if where else "")
 
 
@@ -264,7 +332,13 @@ def _emit(out: Output, summary: _Summary, results: list[AppendResult], *, idempo
     for result in results:
         summary.add(result)
         if out.as_json:
-            fields = {"topic": result.topic, "partition": result.partition, "offset": result.offset}
+            fields: dict[str, object] = {
+                "topic": result.topic,
+                "partition": result.partition,
+                "offset": result.offset if result.offset >= 0 else None,
+            }
+            if summary.txn_id is not None:
+                fields["txn_id"] = summary.txn_id
             if idempotent:
                 fields["duplicate"] = result.duplicate
             out.json(fields)

@@ -19,6 +19,7 @@ from broker.producers import Lease
 from broker.protocol.frames import ProtocolError
 from broker.storage.ownership import AuditRow
 from broker.storage.producers import OffsetRow, SnapshotRow
+from broker.txns import JournalEntryInfo, TxnDetail, TxnInfo, TxnMember, TxnPartition
 from broker.types import (
     AppendResult,
     BrokerStatus,
@@ -388,4 +389,73 @@ def access_from_wire(wire: dict[str, Any]) -> AccessInfo:
         None if exclusive is None else _attached_from_wire(exclusive),
         tuple(_attached_from_wire(a) for a in wire["shared"]),
         tuple(_attached_from_wire(a) for a in wire["waiting"]),
+    )
+
+
+# transactions --------------------------------------------------------------------------
+
+_TXN_FIELDS = (
+    "txn_id",
+    "group",
+    "key",
+    "state",
+    "journal",
+    "began_ms",
+    "deadline_ms",
+    "ended_ms",
+    "reason",
+    "age_ms",
+    "existing",
+)
+
+
+def txn_id_from_wire(args: dict[str, Any]) -> int:
+    txn_id = field(args, "txn_id", int)
+    if txn_id <= 0:
+        raise ProtocolError(f"field 'txn_id' must be > 0, not {txn_id}")
+    return txn_id
+
+
+def txn_to_wire(info: TxnInfo) -> dict[str, Any]:
+    wire = {name: getattr(info, name) for name in _TXN_FIELDS}
+    wire["partitions"] = [
+        (p.topic, p.partition, p.records, p.bytes, p.base_offset) for p in info.partitions
+    ]
+    return wire
+
+
+def txn_from_wire(wire: dict[str, Any]) -> TxnInfo:
+    parts = tuple(TxnPartition(*row) for row in wire["partitions"])
+    return TxnInfo(**{name: wire[name] for name in _TXN_FIELDS}, partitions=parts)
+
+
+def member_to_wire(member: TxnMember) -> dict[str, Any]:
+    return {
+        "txn_id": member.txn_id,
+        "member": member.member,
+        "pid": member.producer_id,
+        "generation": member.generation,
+        "discarded": member.discarded,
+    }
+
+
+def member_from_wire(wire: dict[str, Any]) -> TxnMember:
+    return TxnMember(
+        wire["txn_id"], wire["member"], wire["pid"], wire["generation"], wire["discarded"]
+    )
+
+
+def detail_to_wire(detail: TxnDetail) -> dict[str, Any]:
+    return {
+        "txn": txn_to_wire(detail.info),
+        "journal": [(e.journal, e.position, e.kind, e.at_ms, e.body) for e in detail.journal],
+        "records": records_to_wire(detail.records),
+    }
+
+
+def detail_from_wire(wire: dict[str, Any]) -> TxnDetail:
+    return TxnDetail(
+        txn_from_wire(wire["txn"]),
+        tuple(JournalEntryInfo(*row) for row in wire["journal"]),
+        tuple(records_from_wire(wire["records"])),
     )

@@ -53,6 +53,13 @@ class Op(enum.IntEnum):
     DETACH = 51
     TOPIC_ACCESS = 52
     READ_COMPACTED = 53
+    TXN_BEGIN = 60
+    TXN_JOIN = 61
+    TXN_COMMIT = 62
+    TXN_ABORT = 63
+    TXN_LIST = 64
+    TXN_SHOW = 65
+    TXN_COMMIT_OFFSETS = 66
 
 
 @dataclass(frozen=True, slots=True)

@@ -44,12 +44,18 @@ def topic_by_name(conn: sqlite3.Connection, name: str) -> TopicRow | None:
     return TopicRow(*row) if row else None
 
 
+def topic_by_id(conn: sqlite3.Connection, topic_id: int) -> TopicRow | None:
+    row = conn.execute(Q["topic_by_id"], (topic_id,)).fetchone()
+    return TopicRow(*row) if row else None
+
+
 def all_topics(conn: sqlite3.Connection) -> list[TopicRow]:
     return [TopicRow(*row) for row in conn.execute(Q["topics_all"])]
 
 
 def delete_topic(conn: sqlite3.Connection, topic: TopicRow) -> None:
     conn.execute(Q["records_delete_topic"], (topic.topic_id,))
+    conn.execute(Q["txn_data_delete_topic"], (topic.topic_id,))
     conn.execute(Q["batches_delete_topic"], (topic.topic_id,))
     conn.execute(Q["offsets_delete_topic"], (topic.topic_id,))
     conn.execute(Q["access_delete_topic"], (topic.topic_id,))
@@ -109,9 +115,15 @@ def append(
         for index, record in enumerate(records)
     )
     conn.executemany(Q["record_insert"], rows)
-    size = _stored_bytes(records)
-    conn.execute(Q["partition_advance"], (len(records), size, topic_id, partition))
+    advance(conn, topic, partition, len(records), _stored_bytes(records))
     return base_offset
+
+
+def advance(
+    conn: sqlite3.Connection, topic: TopicRow, partition: int, records: int, size: int
+) -> None:
+    """Move a partition's log end past records just inserted (size: their bytes)."""
+    conn.execute(Q["partition_advance"], (records, size, topic.topic_id, partition))
 
 
 def _stored_bytes(records: Iterable[NewRecord]) -> int:

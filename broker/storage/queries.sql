@@ -7,6 +7,9 @@ INSERT INTO partitions (topic_id, partition) VALUES (?, ?);
 -- name: topic_by_name
 SELECT topic_id, name, partitions, created_ms, owner_group FROM topics WHERE name = ?;
 
+-- name: topic_by_id
+SELECT topic_id, name, partitions, created_ms, owner_group FROM topics WHERE topic_id = ?;
+
 -- name: topics_all
 SELECT topic_id, name, partitions, created_ms, owner_group FROM topics ORDER BY name;
 
@@ -223,3 +226,179 @@ UPDATE consumer_offsets SET producer_state = ? WHERE group_name = ? AND topic_id
 SELECT append_ms FROM producer_batches
 WHERE topic_id = ? AND partition = ? AND producer_id = ?
 ORDER BY first_sequence LIMIT 1;
+
+-- name: txn_insert
+INSERT INTO txns (txn_id, group_name, txn_key, journal, state, began_ms, deadline_ms)
+VALUES (?, ?, ?, ?, 'open', ?, ?);
+
+-- name: txn_by_id
+SELECT txn_id, group_name, txn_key, journal, state, began_ms, deadline_ms, ended_ms, reason,
+       prepare_position
+FROM txns WHERE txn_id = ?;
+
+-- name: txn_by_key
+SELECT txn_id, group_name, txn_key, journal, state, began_ms, deadline_ms, ended_ms, reason,
+       prepare_position
+FROM txns WHERE group_name = ? AND txn_key = ? AND state != 'aborted'
+ORDER BY txn_id DESC LIMIT 1;
+
+-- name: txns_live
+SELECT txn_id, group_name, txn_key, journal, state, began_ms, deadline_ms, ended_ms, reason,
+       prepare_position
+FROM txns WHERE state IN ('open', 'prepared') ORDER BY txn_id;
+
+-- name: txns_recent
+SELECT txn_id, group_name, txn_key, journal, state, began_ms, deadline_ms, ended_ms, reason,
+       prepare_position
+FROM txns ORDER BY txn_id DESC LIMIT ?;
+
+-- name: txns_expired
+SELECT txn_id FROM txns WHERE state = 'open' AND deadline_ms <= ? ORDER BY txn_id;
+
+-- name: txns_prepared_in_journal
+SELECT txn_id FROM txns
+WHERE state = 'prepared' AND journal = ? AND prepare_position <= ?
+ORDER BY prepare_position;
+
+-- name: txns_prepared
+SELECT txn_id FROM txns WHERE state = 'prepared' ORDER BY journal, prepare_position;
+
+-- name: txn_set_state
+UPDATE txns SET state = ?, ended_ms = ?, reason = ? WHERE txn_id = ?;
+
+-- name: txn_set_prepared
+UPDATE txns SET state = 'prepared', prepare_position = ? WHERE txn_id = ?;
+
+-- name: txn_journal_end
+SELECT coalesce(max(position) + 1, 0) FROM txn_journal WHERE journal = ?;
+
+-- name: txn_journal_append
+INSERT INTO txn_journal (journal, position, txn_id, kind, at_ms, body) VALUES (?, ?, ?, ?, ?, ?);
+
+-- name: txn_journal_of
+SELECT journal, position, kind, at_ms, body FROM txn_journal WHERE txn_id = ?
+ORDER BY position;
+
+-- name: txn_partition_touch
+INSERT INTO txn_partitions (txn_id, topic_id, partition) VALUES (?, ?, ?)
+ON CONFLICT (txn_id, topic_id, partition) DO NOTHING;
+
+-- name: txn_partitions_of
+SELECT tp.topic_id, t.name, tp.partition, tp.records, tp.bytes, tp.base_offset
+FROM txn_partitions tp LEFT JOIN topics t ON t.topic_id = tp.topic_id
+WHERE tp.txn_id = ?
+ORDER BY tp.topic_id, tp.partition;
+
+-- name: txn_partition_count
+UPDATE txn_partitions
+SET records = (SELECT count(*) FROM txn_data d
+               WHERE d.txn_id = ?1 AND d.topic_id = txn_partitions.topic_id
+                 AND d.partition = txn_partitions.partition),
+    bytes = (SELECT coalesce(sum(length(value) + coalesce(length(key), 0)), 0) FROM txn_data d
+             WHERE d.txn_id = ?1 AND d.topic_id = txn_partitions.topic_id
+               AND d.partition = txn_partitions.partition)
+WHERE txn_id = ?1;
+
+-- name: txn_partitions_drop_empty
+DELETE FROM txn_partitions WHERE txn_id = ? AND records = 0;
+
+-- name: txn_partition_applied
+UPDATE txn_partitions SET base_offset = ? WHERE txn_id = ? AND topic_id = ? AND partition = ?;
+
+-- name: txn_data_end
+SELECT coalesce(max(position) + 1, 0) FROM txn_data
+WHERE txn_id = ? AND topic_id = ? AND partition = ?;
+
+-- name: txn_data_insert
+INSERT INTO txn_data (txn_id, topic_id, partition, position, timestamp_ms, key, value, headers,
+                      producer_id, generation, epoch)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?);
+
+-- name: txn_data_copy
+INSERT INTO records (topic_id, partition, offset, timestamp_ms, key, value, headers,
+                     producer_id, generation, sequence, epoch, txn_id)
+SELECT topic_id, partition, ?4 + row_number() OVER (ORDER BY position) - 1, timestamp_ms, key,
+       value, headers, producer_id, generation, 0, epoch, txn_id
+FROM txn_data
+WHERE txn_id = ?1 AND topic_id = ?2 AND partition = ?3
+ORDER BY position;
+
+-- name: txn_data_read
+SELECT coalesce(t.name, ''), d.partition, d.position, d.timestamp_ms, d.key, d.value,
+       d.headers AS "headers [fencelog_headers]", d.producer_id, d.generation, 0, d.epoch,
+       d.txn_id
+FROM txn_data d LEFT JOIN topics t ON t.topic_id = d.topic_id
+WHERE d.txn_id = ?
+ORDER BY d.topic_id, d.partition, d.position
+LIMIT ?;
+
+-- name: txn_data_delete_partition
+DELETE FROM txn_data WHERE txn_id = ? AND topic_id = ? AND partition = ?;
+
+-- name: txn_data_delete
+DELETE FROM txn_data WHERE txn_id = ?;
+
+-- name: txn_data_fence
+DELETE FROM txn_data WHERE txn_id = ? AND producer_id = ? AND generation < ?;
+
+-- name: txn_data_delete_topic
+DELETE FROM txn_data WHERE topic_id = ?;
+
+-- name: txn_member_get
+SELECT producer_id, generation FROM txn_members WHERE txn_id = ? AND member = ?;
+
+-- name: txn_member_by_pid
+SELECT member, generation FROM txn_members WHERE txn_id = ? AND producer_id = ?;
+
+-- name: txn_member_put
+INSERT INTO txn_members (txn_id, member, producer_id, generation) VALUES (?, ?, ?, ?)
+ON CONFLICT (txn_id, member) DO UPDATE SET generation = excluded.generation;
+
+-- name: txn_members_delete
+DELETE FROM txn_members WHERE txn_id = ?;
+
+-- name: txn_offset_put
+INSERT INTO txn_offsets (txn_id, group_name, topic_id, partition, next_offset, producer_state)
+VALUES (?, ?, ?, ?, ?, ?)
+ON CONFLICT (txn_id, group_name, topic_id, partition) DO UPDATE
+SET next_offset = excluded.next_offset, producer_state = excluded.producer_state;
+
+-- name: txn_offsets_apply
+INSERT INTO consumer_offsets (group_name, topic_id, partition, next_offset, producer_state,
+                              committed_ms)
+SELECT group_name, topic_id, partition, next_offset, producer_state, ?2
+FROM txn_offsets WHERE txn_id = ?1 AND topic_id IN (SELECT topic_id FROM topics)
+ORDER BY group_name, topic_id, partition
+ON CONFLICT (group_name, topic_id, partition) DO UPDATE
+SET next_offset = excluded.next_offset, producer_state = excluded.producer_state,
+    committed_ms = excluded.committed_ms;
+
+-- name: txn_offsets_count
+SELECT count(*) FROM txn_offsets WHERE txn_id = ?;
+
+-- name: txn_offsets_delete
+DELETE FROM txn_offsets WHERE txn_id = ?;
+
+-- name: txns_prune
+SELECT txn_id FROM txns WHERE state IN ('committed', 'aborted')
+ORDER BY txn_id DESC LIMIT -1 OFFSET ?;
+
+-- name: txn_delete
+DELETE FROM txns WHERE txn_id = ?;
+
+-- name: txn_journal_delete
+DELETE FROM txn_journal WHERE txn_id = ?;
+
+-- name: txn_partitions_delete
+DELETE FROM txn_partitions WHERE txn_id = ?;
+
+-- name: txn_data_counts
+SELECT d.topic_id, t.name, d.partition, count(*),
+       sum(length(d.value) + coalesce(length(d.key), 0)), NULL
+FROM txn_data d LEFT JOIN topics t ON t.topic_id = d.topic_id
+WHERE d.txn_id = ?
+GROUP BY d.topic_id, d.partition
+ORDER BY d.topic_id, d.partition;
+
+-- name: txn_partition_pending
+SELECT base_offset FROM txn_partitions WHERE txn_id = ? AND topic_id = ? AND partition = ?;

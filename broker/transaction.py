@@ -1,0 +1,124 @@
+"""A transaction as the Python client holds it (see broker/txns.py for the broker side).
+
+    with client.transaction("billing") as txn:
+        txn.produce("invoices", [b"inv-1"])
+        txn.produce("ledger", [b"debit-1"], partition=3)
+        txn.commit_offsets("copier", "input", {0: 42}, producer=state)
+    # committed on a clean exit, aborted when the body raises
+
+The transaction lives in the broker: its id can be handed to other processes, which
+`client.join_transaction(txn_id, member)` and produce into it; only its owner commits.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING
+
+from broker.errors import BrokerError, ErrorCode
+from broker.txns import TxnInfo, TxnMember
+from broker.types import AppendResult, Headers, ProducerFields
+
+if TYPE_CHECKING:
+    from broker.client import Client, Value
+    from broker.producer import Producer, ProducerState
+
+
+class Transaction:
+    """One transaction: produce to several topics and partitions, commit consumer
+    offsets, then commit or abort, once. A joined member (`owner=False`) only writes."""
+
+    def __init__(
+        self, client: Client, info: TxnInfo, member: TxnMember | None = None, *, owner: bool = True
+    ) -> None:
+        self.client = client
+        self.info = info
+        self.member = member
+        self.owner = owner
+        self._ended = False
+
+    @property
+    def txn_id(self) -> int:
+        return self.info.txn_id
+
+    @property
+    def group(self) -> str:
+        return self.info.group
+
+    @property
+    def producer(self) -> ProducerFields:
+        """The producer fields every record of this transaction carries."""
+        if self.member is not None:
+            return self.member.producer
+        return ProducerFields(txn_id=self.txn_id)
+
+    def __enter__(self) -> Transaction:
+        return self
+
+    def __exit__(self, exc_type: object, exc: object, traceback: object) -> None:
+        if self._ended or not self.owner:
+            return
+        if exc_type is None:
+            self.commit()
+            return
+        with contextlib.suppress(BrokerError):  # the body's exception is what matters
+            self.abort()
+
+    def produce(
+        self,
+        topic: str,
+        values: Iterable[Value],
+        *,
+        key: bytes | str | None = None,
+        partition: int | None = None,
+        headers: Headers = (),
+    ) -> list[AppendResult]:
+        """Journal records into this transaction (offsets -1: they get theirs at commit)."""
+        self._check_open()
+        return self.client.produce(
+            topic, values, key=key, partition=partition, headers=headers, producer=self.producer
+        )
+
+    def commit_offsets(
+        self,
+        group: str,
+        topic: str,
+        offsets: Mapping[int, int],
+        *,
+        producer: Producer | ProducerState | None = None,
+    ) -> None:
+        """Consumer offsets (and a producer's state) stored when this transaction commits."""
+        self._check_open()
+        self.client.txn_commit_offsets(self.txn_id, group, topic, offsets, producer=producer)
+
+    def commit(self) -> TxnInfo:
+        """Commit: when this returns, every record is in its log (TXN_ABORTED if the
+        transaction timed out or was aborted meanwhile)."""
+        self._check_owner("commit")
+        self.info = self.client.txn_commit(self.txn_id, group=self.group)
+        self._ended = True
+        return self.info
+
+    def abort(self) -> TxnInfo:
+        self._check_owner("abort")
+        self.info = self.client.txn_abort(self.txn_id, group=self.group)
+        self._ended = True
+        return self.info
+
+    def _check_open(self) -> None:
+        if self._ended:
+            raise BrokerError(
+                ErrorCode.TXN_NOT_OPEN,
+                f"transaction {self.txn_id} already ended ({self.info.state})",
+                txn_id=self.txn_id,
+            )
+
+    def _check_owner(self, what: str) -> None:
+        self._check_open()
+        if not self.owner:
+            raise BrokerError(
+                ErrorCode.INVALID_ARGUMENT,
+                f"a joined member does not {what} transaction {self.txn_id}; its owner does",
+                txn_id=self.txn_id,
+            )

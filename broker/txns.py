@@ -1,0 +1,454 @@
+"""The engine's transactions: double journaling with a local copy (DESIGN.md section 6).
+
+    begin    BEGIN(txn) is appended to the group's journal partition J(G)
+    produce  records go to their partitions' data journals, tagged with the txn id
+    commit   PREPARE_COMMIT(txn, partitions) is appended to J(G) and COMMITted: the
+             commit point. Then APPLY_COMMIT copies each partition's journaled records
+             into its log (one INSERT ... SELECT per partition, each in its own SQLite
+             transaction, the last one with COMPLETE), and only then is the commit
+             answered, so a caller that reads after txn-commit sees the records.
+    abort    ABORT(txn); the journaled records, members and pending offsets are dropped
+
+Every step is its own SQLite transaction, so a broker killed anywhere leaves a state that
+`recover()` finishes: a prepared transaction is applied (skipping the partitions already
+copied, whose base offsets are stored), one that never prepared stays out of the logs and
+times out. Commits of one group are applied in journal order: before a transaction is
+applied, every earlier prepared one of its journal is.
+
+Failure points for crash tests: FENCELOG_FAILPOINT=STEP[:N] kills this process with
+SIGKILL the Nth time it reaches STEP (begin, data, prepare, apply, complete; the server
+adds ack), as `kill -9` would.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sqlite3
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Final
+
+from broker.core import txn as rules
+from broker.core.txn import CommitAction, Entry, TxnState, TxnView
+from broker.errors import BrokerError, ErrorCode
+from broker.limits import Limits
+from broker.producers import ProducerTable
+from broker.storage import logs
+from broker.storage import producers as producer_store
+from broker.storage import txns as store
+from broker.storage.database import Database
+from broker.types import AppendResult, NewRecord, ProducerFields, Record
+
+FAILPOINT_ENV: Final = "FENCELOG_FAILPOINT"
+FAILPOINT_STEPS: Final = ("begin", "data", "prepare", "apply", "complete", "ack")
+
+
+@dataclass(frozen=True, slots=True)
+class TxnPartition:
+    topic: str | None  # None: deleted after the transaction wrote to it
+    partition: int
+    records: int
+    bytes: int
+    base_offset: int | None  # where APPLY_COMMIT put the first record; None before
+
+
+@dataclass(frozen=True, slots=True)
+class TxnInfo:
+    txn_id: int
+    group: str
+    key: str | None
+    state: str
+    journal: int
+    began_ms: int
+    deadline_ms: int
+    ended_ms: int | None
+    reason: str | None
+    age_ms: int
+    partitions: tuple[TxnPartition, ...] = ()
+    existing: bool = False  # txn_begin with a key found this transaction already there
+
+    @property
+    def records(self) -> int:
+        return sum(p.records for p in self.partitions)
+
+
+@dataclass(frozen=True, slots=True)
+class TxnMember:
+    """A producer's place in a transaction: its pid and generation there. Joining again
+    under the same member name bumps the generation and discards the older records."""
+
+    txn_id: int
+    member: str
+    producer_id: int
+    generation: int
+    discarded: int = 0
+
+    @property
+    def producer(self) -> ProducerFields:
+        return ProducerFields(self.producer_id, self.generation, txn_id=self.txn_id)
+
+
+@dataclass(frozen=True, slots=True)
+class JournalEntryInfo:
+    journal: int
+    position: int
+    kind: str
+    at_ms: int
+    body: object
+
+
+@dataclass(frozen=True, slots=True)
+class TxnDetail:
+    info: TxnInfo
+    journal: tuple[JournalEntryInfo, ...]
+    records: tuple[Record, ...]  # still in the data journals (offset: journal position)
+
+
+class Failpoints:
+    """FENCELOG_FAILPOINT=STEP[:N]: SIGKILL this process the Nth time STEP is reached."""
+
+    def __init__(self, spec: str | None) -> None:
+        self.step: str | None = None
+        self.remaining = 0
+        if not spec:
+            return
+        step, _, count = spec.partition(":")
+        if step not in FAILPOINT_STEPS or (count and not count.isdigit()):
+            raise BrokerError(
+                ErrorCode.INVALID_ARGUMENT,
+                f"{FAILPOINT_ENV}={spec!r} is not STEP[:N] with STEP one of "
+                + ", ".join(FAILPOINT_STEPS),
+            )
+        self.step, self.remaining = step, int(count or 1)
+
+    def reached(self, step: str) -> None:
+        if step != self.step:
+            return
+        self.remaining -= 1
+        if self.remaining == 0:
+            os.kill(os.getpid(), signal.SIGKILL)
+
+
+class Transactions:
+    def __init__(
+        self,
+        database: Database,
+        limits: Limits,
+        clock: Callable[[], int],
+        producers: ProducerTable,
+    ) -> None:
+        self.database = database
+        self.limits = limits
+        self.clock = clock
+        self.producers = producers
+        self.failpoints = Failpoints(os.environ.get(FAILPOINT_ENV))
+        self._ids = (0, 0)  # this process's block of txn ids: [next, end)
+
+    # begin, join, produce, offsets ------------------------------------------------------
+
+    def begin(self, group: str, key: str | None = None, timeout_ms: int | None = None) -> TxnInfo:
+        """A new transaction of group; with a key, the one already begun under it if any
+        (open, prepared or committed: a replayed begin finds its transaction again)."""
+        rules.check_group(group)
+        if key is not None:
+            rules.check_key(key)
+        timeout = self.limits.txn_timeout_ms if timeout_ms is None else timeout_ms
+        rules.check_timeout(timeout, self.limits.txn_timeout_max_ms)
+        now_ms = self.clock()
+        with self.database.write() as conn:
+            if key is not None:
+                found = store.by_key(conn, group, key)
+                if found is not None:
+                    view = self._current(conn, found, now_ms)
+                    if view.state is not TxnState.ABORTED:
+                        return self._info(conn, found.txn_id, now_ms, existing=True)
+            txn_id, block = self._next_id(conn)
+            journal = rules.journal_of(group, self.limits.txn_journals)
+            store.insert(conn, txn_id, group, key, journal, now_ms, now_ms + timeout)
+            store.journal_append(conn, journal, txn_id, Entry.BEGIN, now_ms, {"key": key})
+            if txn_id % 100 == 0:
+                store.prune(conn, self.limits.txn_history_max)
+            info = self._info(conn, txn_id, now_ms)
+        self._ids = block
+        self.failpoints.reached("begin")
+        return info
+
+    def join(self, txn_id: int, member: str) -> TxnMember:
+        """Join a transaction as a named member: a pid and generation to produce with.
+        Joining again under the same name (a retried task) fences the earlier attempt."""
+        rules.check_member(member)
+        now_ms = self.clock()
+        with self.database.write() as conn:
+            view = self._current(conn, self._row(conn, txn_id), now_ms, persist=False)
+            rules.check_writable(view)
+            found = store.member(conn, txn_id, member)
+            discarded = 0
+            if found is None:
+                producer_id, generation = self.producers.new_pid(conn), 1
+            else:
+                producer_id, generation = found[0], found[1] + 1
+                discarded = store.fence_older(conn, txn_id, producer_id, generation)
+            store.put_member(conn, txn_id, member, producer_id, generation)
+        return TxnMember(txn_id, member, producer_id, generation, discarded)
+
+    def journal(
+        self,
+        conn: sqlite3.Connection,
+        topic: logs.TopicRow,
+        by_partition: Mapping[int, Sequence[int]],
+        records: Sequence[NewRecord],
+        producer: ProducerFields,
+        now_ms: int,
+    ) -> list[AppendResult]:
+        """Records of a produce into a transaction, to their partitions' data journals.
+        Called by the engine inside its produce transaction. They get offsets at commit."""
+        assert producer.txn_id is not None
+        txn_id = rules.parse_txn_id(producer.txn_id)
+        view = self._current(conn, self._row(conn, txn_id), now_ms, persist=False)
+        rules.check_writable(view)
+        if producer.producer_id:
+            found = store.member_by_pid(conn, txn_id, producer.producer_id)
+            rules.check_member_generation(
+                txn_id,
+                producer.producer_id,
+                None if found is None else found[1],
+                producer.generation,
+            )
+        results: list[AppendResult] = [_PENDING] * len(records)
+        for partition, indexes in by_partition.items():
+            store.journal_records(
+                conn,
+                txn_id,
+                topic.topic_id,
+                partition,
+                [records[i] for i in indexes],
+                now_ms,
+                producer.producer_id,
+                producer.generation,
+                producer.epoch,
+            )
+            for index in indexes:
+                results[index] = AppendResult(topic.name, partition, -1)
+        return results
+
+    def add_offsets(
+        self,
+        conn: sqlite3.Connection,
+        txn_id: int,
+        group: str,
+        topic_id: int,
+        offsets: Mapping[int, int],
+        producer_state: bytes | None,
+    ) -> None:
+        """Consumer offsets that take effect when the transaction commits."""
+        view = self._current(conn, self._row(conn, txn_id), self.clock(), persist=False)
+        rules.check_writable(view)
+        for partition, offset in offsets.items():
+            store.put_offset(conn, txn_id, group, topic_id, partition, offset, producer_state)
+
+    # commit, abort, expiry, recovery ----------------------------------------------------
+
+    def commit(self, txn_id: int, group: str | None = None) -> TxnInfo:
+        """PREPARE_COMMIT (durable), then APPLY_COMMIT; the committed transaction.
+        Committing a committed transaction answers it again; an aborted one fails."""
+        now_ms = self.clock()
+        refused: BrokerError | None = None
+        action: CommitAction | None = None
+        with self.database.write() as conn:
+            row = self._row(conn, txn_id)
+            view = self._current(conn, row, now_ms)
+            try:
+                action = rules.commit_action(view, group)
+            except BrokerError as error:
+                refused = error  # an expiry just written still commits
+            if action is CommitAction.PREPARE:
+                store.count_partitions(conn, txn_id)
+                parts = store.partitions_of(conn, txn_id)
+                body = {
+                    "partitions": [[p.topic_id, p.partition, p.records] for p in parts],
+                    "offsets": store.apply_offsets(conn, txn_id, now_ms),
+                }
+                position = store.journal_append(
+                    conn, row.journal, txn_id, Entry.PREPARE_COMMIT, now_ms, body
+                )
+                store.set_prepared(conn, txn_id, position)
+        if refused is not None:
+            raise refused
+        if action is not CommitAction.DONE:
+            self.failpoints.reached("prepare")
+            self._apply_journal(row.journal, txn_id)
+        with self.database.read() as conn:
+            return self._info(conn, txn_id, self.clock())
+
+    def abort(self, txn_id: int, group: str | None = None) -> TxnInfo:
+        """Discard an open transaction (aborting an aborted one answers it again)."""
+        now_ms = self.clock()
+        with self.database.write() as conn:
+            row = self._row(conn, txn_id)
+            view = self._current(conn, row, now_ms)
+            if rules.abort_allowed(view, group):
+                self._abort_in(conn, row, now_ms, rules.BY_REQUEST)
+            return self._info(conn, txn_id, now_ms)
+
+    def expire(self) -> list[int]:
+        """Abort every open transaction past its deadline; their ids."""
+        now_ms = self.clock()
+        with self.database.read() as conn:
+            if not store.expired(conn, now_ms):
+                return []
+        with self.database.write() as conn:
+            due = store.expired(conn, now_ms)
+            for txn_id in due:
+                row = store.by_id(conn, txn_id)
+                assert row is not None
+                self._abort_in(conn, row, now_ms, rules.TIMED_OUT)
+        return due
+
+    def recover(self) -> list[int]:
+        """Finish every prepared transaction (a start after a crash); their ids."""
+        with self.database.read() as conn:
+            pending = store.prepared(conn)
+        for txn_id in pending:
+            self._apply(txn_id)
+        return pending
+
+    # reading ------------------------------------------------------------------------------
+
+    def list(self, include_ended: bool = False, limit: int = 100) -> list[TxnInfo]:
+        """Open and prepared transactions (and with include_ended, the newest ended)."""
+        self.expire()
+        now_ms = self.clock()
+        with self.database.read() as conn:
+            rows = store.recent(conn, limit) if include_ended else store.live(conn)[:limit]
+            return [self._info(conn, row.txn_id, now_ms) for row in rows]
+
+    def show(self, txn_id: int, records_max: int | None = None) -> TxnDetail:
+        self.expire()
+        limit = self.limits.txn_show_records_max if records_max is None else records_max
+        now_ms = self.clock()
+        with self.database.read() as conn:
+            info = self._info(conn, txn_id, now_ms)
+            journal = tuple(
+                JournalEntryInfo(e.journal, e.position, e.kind, e.at_ms, e.body)
+                for e in store.journal_of(conn, txn_id)
+            )
+            records = tuple(store.data_records(conn, txn_id, max(0, limit)))
+        return TxnDetail(info, journal, records)
+
+    # internals ----------------------------------------------------------------------------
+
+    def _apply_journal(self, journal: int, txn_id: int) -> None:
+        """Apply txn_id and, first, every earlier prepared transaction of its journal."""
+        with self.database.read() as conn:
+            row = self._row(conn, txn_id)
+            if row.state != TxnState.PREPARED or row.prepare_position is None:
+                return
+            pending = store.prepared(conn, journal, row.prepare_position)
+        for earlier in pending:
+            self._apply(earlier)
+
+    def _apply(self, txn_id: int) -> None:
+        """APPLY_COMMIT: copy each partition not yet copied, then COMPLETE (with the
+        last partition). Safe to run twice and from several processes at once."""
+        with self.database.read() as conn:
+            pending = [p for p in store.partitions_of(conn, txn_id) if p.base_offset is None]
+        for index, part in enumerate(pending):
+            last = index == len(pending) - 1
+            with self.database.write() as conn:
+                self._copy(conn, txn_id, part)
+                if last:
+                    self.failpoints.reached("complete")
+                    self._complete(conn, txn_id)
+            if not last:
+                self.failpoints.reached("apply")
+        if not pending:
+            with self.database.write() as conn:
+                self._complete(conn, txn_id)
+
+    def _copy(self, conn: sqlite3.Connection, txn_id: int, part: store.TxnPartitionRow) -> None:
+        if store.applied_offset(conn, txn_id, part.topic_id, part.partition) is not None:
+            return  # copied already (a second recovery, or another process)
+        row = logs.topic_by_id(conn, part.topic_id)
+        if row is None:  # deleted since: nothing to copy into
+            store.mark_applied(conn, txn_id, part.topic_id, part.partition, -1)
+            return
+        base_offset = logs.end_offset(conn, row, part.partition)
+        copied = store.copy_partition(conn, txn_id, part.topic_id, part.partition, base_offset)
+        logs.advance(conn, row, part.partition, copied, part.bytes)
+        store.mark_applied(conn, txn_id, part.topic_id, part.partition, base_offset)
+
+    def _complete(self, conn: sqlite3.Connection, txn_id: int) -> None:
+        row = self._row(conn, txn_id)
+        if row.state != TxnState.PREPARED:
+            return
+        now_ms = self.clock()
+        store.journal_append(conn, row.journal, txn_id, Entry.COMPLETE, now_ms, None)
+        store.set_state(conn, txn_id, TxnState.COMMITTED, now_ms, None)
+        store.discard(conn, txn_id)
+
+    def _abort_in(
+        self, conn: sqlite3.Connection, row: store.TxnRow, now_ms: int, reason: str
+    ) -> None:
+        store.discard(conn, row.txn_id)
+        store.drop_partitions(conn, row.txn_id)
+        store.journal_append(conn, row.journal, row.txn_id, Entry.ABORT, now_ms, {"reason": reason})
+        store.set_state(conn, row.txn_id, TxnState.ABORTED, now_ms, reason)
+
+    def _current(
+        self, conn: sqlite3.Connection, row: store.TxnRow, now_ms: int, *, persist: bool = True
+    ) -> TxnView:
+        """The transaction as the rules see it now: an open one past its deadline is
+        aborted as timed out (written too, when persist and the caller commits)."""
+        view = TxnView(row.txn_id, row.group, TxnState(row.state), row.deadline_ms, row.reason)
+        if not rules.is_expired(view, now_ms):
+            return view
+        if persist:
+            self._abort_in(conn, row, now_ms, rules.TIMED_OUT)
+        return TxnView(row.txn_id, row.group, TxnState.ABORTED, row.deadline_ms, rules.TIMED_OUT)
+
+    def _row(self, conn: sqlite3.Connection, txn_id: int) -> store.TxnRow:
+        row = store.by_id(conn, rules.parse_txn_id(txn_id))
+        if row is None:
+            raise rules.unknown(txn_id)
+        return row
+
+    def _info(
+        self, conn: sqlite3.Connection, txn_id: int, now_ms: int, *, existing: bool = False
+    ) -> TxnInfo:
+        row = self._row(conn, txn_id)
+        parts = (
+            store.data_counts(conn, txn_id)
+            if row.state == TxnState.OPEN
+            else store.partitions_of(conn, txn_id)
+        )
+        end_ms = row.ended_ms if row.ended_ms is not None else now_ms
+        return TxnInfo(
+            txn_id=row.txn_id,
+            group=row.group,
+            key=row.key,
+            state=row.state,
+            journal=row.journal,
+            began_ms=row.began_ms,
+            deadline_ms=row.deadline_ms,
+            ended_ms=row.ended_ms,
+            reason=row.reason,
+            age_ms=max(0, end_ms - row.began_ms),
+            partitions=tuple(
+                TxnPartition(p.topic, p.partition, p.records, p.bytes, p.base_offset) for p in parts
+            ),
+            existing=existing,
+        )
+
+    def _next_id(self, conn: sqlite3.Connection) -> tuple[int, tuple[int, int]]:
+        """A fresh txn id from this process's block, or a new block from the persistent
+        counter; the id and the block as it will be once this transaction commits."""
+        start, end = self._ids
+        if start >= end:
+            start = producer_store.counter(conn, store.TXN_COUNTER) or 1
+            end = start + self.limits.txn_id_block_size
+            producer_store.set_counter(conn, store.TXN_COUNTER, end)
+        return start, (start + 1, end)
+
+
+_PENDING = AppendResult("", -1, -1)
