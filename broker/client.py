@@ -109,7 +109,9 @@ class _Transport(Protocol):
     def read_compacted(self, topic: str, partition: int) -> list[Record]: ...
     def txn_begin(self, group: str, key: str | None, timeout_ms: int | None) -> TxnInfo: ...
     def txn_join(self, txn_id: int, member: str) -> TxnMember: ...
-    def txn_commit(self, txn_id: int, group: str | None) -> TxnInfo: ...
+    def txn_commit(
+        self, txn_id: int, group: str | None, members: Mapping[str, int] | None
+    ) -> TxnInfo: ...
     def txn_abort(self, txn_id: int, group: str | None) -> TxnInfo: ...
     def txn_list(self, include_ended: bool, limit: int) -> list[TxnInfo]: ...
     def txn_show(self, txn_id: int, records_max: int | None) -> TxnDetail: ...
@@ -422,10 +424,18 @@ class Client:
     def txn_join(self, txn_id: int, member: str) -> TxnMember:
         return self._transport.txn_join(txn_id, member)
 
-    def txn_commit(self, txn_id: int, *, group: str | None = None) -> TxnInfo:
+    def txn_commit(
+        self,
+        txn_id: int,
+        *,
+        group: str | None = None,
+        members: Mapping[str, int] | None = None,
+    ) -> TxnInfo:
         """Commit: PREPARE_COMMIT made durable, then every record copied into its log.
-        Committing twice answers the commit again; an aborted one is TXN_ABORTED."""
-        return self._transport.txn_commit(txn_id, group)
+        Committing twice answers the commit again; an aborted one is TXN_ABORTED.
+        `members` ({member: generation}) commits only those members' records, as of
+        those generations (a coordinator names the attempts that succeeded)."""
+        return self._transport.txn_commit(txn_id, group, members)
 
     def txn_abort(self, txn_id: int, *, group: str | None = None) -> TxnInfo:
         return self._transport.txn_abort(txn_id, group)

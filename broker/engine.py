@@ -445,8 +445,10 @@ class Engine:
     def txn_join(self, txn_id: int, member: str) -> TxnMember:
         return self.txns.join(txn_id, member)
 
-    def txn_commit(self, txn_id: int, group: str | None = None) -> TxnInfo:
-        return self.txns.commit(txn_id, group)
+    def txn_commit(
+        self, txn_id: int, group: str | None = None, members: Mapping[str, int] | None = None
+    ) -> TxnInfo:
+        return self.txns.commit(txn_id, group, members)
 
     def txn_abort(self, txn_id: int, group: str | None = None) -> TxnInfo:
         return self.txns.abort(txn_id, group)

@@ -20,7 +20,7 @@ import contextlib
 import itertools
 import os
 import threading
-from collections.abc import Callable, Coroutine, Sequence
+from collections.abc import Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, TypeVar
 
@@ -480,9 +480,15 @@ class AsyncClient:
         reply = await self.request(Op.TXN_JOIN, {"txn_id": txn_id, "member": member})
         return codec.member_from_wire(reply)
 
-    async def txn_commit(self, txn_id: int, group: str | None = None) -> TxnInfo:
-        reply = await self.request(Op.TXN_COMMIT, {"txn_id": txn_id, "group": group})
-        return codec.txn_from_wire(reply)
+    async def txn_commit(
+        self, txn_id: int, group: str | None = None, members: Mapping[str, int] | None = None
+    ) -> TxnInfo:
+        args = {
+            "txn_id": txn_id,
+            "group": group,
+            "members": None if members is None else list(members.items()),
+        }
+        return codec.txn_from_wire(await self.request(Op.TXN_COMMIT, args))
 
     async def txn_abort(self, txn_id: int, group: str | None = None) -> TxnInfo:
         reply = await self.request(Op.TXN_ABORT, {"txn_id": txn_id, "group": group})
@@ -659,8 +665,10 @@ class ServedTransport:
     def txn_join(self, txn_id: int, member: str) -> TxnMember:
         return self._call(self.client.txn_join(txn_id, member))
 
-    def txn_commit(self, txn_id: int, group: str | None) -> TxnInfo:
-        return self._call(self.client.txn_commit(txn_id, group))
+    def txn_commit(
+        self, txn_id: int, group: str | None, members: Mapping[str, int] | None
+    ) -> TxnInfo:
+        return self._call(self.client.txn_commit(txn_id, group, members))
 
     def txn_abort(self, txn_id: int, group: str | None) -> TxnInfo:
         return self._call(self.client.txn_abort(txn_id, group))

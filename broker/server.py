@@ -656,7 +656,8 @@ class Server:
     async def _txn_commit(self, session: Session, args: dict[str, Any]) -> dict[str, Any]:
         txn_id = codec.txn_id_from_wire(args)
         group = codec.field(args, "group", str, optional=True)
-        info = await self._write(lambda: self._writer.txn_commit(txn_id, group))
+        members = codec.members_from_wire(args.get("members"))
+        info = await self._write(lambda: self._writer.txn_commit(txn_id, group, members))
         for part in info.partitions:
             if part.topic is not None:
                 self._wake(part.topic)

@@ -96,7 +96,7 @@ class Transaction:
         """Commit: when this returns, every record is in its log (TXN_ABORTED if the
         transaction timed out or was aborted meanwhile)."""
         self._check_owner("commit")
-        self.info = self.client.txn_commit(self.txn_id, group=self.group)
+        self.info = self.client.txn_commit(self.txn_id, group=self.group, members=None)
         self._ended = True
         return self.info
 

@@ -249,9 +249,18 @@ class Transactions:
 
     # commit, abort, expiry, recovery ----------------------------------------------------
 
-    def commit(self, txn_id: int, group: str | None = None) -> TxnInfo:
+    def commit(
+        self,
+        txn_id: int,
+        group: str | None = None,
+        members: Mapping[str, int] | None = None,
+    ) -> TxnInfo:
         """PREPARE_COMMIT (durable), then APPLY_COMMIT; the committed transaction.
-        Committing a committed transaction answers it again; an aborted one fails."""
+        Committing a committed transaction answers it again; an aborted one fails.
+
+        members (name -> generation): commit only these members' records, as of that
+        generation, and discard every other writer's (a coordinator such as Spark's
+        driver names the task attempts that succeeded)."""
         now_ms = self.clock()
         refused: BrokerError | None = None
         action: CommitAction | None = None
@@ -263,6 +272,8 @@ class Transactions:
             except BrokerError as error:
                 refused = error  # an expiry just written still commits
             if action is CommitAction.PREPARE:
+                if members is not None:
+                    self._keep_members(conn, txn_id, members)
                 store.count_partitions(conn, txn_id)
                 parts = store.partitions_of(conn, txn_id)
                 body = {
@@ -337,6 +348,24 @@ class Transactions:
         return TxnDetail(info, journal, records)
 
     # internals ----------------------------------------------------------------------------
+
+    def _keep_members(
+        self, conn: sqlite3.Connection, txn_id: int, members: Mapping[str, int]
+    ) -> None:
+        joined = store.members_of(conn, txn_id)
+        keep = set()
+        for name, generation in members.items():
+            found = joined.get(name)
+            if found is None:
+                raise BrokerError(
+                    ErrorCode.INVALID_ARGUMENT,
+                    f"{name!r} never joined transaction {txn_id}",
+                    txn_id=txn_id,
+                    member=name,
+                )
+            rules.check_member_generation(txn_id, found[0], found[1], generation)
+            keep.add((found[0], generation))
+        store.keep_writers(conn, txn_id, keep)
 
     def _apply_journal(self, journal: int, txn_id: int) -> None:
         """Apply txn_id and, first, every earlier prepared transaction of its journal."""

@@ -416,6 +416,26 @@ def txn_id_from_wire(args: dict[str, Any]) -> int:
     return txn_id
 
 
+def members_from_wire(wire: object) -> dict[str, int] | None:
+    """[[member, generation], ...] or nil."""
+    if wire is None:
+        return None
+    if not isinstance(wire, list | tuple):
+        raise ProtocolError("field 'members' must be an array of [member, generation]")
+    members = {}
+    for item in wire:
+        if not (
+            isinstance(item, list | tuple)
+            and len(item) == 2
+            and isinstance(item[0], str)
+            and isinstance(item[1], int)
+            and not isinstance(item[1], bool)
+        ):
+            raise ProtocolError("field 'members' must be an array of [member, generation]")
+        members[item[0]] = item[1]
+    return members
+
+
 def txn_to_wire(info: TxnInfo) -> dict[str, Any]:
     wire = {name: getattr(info, name) for name in _TXN_FIELDS}
     wire["partitions"] = [

@@ -402,3 +402,12 @@ ORDER BY d.topic_id, d.partition;
 
 -- name: txn_partition_pending
 SELECT base_offset FROM txn_partitions WHERE txn_id = ? AND topic_id = ? AND partition = ?;
+
+-- name: txn_data_writers
+SELECT DISTINCT producer_id, generation FROM txn_data WHERE txn_id = ?;
+
+-- name: txn_data_delete_writer
+DELETE FROM txn_data WHERE txn_id = ? AND producer_id = ? AND generation = ?;
+
+-- name: txn_members_all
+SELECT member, producer_id, generation FROM txn_members WHERE txn_id = ?;

@@ -270,3 +270,18 @@ def applied_offset(
 ) -> int | None:
     row = conn.execute(Q["txn_partition_pending"], (txn_id, topic_id, partition)).fetchone()
     return None if row is None or row[0] is None else int(row[0])
+
+
+def keep_writers(conn: sqlite3.Connection, txn_id: int, keep: set[tuple[int, int]]) -> int:
+    """Discard the journaled records of every (pid, generation) not in keep; how many."""
+    dropped = 0
+    for producer_id, generation in conn.execute(Q["txn_data_writers"], (txn_id,)).fetchall():
+        if (producer_id, generation) not in keep:
+            cursor = conn.execute(Q["txn_data_delete_writer"], (txn_id, producer_id, generation))
+            dropped += cursor.rowcount
+    return dropped
+
+
+def members_of(conn: sqlite3.Connection, txn_id: int) -> dict[str, tuple[int, int]]:
+    """member -> (pid, generation)."""
+    return {m: (p, g) for m, p, g in conn.execute(Q["txn_members_all"], (txn_id,))}
