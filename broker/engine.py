@@ -78,7 +78,9 @@ class Engine:
         self.exclusives = Exclusives(database, self.owners, clock)
         with database.read() as conn:
             self.producers.load(conn)
-        self.txns = Transactions(database, limits, clock, self.producers)
+        self.txns = Transactions(
+            database, limits, clock, self.producers, self.owners, self.exclusives
+        )
         self.txns.recover()  # finish every commit a killed broker had prepared
 
     @classmethod
@@ -203,7 +205,9 @@ class Engine:
             request = dataclasses.replace(request, producer=producer)
         now_ms = self.clock()
         if producer.txn_id is not None:  # into the data journals, not the log
-            return self.txns.journal(conn, row, by_partition, records, producer, now_ms)
+            return self.txns.journal(
+                conn, row, by_partition, records, producer, now_ms, request.fences
+            )
         if producer.producer_id:
             return self._produce_idempotent(conn, row, by_partition, request, staged, now_ms)
         results: list[AppendResult] = [_PENDING] * len(records)

@@ -146,6 +146,10 @@ class Exclusives:
         rules.check_write(attachment, epoch, exclusive)
         return epoch
 
+    def epoch(self, conn: sqlite3.Connection, topic_id: int) -> int:
+        """The topic's epoch now: what a write landing now carries."""
+        return store.access(conn, topic_id)[0]
+
     def info(self, conn: sqlite3.Connection, topic_id: int) -> AccessInfo:
         epoch, _ = store.access(conn, topic_id)
         live = [a for a in self.attached(conn, topic_id) if a.live]

@@ -30,9 +30,12 @@ from dataclasses import dataclass
 from typing import Final
 
 from broker.core import txn as rules
+from broker.core.ownership import Fence
 from broker.core.txn import CommitAction, Entry, TxnState, TxnView
 from broker.errors import BrokerError, ErrorCode
+from broker.exclusives import Exclusives
 from broker.limits import Limits
+from broker.owners import Owners
 from broker.producers import ProducerTable
 from broker.storage import logs
 from broker.storage import producers as producer_store
@@ -137,11 +140,15 @@ class Transactions:
         limits: Limits,
         clock: Callable[[], int],
         producers: ProducerTable,
+        owners: Owners,
+        exclusives: Exclusives,
     ) -> None:
         self.database = database
         self.limits = limits
         self.clock = clock
         self.producers = producers
+        self.owners = owners
+        self.exclusives = exclusives
         self.failpoints = Failpoints(os.environ.get(FAILPOINT_ENV))
         self._ids = (0, 0)  # this process's block of txn ids: [next, end)
 
@@ -163,11 +170,11 @@ class Transactions:
                     view = self._current(conn, found, now_ms)
                     if view.state is not TxnState.ABORTED:
                         return self._info(conn, found.txn_id, now_ms, existing=True)
-            txn_id, block = self._next_id(conn)
+            txn_id, block, fresh = self._next_id(conn)
             journal = rules.journal_of(group, self.limits.txn_journals)
             store.insert(conn, txn_id, group, key, journal, now_ms, now_ms + timeout)
             store.journal_append(conn, journal, txn_id, Entry.BEGIN, now_ms, {"key": key})
-            if txn_id % 100 == 0:
+            if fresh:  # once per block: every process prunes, even one-shot CLI commands
                 store.prune(conn, self.limits.txn_history_max)
             info = self._info(conn, txn_id, now_ms)
         self._ids = block
@@ -200,9 +207,12 @@ class Transactions:
         records: Sequence[NewRecord],
         producer: ProducerFields,
         now_ms: int,
+        fences: Sequence[Fence] = (),
     ) -> list[AppendResult]:
         """Records of a produce into a transaction, to their partitions' data journals.
-        Called by the engine inside its produce transaction. They get offsets at commit."""
+        Called by the engine inside its produce transaction, after the fences and the
+        topic's access were checked; they are checked again at commit. The records get
+        their offsets at commit."""
         assert producer.txn_id is not None
         txn_id = rules.parse_txn_id(producer.txn_id)
         view = self._current(conn, self._row(conn, txn_id), now_ms, persist=False)
@@ -215,6 +225,7 @@ class Transactions:
                 None if found is None else found[1],
                 producer.generation,
             )
+        store.put_fences(conn, txn_id, ((f.group, f.resource, f.generation) for f in fences))
         results: list[AppendResult] = [_PENDING] * len(records)
         for partition, indexes in by_partition.items():
             store.journal_records(
@@ -274,6 +285,7 @@ class Transactions:
             if action is CommitAction.PREPARE:
                 if members is not None:
                     self._keep_members(conn, txn_id, members)
+                self._check_still_writable(conn, txn_id)
                 store.count_partitions(conn, txn_id)
                 parts = store.partitions_of(conn, txn_id)
                 body = {
@@ -349,6 +361,16 @@ class Transactions:
 
     # internals ----------------------------------------------------------------------------
 
+    def _check_still_writable(self, conn: sqlite3.Connection, txn_id: int) -> None:
+        """At the commit point, the records must still be allowed to land: every fence
+        they were produced under is current (else FENCED), and no other producer holds
+        a topic exclusively (else PRODUCER_BUSY). A refused commit leaves the
+        transaction open: abort it, or commit again later."""
+        fences = [Fence(g, r, n) for g, r, n in store.fences_of(conn, txn_id)]
+        self.owners.check_fences(conn, fences)
+        for topic_id in store.topics_of(conn, txn_id):
+            self.exclusives.check_write(conn, topic_id, None)
+
     def _keep_members(
         self, conn: sqlite3.Connection, txn_id: int, members: Mapping[str, int]
     ) -> None:
@@ -403,7 +425,10 @@ class Transactions:
             store.mark_applied(conn, txn_id, part.topic_id, part.partition, -1)
             return
         base_offset = logs.end_offset(conn, row, part.partition)
-        copied = store.copy_partition(conn, txn_id, part.topic_id, part.partition, base_offset)
+        epoch = self.exclusives.epoch(conn, part.topic_id)
+        copied = store.copy_partition(
+            conn, txn_id, part.topic_id, part.partition, base_offset, epoch
+        )
         logs.advance(conn, row, part.partition, copied, part.bytes)
         store.mark_applied(conn, txn_id, part.topic_id, part.partition, base_offset)
 
@@ -469,15 +494,17 @@ class Transactions:
             existing=existing,
         )
 
-    def _next_id(self, conn: sqlite3.Connection) -> tuple[int, tuple[int, int]]:
-        """A fresh txn id from this process's block, or a new block from the persistent
-        counter; the id and the block as it will be once this transaction commits."""
+    def _next_id(self, conn: sqlite3.Connection) -> tuple[int, tuple[int, int], bool]:
+        """A txn id from this process's block, or from a new block of the persistent
+        counter: the id, the block as it will be once this transaction commits, and
+        whether the block is new."""
         start, end = self._ids
-        if start >= end:
+        fresh = start >= end
+        if fresh:
             start = producer_store.counter(conn, store.TXN_COUNTER) or 1
             end = start + self.limits.txn_id_block_size
             producer_store.set_counter(conn, store.TXN_COUNTER, end)
-        return start, (start + 1, end)
+        return start, (start + 1, end), fresh
 
 
 _PENDING = AppendResult("", -1, -1)

@@ -144,7 +144,7 @@ def txn_show(
         for r in detail.records
     ]
     if as_json:
-        out.json(txn_dict(detail.info) | {"journal": journal, "records": journaled})
+        out.json(txn_dict(detail.info) | {"journal": journal, "journaled": journaled})
         return
     _print_txn(out, detail.info)
     out.table(
@@ -192,7 +192,7 @@ def _print_txn(out: Output, info: TxnInfo) -> None:
         return
     columns = ["txn_id", "group", "state", "records", "partitions"]
     where = ", ".join(
-        f"{p.topic}/{p.partition}"
+        f"{p.topic or '(deleted)'}/{p.partition}"
         + (f"@{p.base_offset}" if p.base_offset is not None and p.base_offset >= 0 else "")
         for p in info.partitions
     )

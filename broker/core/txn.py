@@ -12,6 +12,7 @@ transaction past its deadline is aborted as timed out.
 from __future__ import annotations
 
 import enum
+import re
 import zlib
 from dataclasses import dataclass
 
@@ -41,6 +42,7 @@ class CommitAction(enum.Enum):
     DONE = "done"  # already committed: answer so
 
 
+_DIGITS = re.compile(r"[0-9]+")
 TIMED_OUT = "timed out"
 BY_REQUEST = "by request"
 
@@ -65,7 +67,7 @@ def parse_txn_id(text: str | int) -> int:
     """A transaction id as given on a command line or the wire: a positive integer."""
     if isinstance(text, int) and not isinstance(text, bool):
         value = text
-    elif isinstance(text, str) and text.strip().isdigit():
+    elif isinstance(text, str) and _DIGITS.fullmatch(text.strip()):
         value = int(text.strip())
     else:
         raise BrokerError(

@@ -13,6 +13,7 @@ from typing import Any, TypeVar
 from broker.core.exclusive import Attached, Mode
 from broker.core.ownership import Fence
 from broker.core.producers import ProducerEntry
+from broker.core.txn import parse_txn_id
 from broker.exclusives import AccessInfo, Attachment
 from broker.owners import Claimed, OwnershipInfo
 from broker.producers import Lease
@@ -410,10 +411,8 @@ _TXN_FIELDS = (
 
 
 def txn_id_from_wire(args: dict[str, Any]) -> int:
-    txn_id = field(args, "txn_id", int)
-    if txn_id <= 0:
-        raise ProtocolError(f"field 'txn_id' must be > 0, not {txn_id}")
-    return txn_id
+    # a well-formed integer that is no txn id is the caller's error, as it is embedded
+    return parse_txn_id(field(args, "txn_id", int))
 
 
 def members_from_wire(wire: object) -> dict[str, int] | None:

@@ -318,7 +318,7 @@ VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?);
 INSERT INTO records (topic_id, partition, offset, timestamp_ms, key, value, headers,
                      producer_id, generation, sequence, epoch, txn_id)
 SELECT topic_id, partition, ?4 + row_number() OVER (ORDER BY position) - 1, timestamp_ms, key,
-       value, headers, producer_id, generation, 0, epoch, txn_id
+       value, headers, producer_id, generation, 0, ?5, txn_id
 FROM txn_data
 WHERE txn_id = ?1 AND topic_id = ?2 AND partition = ?3
 ORDER BY position;
@@ -411,3 +411,20 @@ DELETE FROM txn_data WHERE txn_id = ? AND producer_id = ? AND generation = ?;
 
 -- name: txn_members_all
 SELECT member, producer_id, generation FROM txn_members WHERE txn_id = ?;
+
+-- name: txn_fence_put
+INSERT INTO txn_fences (txn_id, group_name, resource, generation) VALUES (?, ?, ?, ?)
+ON CONFLICT DO NOTHING;
+
+-- name: txn_fences_of
+SELECT group_name, resource, generation FROM txn_fences WHERE txn_id = ?;
+
+-- name: txn_fences_delete
+DELETE FROM txn_fences WHERE txn_id = ?;
+
+-- name: txn_offset_states
+SELECT DISTINCT group_name, topic_id, producer_state FROM txn_offsets
+WHERE txn_id = ? AND producer_state IS NOT NULL AND topic_id IN (SELECT topic_id FROM topics);
+
+-- name: txn_topics
+SELECT DISTINCT topic_id FROM txn_partitions WHERE txn_id = ? ORDER BY topic_id;

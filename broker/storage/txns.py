@@ -7,7 +7,7 @@ records never pass through Python on their way from the data journal to the log.
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 import msgpack
@@ -172,11 +172,16 @@ def count_partitions(conn: sqlite3.Connection, txn_id: int) -> None:
 
 
 def copy_partition(
-    conn: sqlite3.Connection, txn_id: int, topic_id: int, partition: int, base_offset: int
+    conn: sqlite3.Connection,
+    txn_id: int,
+    topic_id: int,
+    partition: int,
+    base_offset: int,
+    epoch: int,
 ) -> int:
     """APPLY_COMMIT of one partition: copy its journaled records into the log from
-    base_offset, inside SQLite; the number of records copied."""
-    cursor = conn.execute(Q["txn_data_copy"], (txn_id, topic_id, partition, base_offset))
+    base_offset (stamped with the topic's epoch now), inside SQLite; how many."""
+    cursor = conn.execute(Q["txn_data_copy"], (txn_id, topic_id, partition, base_offset, epoch))
     return cursor.rowcount
 
 
@@ -199,6 +204,7 @@ def discard(conn: sqlite3.Connection, txn_id: int) -> None:
     conn.execute(Q["txn_data_delete"], (txn_id,))
     conn.execute(Q["txn_members_delete"], (txn_id,))
     conn.execute(Q["txn_offsets_delete"], (txn_id,))
+    conn.execute(Q["txn_fences_delete"], (txn_id,))
 
 
 def drop_partitions(conn: sqlite3.Connection, txn_id: int) -> None:
@@ -241,11 +247,29 @@ def put_offset(
 
 
 def apply_offsets(conn: sqlite3.Connection, txn_id: int, now_ms: int) -> int:
-    """Make a transaction's consumer offsets the committed ones; how many."""
+    """Make a transaction's consumer offsets the committed ones; how many. A producer
+    state given with them becomes the (group, topic)'s, as commit_offsets does."""
     count = int(conn.execute(Q["txn_offsets_count"], (txn_id,)).fetchone()[0])
+    states = conn.execute(Q["txn_offset_states"], (txn_id,)).fetchall()
     conn.execute(Q["txn_offsets_apply"], (txn_id, now_ms))
+    for group, topic_id, producer_state in states:
+        conn.execute(Q["offsets_state_put"], (producer_state, group, topic_id))
     conn.execute(Q["txn_offsets_delete"], (txn_id,))
     return count
+
+
+def put_fences(
+    conn: sqlite3.Connection, txn_id: int, fences: Iterable[tuple[str, str, int]]
+) -> None:
+    conn.executemany(Q["txn_fence_put"], ((txn_id, *fence) for fence in fences))
+
+
+def fences_of(conn: sqlite3.Connection, txn_id: int) -> list[tuple[str, str, int]]:
+    return [(g, r, int(n)) for g, r, n in conn.execute(Q["txn_fences_of"], (txn_id,))]
+
+
+def topics_of(conn: sqlite3.Connection, txn_id: int) -> list[int]:
+    return [int(row[0]) for row in conn.execute(Q["txn_topics"], (txn_id,))]
 
 
 def delete_topic(conn: sqlite3.Connection, topic_id: int) -> None:
@@ -253,7 +277,7 @@ def delete_topic(conn: sqlite3.Connection, topic_id: int) -> None:
 
 
 def prune(conn: sqlite3.Connection, keep: int) -> None:
-    """Forget ended transactions beyond the newest `keep`."""
+    """Forget ended transactions beyond the newest `keep` (by id)."""
     for (txn_id,) in conn.execute(Q["txns_prune"], (keep,)).fetchall():
         conn.execute(Q["txn_delete"], (txn_id,))
         conn.execute(Q["txn_journal_delete"], (txn_id,))

@@ -6,7 +6,9 @@
 -- log. PREPARE_COMMIT is the commit point; APPLY_COMMIT then copies each partition's
 -- journaled records into the log with one INSERT ... SELECT and sets its base_offset in
 -- txn_partitions, so applying twice changes nothing. Consumer offsets committed inside a
--- transaction wait in txn_offsets and take effect at PREPARE_COMMIT.
+-- transaction wait in txn_offsets and take effect at PREPARE_COMMIT. The fences its
+-- records were produced under are kept in txn_fences and checked again at PREPARE_COMMIT,
+-- so a zombie owner's transaction never lands after a newer claim.
 
 CREATE TABLE txns (
     txn_id            INTEGER PRIMARY KEY,
@@ -81,4 +83,12 @@ CREATE TABLE txn_offsets (
     next_offset     INTEGER NOT NULL,
     producer_state  BLOB,
     PRIMARY KEY (txn_id, group_name, topic_id, partition)
+) STRICT, WITHOUT ROWID;
+
+CREATE TABLE txn_fences (
+    txn_id       INTEGER NOT NULL,
+    group_name   TEXT    NOT NULL,
+    resource     TEXT    NOT NULL,
+    generation   INTEGER NOT NULL,
+    PRIMARY KEY (txn_id, group_name, resource, generation)
 ) STRICT, WITHOUT ROWID;
