@@ -54,7 +54,12 @@ from pyspark.sql.datasource import (
     InputPartition,
     WriterCommitMessage,
 )
-from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows
+from pyspark.sql.streaming.datasource import (
+    ReadAllAvailable,
+    ReadLimit,
+    ReadMaxRows,
+    SupportsTriggerAvailableNow,
+)
 
 from broker.client import Client, connect
 from broker.errors import BrokerError, ErrorCode
@@ -282,8 +287,12 @@ class BatchReader(DataSourceReader):
         yield from read_range(self.options, partition)
 
 
-class StreamReader(DataSourceStreamReader):
-    """Offsets are {"PARTITION": next offset}; Spark's checkpoint keeps them."""
+class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """Offsets are {"PARTITION": next offset}; Spark's checkpoint keeps them.
+
+    With trigger(availableNow=True) the end offsets at the start of the run are the
+    target: maxRecordsPerTrigger still splits the run into several micro-batches, and
+    records produced after the start wait for the next run."""
 
     def __init__(self, options: Options) -> None:
         self.options = options
@@ -291,6 +300,7 @@ class StreamReader(DataSourceStreamReader):
         self.per_split = options.positive_int("maxRecordsPerPartition")
         self.max_per_trigger = options.positive_int("maxRecordsPerTrigger")
         self._client: Client | None = None
+        self._target: list[int] | None = None  # availableNow: the ends when it started
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
@@ -298,9 +308,15 @@ class StreamReader(DataSourceStreamReader):
         return state
 
     def _ends(self) -> list[int]:
+        if self._target is not None:
+            return self._target
         if self._client is None:
             self._client = self.options.connect()
         return self._client.end_offsets(self.topic)
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        self._target = None
+        self._target = self._ends()
 
     def initialOffset(self) -> dict[str, int]:
         ends = self._ends()
