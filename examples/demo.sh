@@ -68,6 +68,27 @@ wait "$holder"
 step fencelog consume control --compacted --json
 
 echo
+echo "# transactions: all or nothing across topics, spread over several commands"
+step fencelog topic create invoices
+step fencelog topic create ledger --partitions 4
+txn=$(fencelog txn-begin --group billing --json | python3 -c 'import json,sys; print(json.load(sys.stdin)["txn_id"])')
+echo "transaction $txn"
+step fencelog produce invoices --txn "$txn" --value inv-1
+step fencelog produce ledger --txn "$txn" --partition 3 --value debit-1
+step fencelog consume invoices --from beginning --json
+echo "(nothing yet: the transaction is open)"
+step fencelog txn list
+step fencelog txn-commit "$txn" --json
+step fencelog consume invoices --from beginning --json
+other=$(fencelog txn-begin --group billing --json | python3 -c 'import json,sys; print(json.load(sys.stdin)["txn_id"])')
+fencelog produce invoices --txn "$other" --value never-seen >/dev/null
+step fencelog txn-abort "$other"
+set +e
+fencelog txn-commit "$other"
+echo "exit status: $? (TXN_ABORTED)"
+set -e
+
+echo
 echo "# the same commands against a server"
 fencelog serve --listen 127.0.0.1:0 --ready-file ready.json >/dev/null &
 server=$!
@@ -86,5 +107,17 @@ echo "exit status: $? (UNKNOWN_TOPIC)"
 fencelog produce orders --partition 9 --value x
 echo "exit status: $? (UNKNOWN_PARTITION)"
 set -e
+echo
+if [ "${FENCELOG_DEMO_SPARK:-1}" = 1 ] && command -v java >/dev/null; then
+    echo "# the data pipeline on Spark: orders -> upper case -> orders_upper, exactly once"
+    echo "# (each micro-batch one fencelog transaction; FENCELOG_DEMO_SPARK=0 skips this)"
+    pipeline=(python "$OLDPWD/examples/spark_pipeline.py" --broker ./.fencelog
+        --input clicks --output clicks_upper --records 5000 --per-trigger 2000
+        --checkpoint spark-checkpoint)
+    step "${pipeline[@]}"
+    printf 'new-1\nnew-2\n' | fencelog produce clicks --partition 0 >/dev/null
+    echo "# run again: only the two new records are read and written"
+    step "${pipeline[@]}"
+fi
 echo
 echo "demo finished"
