@@ -7,7 +7,8 @@ group's table and rewrites that group's section of bench/RESULTS.md as soon as i
 - server: "Server (issue 3)": `fencelog serve` as a process beside NATS JetStream,
   served batches and reads beside the embedded engine;
 - ownership: "Ownership (issue 4)": claim + release round trips, severing;
-- idempotence: "Idempotent producers (issue 5)": the producer fields' overhead, restart.
+- idempotence: "Idempotent producers (issue 5)": the producer fields' overhead, restart;
+- txn: "Transactions (issue 7)": transactional against plain produce, commit latency.
 All databases and servers live in one temporary directory, removed at the end; every
 server started is stopped. Exit status 0 when every target is met, 1 when one is missed.
 """
@@ -32,6 +33,7 @@ from bench import (
     report,
     sections,
     serving,
+    txn,
 )
 from bench.machine import Machine, describe, finished
 from bench.measures import EngineCliResults, Sizes
@@ -91,7 +93,25 @@ IDEMPOTENCE_QUICK: Final = idempotence.IdempotenceSizes(
     restart_rounds=3,
     quick=True,
 )
-GROUPS: Final = ("engine", "server", "ownership", "idempotence")
+TXN_FULL: Final = txn.TxnSizes(
+    rounds=5,
+    records=50_000,
+    latency_rounds=5,
+    latency_txns=300,
+    profile_txns=30,
+    fsync_txns=50,
+    quick=False,
+)
+TXN_QUICK: Final = txn.TxnSizes(
+    rounds=3,
+    records=10_000,
+    latency_rounds=3,
+    latency_txns=100,
+    profile_txns=10,
+    fsync_txns=20,
+    quick=True,
+)
+GROUPS: Final = ("engine", "server", "ownership", "idempotence", "txn")
 
 
 def _positive(text: str) -> int:
@@ -235,11 +255,19 @@ def run_idempotence(work_dir: Path, arguments: argparse.Namespace) -> Outcome:
     return _section_outcome(idempotence.section(results), finished(started))
 
 
+def run_txn(work_dir: Path, arguments: argparse.Namespace) -> Outcome:
+    started = describe(work_dir)
+    sizes = TXN_QUICK if arguments.quick else TXN_FULL
+    results = txn.measure(work_dir, sizes)
+    return _section_outcome(txn.section(results), finished(started))
+
+
 RUNNERS: Final[dict[str, Callable[[Path, argparse.Namespace], Outcome]]] = {
     "engine": run_engine,
     "server": run_server,
     "ownership": run_ownership,
     "idempotence": run_idempotence,
+    "txn": run_txn,
 }
 
 

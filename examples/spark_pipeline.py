@@ -61,8 +61,10 @@ def main() -> int:
         .appName("fencelog-pipeline")
         .config("spark.ui.enabled", "false")
         .config("spark.sql.shuffle.partitions", "1")
+        .config("spark.ui.showConsoleProgress", "false")
         .getOrCreate()
     )
+    spark.sparkContext.setLogLevel("ERROR")
     broker.spark.register(spark)
     options = {"broker": args.broker, **({"authTokenFile": args.auth_token_file} if token else {})}
     query = (
