@@ -31,7 +31,8 @@ $FENCELOG_BROKER or ./.fencelog), authTokenFile, topic; reads: startingOffsets,
 endingOffsets ("earliest", "latest", or JSON {"PARTITION": offset} with -2 earliest and
 -1 latest), maxRecordsPerPartition (split larger ranges), maxRecordsPerTrigger
 (streaming admission control); writes: transactionalGroup (default spark-TOPIC),
-transactionTimeout (ms; default the broker's txn_timeout_ms).
+transactionTimeout (ms; default 15 minutes: a job's transaction stays open while its
+tasks run).
 """
 
 from __future__ import annotations
@@ -102,6 +103,7 @@ WRITE_COLUMNS: Final = {
     "topic": ("string",),
 }
 FETCH_RECORDS: Final = 10_000
+TXN_TIMEOUT_MS: Final = 15 * 60 * 1000
 
 
 def register(spark: SparkSession | None = None) -> None:
@@ -478,7 +480,7 @@ class BatchWriter(DataSourceArrowWriter):
         if self.topic is None and "topic" not in schema.names:
             raise _option_error("set .option('topic', NAME) or write a topic column")
         self.group = options.get("transactionalGroup") or f"spark-{self.topic or 'topics'}"
-        timeout_ms = options.positive_int("transactionTimeout")
+        timeout_ms = options.positive_int("transactionTimeout") or TXN_TIMEOUT_MS
         with options.connect() as client:
             if self.topic is not None:
                 client.describe_topic(self.topic)  # a missing topic fails the job now
@@ -508,7 +510,7 @@ class StreamWriter(DataSourceStreamArrowWriter):
         if self.topic is None and "topic" not in schema.names:
             raise _option_error("set .option('topic', NAME) or write a topic column")
         self.group = options.get("transactionalGroup") or f"spark-{self.topic or 'topics'}"
-        self.timeout_ms = options.positive_int("transactionTimeout")
+        self.timeout_ms = options.positive_int("transactionTimeout") or TXN_TIMEOUT_MS
         if self.topic is not None:
             with options.connect() as client:
                 client.describe_topic(self.topic)
