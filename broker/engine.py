@@ -361,14 +361,10 @@ class Engine:
         producer_state: bytes | None = None,
     ) -> None:
         """Store a consumer group's next offsets, with the producer state to resume."""
-        ownership_rules.check_name("consumer group", group)
         with self.database.write() as conn:
-            row = self._topic(conn, topic)
+            row = self._offsets_topic(conn, group, topic, offsets)
             now_ms = self.clock()
             for partition, offset in offsets.items():
-                record_rules.check_partition(topic, partition, row.partitions)
-                if offset < 0:
-                    raise BrokerError(ErrorCode.INVALID_ARGUMENT, "offsets are >= 0")
                 producer_store.commit_offset(
                     conn, group, row.topic_id, partition, offset, producer_state, now_ms
                 )
@@ -384,14 +380,21 @@ class Engine:
         producer_state: bytes | None = None,
     ) -> None:
         """Consumer offsets that take effect when transaction txn_id commits."""
-        ownership_rules.check_name("consumer group", group)
         with self.database.write() as conn:
-            row = self._topic(conn, topic)
-            for partition, offset in offsets.items():
-                record_rules.check_partition(topic, partition, row.partitions)
-                if offset < 0:
-                    raise BrokerError(ErrorCode.INVALID_ARGUMENT, "offsets are >= 0")
+            row = self._offsets_topic(conn, group, topic, offsets)
             self.txns.add_offsets(conn, txn_id, group, row.topic_id, offsets, producer_state)
+
+    def _offsets_topic(
+        self, conn: sqlite3.Connection, group: str, topic: str, offsets: Mapping[int, int]
+    ) -> logs.TopicRow:
+        """The topic of an offset commit, once the group, partitions and offsets are valid."""
+        ownership_rules.check_name("consumer group", group)
+        row = self._topic(conn, topic)
+        for partition, offset in offsets.items():
+            record_rules.check_partition(topic, partition, row.partitions)
+            if offset < 0:
+                raise BrokerError(ErrorCode.INVALID_ARGUMENT, "offsets are >= 0")
+        return row
 
     def committed_offsets(self, group: str, topic: str) -> list[producer_store.OffsetRow]:
         ownership_rules.check_name("consumer group", group)

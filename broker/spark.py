@@ -469,9 +469,8 @@ def task_member() -> str:
     return f"partition-{context.partitionId() if context is not None else 0}"
 
 
-class BatchWriter(DataSourceArrowWriter):
-    """One transaction for the whole job: begun here, on the driver, when Spark plans
-    the write; committed by commit() once every task succeeded."""
+class _Writing:
+    """What both writers check and keep when Spark plans a write (on the driver)."""
 
     def __init__(self, options: Options, schema: StructType) -> None:
         check_write_schema(schema)
@@ -480,11 +479,20 @@ class BatchWriter(DataSourceArrowWriter):
         if self.topic is None and "topic" not in schema.names:
             raise _option_error("set .option('topic', NAME) or write a topic column")
         self.group = options.get("transactionalGroup") or f"spark-{self.topic or 'topics'}"
-        timeout_ms = options.positive_int("transactionTimeout") or TXN_TIMEOUT_MS
-        with options.connect() as client:
-            if self.topic is not None:
+        self.timeout_ms = options.positive_int("transactionTimeout") or TXN_TIMEOUT_MS
+        if self.topic is not None:
+            with options.connect() as client:
                 client.describe_topic(self.topic)  # a missing topic fails the job now
-            self.txn_id = client.txn_begin(self.group, timeout_ms=timeout_ms).txn_id
+
+
+class BatchWriter(_Writing, DataSourceArrowWriter):
+    """One transaction for the whole job: begun here, on the driver, when Spark plans
+    the write; committed by commit() once every task succeeded."""
+
+    def __init__(self, options: Options, schema: StructType) -> None:
+        super().__init__(options, schema)
+        with options.connect() as client:
+            self.txn_id = client.txn_begin(self.group, timeout_ms=self.timeout_ms).txn_id
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> Written:
         with self.options.connect() as client:
@@ -500,20 +508,8 @@ class BatchWriter(DataSourceArrowWriter):
             client.txn_abort(self.txn_id, group=self.group)
 
 
-class StreamWriter(DataSourceStreamArrowWriter):
+class StreamWriter(_Writing, DataSourceStreamArrowWriter):
     """One transaction per micro-batch, keyed by (query id, batch id)."""
-
-    def __init__(self, options: Options, schema: StructType) -> None:
-        check_write_schema(schema)
-        self.options = options
-        self.topic = options.topic
-        if self.topic is None and "topic" not in schema.names:
-            raise _option_error("set .option('topic', NAME) or write a topic column")
-        self.group = options.get("transactionalGroup") or f"spark-{self.topic or 'topics'}"
-        self.timeout_ms = options.positive_int("transactionTimeout") or TXN_TIMEOUT_MS
-        if self.topic is not None:
-            with options.connect() as client:
-                client.describe_topic(self.topic)
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> Written:
         key = batch_key()
