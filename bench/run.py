@@ -8,7 +8,9 @@ group's table and rewrites that group's section of bench/RESULTS.md as soon as i
   served batches and reads beside the embedded engine;
 - ownership: "Ownership (issue 4)": claim + release round trips, severing;
 - idempotence: "Idempotent producers (issue 5)": the producer fields' overhead, restart;
-- txn: "Transactions (issue 7)": transactional against plain produce, commit latency.
+- txn: "Transactions (issue 7)": transactional against plain produce, commit latency;
+- spark: "PySpark connector (issue 8)": batch and streaming reads and writes through
+  broker/spark.py in one warm SparkSession, next to the Python data source ceiling.
 All databases and servers live in one temporary directory, removed at the end; every
 server started is stopped. Exit status 0 when every target is met, 1 when one is missed.
 """
@@ -111,7 +113,7 @@ TXN_QUICK: Final = txn.TxnSizes(
     fsync_txns=20,
     quick=True,
 )
-GROUPS: Final = ("engine", "server", "ownership", "idempotence", "txn")
+GROUPS: Final = ("engine", "server", "ownership", "idempotence", "txn", "spark")
 
 
 def _positive(text: str) -> int:
@@ -262,12 +264,21 @@ def run_txn(work_dir: Path, arguments: argparse.Namespace) -> Outcome:
     return _section_outcome(txn.section(results), finished(started))
 
 
+def run_spark(work_dir: Path, arguments: argparse.Namespace) -> Outcome:
+    from bench import spark  # imports pyspark (the spark extra): only when the group runs
+
+    started = describe(work_dir)
+    results = spark.measure(work_dir, spark.QUICK if arguments.quick else spark.FULL)
+    return _section_outcome(spark.section(results), finished(started))
+
+
 RUNNERS: Final[dict[str, Callable[[Path, argparse.Namespace], Outcome]]] = {
     "engine": run_engine,
     "server": run_server,
     "ownership": run_ownership,
     "idempotence": run_idempotence,
     "txn": run_txn,
+    "spark": run_spark,
 }
 
 
