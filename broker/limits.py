@@ -40,6 +40,7 @@ class Limits:
     txn_id_block_size: int = 100
     txn_history_max: int = 10_000
     txn_show_records_max: int = 1_000
+    txn_apply_records_max: int = 100_000  # records copied per SQLite transaction at commit
     # the server and its connections
     frame_bytes_max: int = 48 * 1024 * 1024
     connections_max: int = 512

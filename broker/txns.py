@@ -4,9 +4,10 @@
     produce  records go to their partitions' data journals, tagged with the txn id
     commit   PREPARE_COMMIT(txn, partitions) is appended to J(G) and COMMITted: the
              commit point. Then APPLY_COMMIT copies each partition's journaled records
-             into its log (one INSERT ... SELECT per partition, each in its own SQLite
-             transaction, the last one with COMPLETE), and only then is the commit
-             answered, so a caller that reads after txn-commit sees the records.
+             into its log (one INSERT ... SELECT per partition; up to
+             txn_apply_records_max records per SQLite transaction, the last one with
+             COMPLETE), and only then is the commit answered, so a caller that reads
+             after txn-commit sees the records.
     abort    ABORT(txn); the journaled records, members and pending offsets are dropped
 
 Every step is its own SQLite transaction, so a broker killed anywhere leaves a state that
@@ -16,8 +17,10 @@ times out. Commits of one group are applied in journal order: before a transacti
 applied, every earlier prepared one of its journal is.
 
 Failure points for crash tests: FENCELOG_FAILPOINT=STEP[:N] kills this process with
-SIGKILL the Nth time it reaches STEP (begin, data, prepare, apply, complete; the server
-adds ack), as `kill -9` would.
+SIGKILL the Nth time it reaches STEP, as `kill -9` would: begin (after BEGIN), data
+(after a produce into a transaction), prepare (after PREPARE_COMMIT), apply (after a
+partition's copy, before its SQLite transaction commits), complete (every partition
+copied, before COMPLETE commits); the server adds ack (after the commit's reply).
 """
 
 from __future__ import annotations
@@ -275,6 +278,7 @@ class Transactions:
         now_ms = self.clock()
         refused: BrokerError | None = None
         action: CommitAction | None = None
+        pending: list[int] = []
         with self.database.write() as conn:
             row = self._row(conn, txn_id)
             view = self._current(conn, row, now_ms)
@@ -296,13 +300,19 @@ class Transactions:
                     conn, row.journal, txn_id, Entry.PREPARE_COMMIT, now_ms, body
                 )
                 store.set_prepared(conn, txn_id, position)
+            if action is CommitAction.DONE:
+                return self._info(conn, txn_id, now_ms)
+            if action is not None:  # this one and, first, the earlier ones of its journal
+                current = self._row(conn, txn_id)
+                assert current.prepare_position is not None
+                pending = store.prepared(conn, row.journal, current.prepare_position)
         if refused is not None:
             raise refused
-        if action is not CommitAction.DONE:
-            self.failpoints.reached("prepare")
-            self._apply_journal(row.journal, txn_id)
-        with self.database.read() as conn:
-            return self._info(conn, txn_id, self.clock())
+        self.failpoints.reached("prepare")
+        for earlier in pending:
+            if earlier != txn_id:
+                self._apply(earlier)
+        return self._apply(txn_id)
 
     def abort(self, txn_id: int, group: str | None = None) -> TxnInfo:
         """Discard an open transaction (aborting an aborted one answers it again)."""
@@ -389,33 +399,30 @@ class Transactions:
             keep.add((found[0], generation))
         store.keep_writers(conn, txn_id, keep)
 
-    def _apply_journal(self, journal: int, txn_id: int) -> None:
-        """Apply txn_id and, first, every earlier prepared transaction of its journal."""
-        with self.database.read() as conn:
-            row = self._row(conn, txn_id)
-            if row.state != TxnState.PREPARED or row.prepare_position is None:
-                return
-            pending = store.prepared(conn, journal, row.prepare_position)
-        for earlier in pending:
-            self._apply(earlier)
-
-    def _apply(self, txn_id: int) -> None:
-        """APPLY_COMMIT: copy each partition not yet copied, then COMPLETE (with the
-        last partition). Safe to run twice and from several processes at once."""
-        with self.database.read() as conn:
-            pending = [p for p in store.partitions_of(conn, txn_id) if p.base_offset is None]
-        for index, part in enumerate(pending):
-            last = index == len(pending) - 1
+    def _apply(self, txn_id: int) -> TxnInfo:
+        """APPLY_COMMIT: copy the partitions not yet copied, up to txn_apply_records_max
+        records per SQLite transaction, then COMPLETE (with the last of them); the
+        transaction as it then is. Safe to run twice and from several processes at once:
+        each partition's base offset says it was copied."""
+        while True:
             with self.database.write() as conn:
-                self._copy(conn, txn_id, part)
-                if last:
+                if self._row(conn, txn_id).state != TxnState.PREPARED:
+                    return self._info(conn, txn_id, self.clock())
+                parts = [p for p in store.partitions_of(conn, txn_id) if p.base_offset is None]
+                chunk: list[store.TxnPartitionRow] = []
+                records = 0
+                for part in parts:
+                    if chunk and records + part.records > self.limits.txn_apply_records_max:
+                        break
+                    chunk.append(part)
+                    records += part.records
+                for part in chunk:
+                    self._copy(conn, txn_id, part)
+                    self.failpoints.reached("apply")
+                if len(chunk) == len(parts):
                     self.failpoints.reached("complete")
                     self._complete(conn, txn_id)
-            if not last:
-                self.failpoints.reached("apply")
-        if not pending:
-            with self.database.write() as conn:
-                self._complete(conn, txn_id)
+                    return self._info(conn, txn_id, self.clock())
 
     def _copy(self, conn: sqlite3.Connection, txn_id: int, part: store.TxnPartitionRow) -> None:
         if store.applied_offset(conn, txn_id, part.topic_id, part.partition) is not None:
@@ -427,7 +434,7 @@ class Transactions:
         base_offset = logs.end_offset(conn, row, part.partition)
         epoch = self.exclusives.epoch(conn, part.topic_id)
         copied = store.copy_partition(
-            conn, txn_id, part.topic_id, part.partition, base_offset, epoch
+            conn, txn_id, part.topic_id, part.partition, base_offset, epoch, part.records
         )
         logs.advance(conn, row, part.partition, copied, part.bytes)
         store.mark_applied(conn, txn_id, part.topic_id, part.partition, base_offset)

@@ -19,6 +19,7 @@ import contextlib
 import threading
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -897,8 +898,10 @@ def opened() -> Iterator[list[Engine]]:
         engine.close()
 
 
-def open_engine(opened: list[Engine], data_dir: Path, clock: FakeClock) -> Engine:
-    engine = Engine.open(data_dir, durability="normal", clock=clock)
+def open_engine(
+    opened: list[Engine], data_dir: Path, clock: FakeClock, limits: Limits = DEFAULT_LIMITS
+) -> Engine:
+    engine = Engine.open(data_dir, durability="normal", clock=clock, limits=limits)
     opened.append(engine)
     return engine
 
@@ -930,7 +933,7 @@ def stored(engine: Engine, topic: str) -> list[tuple[int, int, bytes, int | None
 def prepare_only(engine: Engine, monkeypatch: pytest.MonkeyPatch, txn_id: int) -> TxnInfo:
     """Commit up to PREPARE_COMMIT and no further: what a broker killed there leaves."""
     with monkeypatch.context() as patched:
-        patched.setattr(engine.txns, "_apply", lambda _txn_id: None)
+        patched.setattr(engine.txns, "_apply", lambda t: engine.txn_show(t, 0).info)
         info = engine.txn_commit(txn_id)
     assert info.state == "prepared"
     return info
@@ -1015,16 +1018,19 @@ class Stop(Exception):
 def test_a_start_finishes_a_half_applied_commit_without_copying_twice(
     opened: list[Engine], data_dir: Path, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    engine = open_engine(opened, data_dir, clock)
+    one_partition_a_time = replace(DEFAULT_LIMITS, txn_apply_records_max=2)
+    engine = open_engine(opened, data_dir, clock, one_partition_a_time)
     engine.create_topic("ledger", 3)
     txn = engine.txn_begin("billing")
     for partition in range(3):
         journal_into(
             engine, txn.txn_id, "ledger", [f"p{partition}-a", f"p{partition}-b"], partition
         )
+    copies: list[str] = []
 
     def stop_after_the_first_partition(step: str) -> None:
-        if step == "apply":
+        copies.append(step)
+        if copies.count("apply") == 2:  # the second partition's copy, not yet committed
             raise Stop
 
     with monkeypatch.context() as patched:

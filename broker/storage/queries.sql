@@ -317,6 +317,14 @@ VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?);
 -- name: txn_data_copy
 INSERT INTO records (topic_id, partition, offset, timestamp_ms, key, value, headers,
                      producer_id, generation, sequence, epoch, txn_id)
+SELECT topic_id, partition, ?4 + position, timestamp_ms, key, value, headers, producer_id,
+       generation, 0, ?5, txn_id
+FROM txn_data
+WHERE txn_id = ?1 AND topic_id = ?2 AND partition = ?3;
+
+-- name: txn_data_copy_numbered
+INSERT INTO records (topic_id, partition, offset, timestamp_ms, key, value, headers,
+                     producer_id, generation, sequence, epoch, txn_id)
 SELECT topic_id, partition, ?4 + row_number() OVER (ORDER BY position) - 1, timestamp_ms, key,
        value, headers, producer_id, generation, 0, ?5, txn_id
 FROM txn_data

@@ -178,10 +178,16 @@ def copy_partition(
     partition: int,
     base_offset: int,
     epoch: int,
+    records: int,
 ) -> int:
-    """APPLY_COMMIT of one partition: copy its journaled records into the log from
-    base_offset (stamped with the topic's epoch now), inside SQLite; how many."""
-    cursor = conn.execute(Q["txn_data_copy"], (txn_id, topic_id, partition, base_offset, epoch))
+    """APPLY_COMMIT of one partition: copy its journaled records (`records` of them)
+    into the log from base_offset, stamped with the topic's epoch now, inside SQLite;
+    how many were copied. Positions without gaps (nothing fenced or dropped) map
+    straight to offsets; otherwise the records are numbered in position order."""
+    args = (txn_id, topic_id, partition, base_offset, epoch)
+    end = conn.execute(Q["txn_data_end"], args[:3]).fetchone()[0]
+    contiguous = end == records
+    cursor = conn.execute(Q["txn_data_copy" if contiguous else "txn_data_copy_numbered"], args)
     return cursor.rowcount
 
 
