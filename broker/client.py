@@ -182,11 +182,11 @@ class Client:
         """Append values (bytes, str, or NewRecord for per-record keys and partitions).
 
         `key`, `partition` and `headers` apply to every value given as bytes or str.
-        Each batch of up to append_records_max records is one atomic append; results come
-        back in the order of `values`. `fences` (e.g. `claimed.fence`) must be current,
-        or the append fails with FENCED and nothing is written. With `txn` (a transaction
-        id) the records are journaled into that transaction instead: offset -1 each, and
-        no reader sees them until it commits.
+        Each batch of up to append_records_max records and append_bytes_max bytes is one
+        atomic append; results come back in the order of `values`. `fences` (e.g.
+        `claimed.fence`) must be current, or the append fails with FENCED and nothing is
+        written. With `txn` (a transaction id) the records are journaled into that
+        transaction instead: offset -1 each, and no reader sees them until it commits.
         """
         if txn is not None:
             producer = dataclasses.replace(producer, txn_id=txn)
@@ -198,9 +198,7 @@ class Client:
             for value in values
         ]
         results: list[AppendResult] = []
-        step = self.limits.append_records_max
-        for start in range(0, len(records), step):
-            batch = records[start : start + step]
+        for batch in record_rules.split_batches(records, self.limits):
             # The engine's own check, against the limits the broker announced: a batch
             # too large for it fails here as it would embedded, never as a frame error.
             record_rules.check_records(batch, self.limits)

@@ -5,6 +5,8 @@ Pure rules: no SQLite, no clock. Small custom Limits make the bounds cheap to re
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from broker.core.records import (
@@ -13,6 +15,7 @@ from broker.core.records import (
     check_records,
     check_topic_name,
     choose_partition,
+    split_batches,
 )
 from broker.errors import BrokerError, ErrorCode
 from broker.limits import DEFAULT_LIMITS, Limits
@@ -219,3 +222,18 @@ def test_keys_spread_over_every_partition() -> None:
 def test_records_without_key_go_round_robin_from_the_starting_point() -> None:
     assert [choose_partition(None, 4, 6 + i) for i in range(8)] == [2, 3, 0, 1, 2, 3, 0, 1]
     assert [choose_partition(None, 1, i) for i in range(3)] == [0, 0, 0]
+
+
+def test_split_batches_keeps_each_batch_within_both_limits() -> None:
+    limits = replace(DEFAULT_LIMITS, append_records_max=3, append_bytes_max=10)
+    records = [NewRecord(b"x" * size) for size in (4, 4, 4, 1, 1, 1, 1, 11, 2)]
+    batches = split_batches(records, limits)
+    assert [[len(r.value) for r in batch] for batch in batches] == [
+        [4, 4],  # a third 4 would pass 10 bytes
+        [4, 1, 1],  # three records at most
+        [1, 1],
+        [11],  # too large alone: its own batch, for check_records to refuse
+        [2],
+    ]
+    assert [r for batch in batches for r in batch] == records
+    assert split_batches([], limits) == []

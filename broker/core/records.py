@@ -120,6 +120,29 @@ def _check_record(index: int, record: NewRecord, limits: Limits) -> int:
     return size
 
 
+def split_batches(records: Sequence[NewRecord], limits: Limits) -> list[Sequence[NewRecord]]:
+    """Consecutive batches within append_records_max records and append_bytes_max bytes
+    (as check_records counts them); a record too large on its own is its own batch, for
+    check_records to refuse."""
+    batches: list[Sequence[NewRecord]] = []
+    start, size = 0, 0
+    for index, record in enumerate(records):
+        record_size = _stored_size(record)
+        full = index - start >= limits.append_records_max
+        if index > start and (full or size + record_size > limits.append_bytes_max):
+            batches.append(records[start:index])
+            start, size = index, 0
+        size += record_size
+    if start < len(records):
+        batches.append(records[start:])
+    return batches
+
+
+def _stored_size(record: NewRecord) -> int:
+    size = len(record.value) + (len(record.key) if record.key is not None else 0)
+    return size + sum(len(value) for _, value in record.headers)
+
+
 def choose_partition(key: bytes | None, partitions: int, round_robin: int) -> int:
     """The partition for a record that names none (see the module rules)."""
     if key is not None:
