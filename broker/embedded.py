@@ -58,6 +58,8 @@ class _Heartbeat(threading.Thread):
 
 
 class EmbeddedTransport:
+    validates_records = True  # the engine in this process checks every batch
+
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
         self.limits = engine.limits

@@ -541,6 +541,8 @@ class AsyncClient:
 class ServedTransport:
     """The sync face of an AsyncClient, for broker.client.Client."""
 
+    validates_records = False  # the client checks batches before they become frames
+
     def __init__(self, address: Address, *, token: str | None = None) -> None:
         self._severed_callbacks: list[Callable[[str], None]] = []
         self._loop = asyncio.new_event_loop()

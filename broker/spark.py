@@ -45,6 +45,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
 import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark import TaskContext
 from pyspark.sql.datasource import (
     DataSource,
@@ -248,17 +249,15 @@ def to_arrow(records: Sequence[Record]) -> pa.RecordBatch:
     (topic, partition, offset, ts, key, value, headers, pid, gen, seq, epoch, txn) = zip(
         *records, strict=True
     )
+    millis = pa.array(ts, pa.int64())
     arrays = [
         pa.array(topic, pa.string()),
         pa.array(partition, pa.int32()),
         pa.array(offset, pa.int64()),
-        pa.array([t * 1000 for t in ts], pa.int64()).cast(pa.timestamp("us", tz="UTC")),
+        pc.multiply(millis, 1000).cast(pa.timestamp("us", tz="UTC")),
         pa.array(key, pa.binary()),
         pa.array(value, pa.binary()),
-        pa.array(
-            [[{"key": k, "value": v} for k, v in h] for h in headers],
-            ARROW_SCHEMA.field("headers").type,
-        ),
+        _headers_array(headers),
         pa.array(pid, pa.int64()),
         pa.array(gen, pa.int32()),
         pa.array(seq, pa.int32()),
@@ -266,6 +265,14 @@ def to_arrow(records: Sequence[Record]) -> pa.RecordBatch:
         pa.array(txn, pa.int64()),
     ]
     return pa.RecordBatch.from_arrays(arrays, schema=ARROW_SCHEMA)
+
+
+def _headers_array(headers: Sequence[tuple[tuple[str, bytes], ...]]) -> pa.Array:
+    kind = ARROW_SCHEMA.field("headers").type
+    if not any(headers):  # the common case: no row has headers, built without a loop
+        zeros = pa.nulls(len(headers) + 1, pa.int32()).fill_null(0)
+        return pa.ListArray.from_arrays(zeros, pa.array([], kind.value_type))
+    return pa.array([[{"key": k, "value": v} for k, v in h] for h in headers], kind)
 
 
 class BatchReader(DataSourceReader):

@@ -1,8 +1,9 @@
 """The values that cross fencelog's layers: what a caller appends and what a reader gets.
 
-`Record` and `AppendResult` are NamedTuples rather than frozen dataclasses on purpose: one
-is built per stored or appended row, and a tuple subclass is built at a fraction of a
-frozen dataclass's cost (see bench/RESULTS.md). Everything else is a frozen dataclass.
+`Record`, `NewRecord` and `AppendResult` are NamedTuples rather than frozen dataclasses
+on purpose: one is built per stored or appended row, and a tuple subclass is built at a
+fraction of a frozen dataclass's cost (see bench/RESULTS.md). Everything else is a
+frozen dataclass.
 """
 
 from __future__ import annotations
@@ -45,9 +46,11 @@ class ProducerFields:
 NO_PRODUCER = ProducerFields()
 
 
-@dataclass(frozen=True, slots=True)
-class NewRecord:
-    """A record a caller wants appended. `partition` None lets the broker choose."""
+class NewRecord(NamedTuple):
+    """A record a caller wants appended. `partition` None lets the broker choose.
+
+    A NamedTuple like Record: one is built per appended row (by the CLI, the wire codec,
+    the Spark writer), and it travels on the wire as the array it already is."""
 
     value: bytes
     key: bytes | None = None

@@ -215,25 +215,24 @@ def test_served_and_embedded_give_the_same_outcome(tmp_path: Path, case: Case) -
     assert got == expected
 
 
-def test_a_batch_larger_than_a_frame_is_record_too_large_as_embedded(tmp_path: Path) -> None:
+def test_a_batch_larger_than_a_frame_is_split_alike_embedded_and_served(tmp_path: Path) -> None:
     # The default ratio: a frame holds a little more than the largest batch the engine takes.
     limits = replace(
         DEFAULT_LIMITS, frame_bytes_max=16_384, append_bytes_max=8192, record_value_bytes_max=4096
     )
-    batch = [b"x" * 4000] * 8  # 32,000 bytes: over append_bytes_max, and over one frame
+    batch = [b"%d" % i + b"x" * 3999 for i in range(8)]  # 32,000 bytes: over one append
     with connect(tmp_path / "embedded", limits=limits) as embedded:
         embedded.create_topic("t")
-        with pytest.raises(BrokerError) as expected:
-            embedded.produce("t", batch)
-    assert expected.value.code is ErrorCode.RECORD_TOO_LARGE
+        expected = embedded.produce("t", batch)
+    assert [r.offset for r in expected] == list(range(8))
     with served(tmp_path / "served", limits=limits) as server, connect(server.address) as remote:
         remote.create_topic("t")
-        with pytest.raises(BrokerError) as got:
-            remote.produce("t", batch)
-        assert got.value.code is expected.value.code, got.value.message
-        assert remote.describe_topic("t").records == 0
-        remote.produce("t", batch[:2])  # and the client goes on
-        assert remote.describe_topic("t").records == 2
+        assert remote.produce("t", batch) == expected  # appends within the frame, in order
+        assert [r.value for r in remote.consume("t")] == batch
+        with pytest.raises(BrokerError) as too_large:
+            remote.produce("t", [b"x" * 4097])  # one record over its own limit
+        assert too_large.value.code is ErrorCode.RECORD_TOO_LARGE
+        assert remote.describe_topic("t").records == 8
 
 
 def test_a_full_server_refuses_a_new_client_with_too_many_requests(data_dir: Path) -> None:

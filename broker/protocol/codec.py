@@ -108,8 +108,9 @@ def status_from_wire(wire: dict[str, Any]) -> BrokerStatus:
 # produce -----------------------------------------------------------------------------
 
 
-def new_records_to_wire(records: Sequence[NewRecord]) -> list[tuple[Any, ...]]:
-    return [(r.value, r.key, r.headers, r.partition, r.timestamp_ms) for r in records]
+def new_records_to_wire(records: Sequence[NewRecord]) -> Sequence[NewRecord]:
+    # A NewRecord is a tuple: msgpack writes it as [value, key, headers, partition, ts].
+    return records
 
 
 def new_records_from_wire(rows: object) -> list[NewRecord]:
