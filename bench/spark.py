@@ -543,6 +543,7 @@ class Profile:
 
 
 TO_ARROW_COMPS: Final = "to_arrow's per-row list comps"
+CHECK_RECORDS: Final = "check_records (client or engine)"
 # (file under the repository, qualified name) -> what the profile calls it
 _PARTS: Final = {
     ("broker/spark.py", "read_range"): "read_range",
@@ -553,7 +554,7 @@ _PARTS: Final = {
     ("broker/spark.py", "journal_rows"): "journal_rows",
     ("broker/spark.py", "records_of"): "records_of",
     ("broker/client.py", "Client.produce"): "client.produce",
-    ("broker/core/records.py", "check_records"): "check_records (client and engine)",
+    ("broker/core/records.py", "check_records"): CHECK_RECORDS,
     ("broker/storage/txns.py", "journal_records"): "executemany into txn_data",
     ("broker/client.py", "Client.txn_commit"): "txn_commit",
     ("broker/storage/txns.py", "copy_partition"): "INSERT ... SELECT copy",
@@ -744,7 +745,7 @@ class SparkResults:
     deployments: tuple[DeploymentResults, ...]
     warm_up_s: float
     loads: tuple[float, ...]  # the 1-minute load average at each step
-    others: tuple[float, ...]  # CPUs other processes used between steps (see _Others)
+    others: tuple[Interval, ...]  # what other processes used during each step
 
 
 def _seed(data_dir: Path, records: int) -> None:
@@ -766,6 +767,15 @@ QUIET_OTHERS: Final = 0.25  # CPUs other processes may use on average during a q
 _BUSY_FIELDS: Final = (0, 1, 2, 5, 6, 7)  # /proc/stat cpu: user nice system irq softirq steal
 
 
+@dataclass(frozen=True, slots=True)
+class Interval:
+    """One step of the run: its name, seconds, and the CPUs other processes used."""
+
+    step: str
+    seconds: float
+    cpus: float
+
+
 class _Others:
     """How much CPU processes outside this run used: the machine's busy time (/proc/stat)
     less that of this process and its descendants (the JVM, Spark's Python workers, the
@@ -774,8 +784,9 @@ class _Others:
 
     def __init__(self) -> None:
         self.loads: list[float] = []
-        self.others: list[float] = []
+        self.others: list[Interval] = []
         self._last = self._sample()
+        self._current = "start"
 
     @staticmethod
     def _sample() -> tuple[float, int, int]:
@@ -783,14 +794,17 @@ class _Others:
         busy = sum(int(fields[i]) for i in _BUSY_FIELDS)
         return time.monotonic(), busy, _tree_ticks(os.getpid())
 
-    def step(self) -> None:
+    def step(self, name: str) -> None:
+        """End the running step (what others used during it) and begin `name`."""
         now = self._sample()
         elapsed = now[0] - self._last[0]
         others = (now[1] - self._last[1]) - (now[2] - self._last[2])
         self.loads.append(os.getloadavg()[0])
         if elapsed > 0.5:
-            self.others.append(max(0.0, others / os.sysconf("SC_CLK_TCK") / elapsed))
+            cpus = max(0.0, others / os.sysconf("SC_CLK_TCK") / elapsed)
+            self.others.append(Interval(self._current, elapsed, cpus))
         self._last = now
+        self._current = name
 
 
 def _tree_ticks(root: int) -> int:
@@ -820,9 +834,10 @@ _MONITOR: list[_Others] = []  # the running measure()'s
 
 def _step(text: str) -> None:
     if _MONITOR:
-        _MONITOR[0].step()
-        load = f"load {_MONITOR[0].loads[-1]:.2f}"
-        others = f", others {_MONITOR[0].others[-1]:.2f} CPUs" if _MONITOR[0].others else ""
+        monitor = _MONITOR[0]
+        monitor.step(text)
+        load = f"load {monitor.loads[-1]:.2f}"
+        others = f", others {monitor.others[-1].cpus:.2f} CPUs before" if monitor.others else ""
         text += f" ({load}{others})"
     sys.stderr.write(f"bench: spark, {text}\n")
     sys.stderr.flush()
@@ -1074,15 +1089,19 @@ def _read_finding(d: DeploymentResults) -> str:
     st, parts = d.profile.stages, d.profile.parts
     connector_us = _us(st["read_range"])
     spark_us = PARTITIONS * 1e6 / median(d.read.ceiling)  # 2 cores busy in the ceiling
+    comps = (
+        f" (per-row Python list comps {parts[TO_ARROW_COMPS]:.0f} of its "
+        f"{parts.get('to_arrow', 0):.0f} ms per 10,000 under cProfile)"
+        if parts.get(TO_ARROW_COMPS, 0.0) >= 0.5
+        else ""
+    )
     return (
         f"- Read, per row ({d.name}, one task's work without Spark): read_range "
         f"{connector_us:.1f} us; page by page, client.fetch {_us(st['client.fetch']):.1f} us "
         f"(under cProfile, SQLite's SELECT with its per-row headers converter and "
         f"Record._make {parts.get('SQLite SELECT + Record._make', 0):.0f} ms of the fetch's "
         f"{parts.get('client.fetch', 0):.0f} ms per 10,000 rows) and to_arrow "
-        f"{_us(st['to_arrow']):.1f} us (its per-row Python list comps for timestamps and "
-        f"headers {parts.get(TO_ARROW_COMPS, 0):.0f} of its "
-        f"{parts.get('to_arrow', 0):.0f} ms per 10,000). Spark's own cost, from the "
+        f"{_us(st['to_arrow']):.1f} us{comps}. Spark's own cost, from the "
         f"ceiling, is {spark_us:.1f} us per row per core; as the two add up, the ratio "
         f"reaches {READ_RATIO_MIN:.0%} only if the connector costs no more per row than "
         f"Spark itself: it costs {connector_us / spark_us:.1f}x as much (measured ratio "
@@ -1111,8 +1130,8 @@ def _write_finding(d: DeploymentResults, records: int) -> str:
         f"by batch, records_of {_us(st['records_of']):.1f} us and produce "
         f"{_us(st['produce']):.1f} us "
         f"(per 10,000 rows under cProfile, client.produce "
-        f"{parts.get('client.produce', 0):.0f} ms, of which check_records, run by client "
-        f"and engine both, {parts.get('check_records (client and engine)', 0):.0f} ms and "
+        f"{parts.get('client.produce', 0):.0f} ms, of which check_records "
+        f"{parts.get(CHECK_RECORDS, 0):.0f} ms and "
         f"the executemany into txn_data {parts.get('executemany into txn_data', 0):.0f} ms); "
         f"then the commit copies every row again, {_us(st['txn_commit']):.1f} us per row "
         f"(INSERT ... SELECT {parts.get('INSERT ... SELECT copy', 0):.0f} ms, deleting the "
@@ -1151,7 +1170,8 @@ def _raw(results: SparkResults) -> list[str]:
     lines = [
         f"warm-up of the session's jobs (embedded): {results.warm_up_s:.1f} s",
         series("1-minute load average per step", results.loads, 2),
-        series("CPUs used by other processes per step", results.others, 2),
+        "CPUs used by other processes during each step:",
+        *(f"  {i.step:<50} {i.cpus:.2f} over {i.seconds:.0f} s" for i in results.others),
     ]
     for d in results.deployments:
         lines += [
@@ -1187,18 +1207,22 @@ def _raw(results: SparkResults) -> list[str]:
 
 def _quiet(results: SparkResults) -> str:
     start = results.loads[0]
-    others = sum(results.others) / max(1, len(results.others))
-    busiest = max(results.others, default=0.0)
+    seconds = sum(i.seconds for i in results.others)
+    others = sum(i.cpus * i.seconds for i in results.others) / max(seconds, 1e-9)
     seen = (
         f"1-minute load average {start:.2f} when the group started; during the run other "
-        f"processes used {others:.2f} CPUs on average (at most {busiest:.2f} between two "
-        "steps) of the 2"
+        f"processes used {others:.2f} of the 2 CPUs on average"
     )
     if start < QUIET_LOAD and others < QUIET_OTHERS:
         return f"- The machine was quiet: {seen}."
+    busy = [i for i in results.others if i.cpus >= QUIET_OTHERS]
+    quiet = [i.step for i in results.others if i.cpus < QUIET_OTHERS]
     return (
-        f"- The machine was NOT quiet: {seen}. Other work shared the CPUs, so rates are "
-        "low and noisy; the ratios, measured in turns in the same rounds, hold better."
+        f"- The machine was NOT quiet: {seen}; {QUIET_OTHERS} CPUs or more during: "
+        + "; ".join(f"{i.step} ({i.cpus:.2f})" for i in busy)
+        + (f"; less during: {'; '.join(quiet)}" if quiet else "")
+        + ". Rates measured beside other work are low and noisy; the ratios, fencelog and"
+        " ceiling taking turns in the same rounds, hold better."
     )
 
 
