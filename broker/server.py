@@ -370,11 +370,14 @@ class Server:
             if op is Op.PRODUCE and isinstance(message, Reply) and self._drop_ack():
                 log.info("dropping the acknowledgement of request %d (--drop-acks)", request_id)
                 break  # appended, never acknowledged: the client sees the connection drop
+            # FENCELOG_FAILPOINT=ack: die once a commit's reply has left
+            acked_commit = op is Op.TXN_COMMIT and isinstance(message, Reply)
+            ack_failpoint = acked_commit and self._writer.txns.failpoints.step == "ack"
             with contextlib.suppress(ConnectionError, OSError):
                 writer.write(frames.send(message))
-                if replies.empty() or op is Op.TXN_COMMIT:
+                if replies.empty() or ack_failpoint:
                     await writer.drain()
-            if op is Op.TXN_COMMIT and isinstance(message, Reply):
+            if ack_failpoint:
                 self._writer.txns.failpoints.reached("ack")
             if isinstance(message, ErrorReply) and request_id == 0:
                 break  # a connection-level error: nothing more on this connection

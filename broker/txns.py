@@ -288,7 +288,8 @@ class Transactions:
                 refused = error  # an expiry just written still commits
             if action is CommitAction.PREPARE:
                 if members is not None:
-                    self._keep_members(conn, txn_id, members)
+                    joined = store.members_of(conn, txn_id)
+                    store.keep_writers(conn, txn_id, rules.writers_to_keep(txn_id, joined, members))
                 self._check_still_writable(conn, txn_id)
                 store.count_partitions(conn, txn_id)
                 parts = store.partitions_of(conn, txn_id)
@@ -300,12 +301,13 @@ class Transactions:
                     conn, row.journal, txn_id, Entry.PREPARE_COMMIT, now_ms, body
                 )
                 store.set_prepared(conn, txn_id, position)
-            if action is CommitAction.DONE:
+            elif action is CommitAction.APPLY:
+                assert row.prepare_position is not None
+                position = row.prepare_position
+            elif action is CommitAction.DONE:
                 return self._info(conn, txn_id, now_ms)
             if action is not None:  # this one and, first, the earlier ones of its journal
-                current = self._row(conn, txn_id)
-                assert current.prepare_position is not None
-                pending = store.prepared(conn, row.journal, current.prepare_position)
+                pending = store.prepared(conn, row.journal, position)
         if refused is not None:
             raise refused
         self.failpoints.reached("prepare")
@@ -381,24 +383,6 @@ class Transactions:
         for topic_id in store.topics_of(conn, txn_id):
             self.exclusives.check_write(conn, topic_id, None)
 
-    def _keep_members(
-        self, conn: sqlite3.Connection, txn_id: int, members: Mapping[str, int]
-    ) -> None:
-        joined = store.members_of(conn, txn_id)
-        keep = set()
-        for name, generation in members.items():
-            found = joined.get(name)
-            if found is None:
-                raise BrokerError(
-                    ErrorCode.INVALID_ARGUMENT,
-                    f"{name!r} never joined transaction {txn_id}",
-                    txn_id=txn_id,
-                    member=name,
-                )
-            rules.check_member_generation(txn_id, found[0], found[1], generation)
-            keep.add((found[0], generation))
-        store.keep_writers(conn, txn_id, keep)
-
     def _apply(self, txn_id: int) -> TxnInfo:
         """APPLY_COMMIT: copy the partitions not yet copied, up to txn_apply_records_max
         records per SQLite transaction, then COMPLETE (with the last of them); the
@@ -406,7 +390,8 @@ class Transactions:
         each partition's base offset says it was copied."""
         while True:
             with self.database.write() as conn:
-                if self._row(conn, txn_id).state != TxnState.PREPARED:
+                row = self._row(conn, txn_id)
+                if row.state != TxnState.PREPARED:  # completed already, here or elsewhere
                     return self._info(conn, txn_id, self.clock())
                 parts = [p for p in store.partitions_of(conn, txn_id) if p.base_offset is None]
                 chunk: list[store.TxnPartitionRow] = []
@@ -421,12 +406,11 @@ class Transactions:
                     self.failpoints.reached("apply")
                 if len(chunk) == len(parts):
                     self.failpoints.reached("complete")
-                    self._complete(conn, txn_id)
+                    self._complete(conn, row)
                     return self._info(conn, txn_id, self.clock())
 
     def _copy(self, conn: sqlite3.Connection, txn_id: int, part: store.TxnPartitionRow) -> None:
-        if store.applied_offset(conn, txn_id, part.topic_id, part.partition) is not None:
-            return  # copied already (a second recovery, or another process)
+        """Copy one partition not yet copied (read in this same SQLite transaction)."""
         row = logs.topic_by_id(conn, part.topic_id)
         if row is None:  # deleted since: nothing to copy into
             store.mark_applied(conn, txn_id, part.topic_id, part.partition, -1)
@@ -439,14 +423,11 @@ class Transactions:
         logs.advance(conn, row, part.partition, copied, part.bytes)
         store.mark_applied(conn, txn_id, part.topic_id, part.partition, base_offset)
 
-    def _complete(self, conn: sqlite3.Connection, txn_id: int) -> None:
-        row = self._row(conn, txn_id)
-        if row.state != TxnState.PREPARED:
-            return
+    def _complete(self, conn: sqlite3.Connection, row: store.TxnRow) -> None:
         now_ms = self.clock()
-        store.journal_append(conn, row.journal, txn_id, Entry.COMPLETE, now_ms, None)
-        store.set_state(conn, txn_id, TxnState.COMMITTED, now_ms, None)
-        store.discard(conn, txn_id)
+        store.journal_append(conn, row.journal, row.txn_id, Entry.COMPLETE, now_ms, None)
+        store.set_state(conn, row.txn_id, TxnState.COMMITTED, now_ms, None)
+        store.discard(conn, row.txn_id)
 
     def _abort_in(
         self, conn: sqlite3.Connection, row: store.TxnRow, now_ms: int, reason: str

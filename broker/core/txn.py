@@ -14,6 +14,7 @@ from __future__ import annotations
 import enum
 import re
 import zlib
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from broker.core.ownership import check_name
@@ -190,6 +191,28 @@ def check_member_generation(
             stored_generation=stored,
             received_generation=received,
         )
+
+
+def writers_to_keep(
+    txn_id: int, joined: Mapping[str, tuple[int, int]], members: Mapping[str, int]
+) -> set[tuple[int, int]]:
+    """The (pid, generation) whose records a commit naming `members` (name -> generation)
+    keeps, given who joined (name -> (pid, generation)). A name that never joined is
+    INVALID_ARGUMENT; a generation other than the member's current one is refused as
+    check_member_generation says."""
+    keep = set()
+    for name, generation in members.items():
+        found = joined.get(name)
+        if found is None:
+            raise BrokerError(
+                ErrorCode.INVALID_ARGUMENT,
+                f"{name!r} never joined transaction {txn_id}",
+                txn_id=txn_id,
+                member=name,
+            )
+        check_member_generation(txn_id, found[0], found[1], generation)
+        keep.add((found[0], generation))
+    return keep
 
 
 def aborted(txn: TxnView) -> BrokerError:

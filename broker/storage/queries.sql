@@ -408,8 +408,6 @@ WHERE d.txn_id = ?
 GROUP BY d.topic_id, d.partition
 ORDER BY d.topic_id, d.partition;
 
--- name: txn_partition_pending
-SELECT base_offset FROM txn_partitions WHERE txn_id = ? AND topic_id = ? AND partition = ?;
 
 -- name: txn_data_writers
 SELECT DISTINCT producer_id, generation FROM txn_data WHERE txn_id = ?;

@@ -295,13 +295,6 @@ def data_counts(conn: sqlite3.Connection, txn_id: int) -> list[TxnPartitionRow]:
     return [TxnPartitionRow(*row) for row in conn.execute(Q["txn_data_counts"], (txn_id,))]
 
 
-def applied_offset(
-    conn: sqlite3.Connection, txn_id: int, topic_id: int, partition: int
-) -> int | None:
-    row = conn.execute(Q["txn_partition_pending"], (txn_id, topic_id, partition)).fetchone()
-    return None if row is None or row[0] is None else int(row[0])
-
-
 def keep_writers(conn: sqlite3.Connection, txn_id: int, keep: set[tuple[int, int]]) -> int:
     """Discard the journaled records of every (pid, generation) not in keep; how many."""
     dropped = 0
