@@ -93,7 +93,11 @@ class Engine:
         clock: Clock = wall_clock_ms,
     ) -> Engine:
         database = Database.open(Path(path), durability, limits.busy_timeout_ms)
-        return cls(database, limits, clock)
+        try:
+            return cls(database, limits, clock)
+        except BaseException:  # a bad FENCELOG_FAILPOINT, or a recovery that failed
+            database.close()
+            raise
 
     def close(self) -> None:
         self.database.close()

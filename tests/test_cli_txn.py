@@ -282,8 +282,14 @@ def test_a_negative_transaction_id_exits_10(topics: Invoke) -> None:
     failed(topics("produce", "invoices", "--txn", "-1", "-v", "x"), ErrorCode.INVALID_ARGUMENT)
 
 
-def test_a_negative_transaction_id_after_double_dash_exits_10(invoke: Invoke) -> None:
-    failed(invoke("txn-commit", "--", "-1"), ErrorCode.INVALID_ARGUMENT)
+def test_a_malformed_failure_point_is_refused_before_anything_runs(invoke: Invoke) -> None:
+    line = failed(
+        invoke("topic", "create", "t", env={"FENCELOG_FAILPOINT": "prepare:x"}),
+        ErrorCode.INVALID_ARGUMENT,
+    )
+    assert "FENCELOG_FAILPOINT='prepare:x' is not STEP[:N]" in line
+    assert "begin, data, prepare, apply, complete, ack" in line
+    assert json_lines(expect(invoke("topic", "list", "--json"), 0).stdout) == []
 
 
 def test_a_superscript_transaction_id_exits_10(invoke: Invoke) -> None:

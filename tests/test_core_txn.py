@@ -252,3 +252,16 @@ def test_error_codes_are_the_documented_exit_statuses() -> None:
         int(ErrorCode.TXN_NOT_OPEN),
         int(ErrorCode.TXN_WRONG_GROUP),
     ] == [70, 71, 72, 73]
+
+
+def test_writers_to_keep_are_the_named_members_at_their_current_generation() -> None:
+    joined = {"task-1": (7, 2), "task-2": (8, 1)}
+    assert rules.writers_to_keep(5, joined, {"task-1": 2}) == {(7, 2)}
+    assert rules.writers_to_keep(5, joined, {}) == set()
+    with pytest.raises(BrokerError) as never:
+        rules.writers_to_keep(5, joined, {"task-3": 1})
+    assert never.value.code is ErrorCode.INVALID_ARGUMENT
+    assert never.value.details["member"] == "task-3"
+    with pytest.raises(BrokerError) as stale:
+        rules.writers_to_keep(5, joined, {"task-1": 1})
+    assert stale.value.code is ErrorCode.FENCED

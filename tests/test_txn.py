@@ -1086,3 +1086,22 @@ def test_history_is_bounded_when_every_process_runs_one_transaction(
         kept = engine.txn_list(include_ended=True, limit=1_000)
     # pruning runs every 100 begins: at most 2 kept then, plus the begins since
     assert len(kept) <= 2 + 100
+
+
+def test_a_commit_naming_members_keeps_only_their_current_records(client: Client) -> None:
+    txn = client.txn_begin("billing")
+    client.join_transaction(txn.txn_id, "task-1").produce("invoices", ["first-attempt"])
+    client.join_transaction(txn.txn_id, "task-1").produce("invoices", ["retry"])
+    client.join_transaction(txn.txn_id, "task-2").produce("invoices", ["abandoned"])
+
+    unknown = refused(
+        ErrorCode.INVALID_ARGUMENT, lambda: client.txn_commit(txn.txn_id, members={"task-9": 1})
+    )
+    assert "'task-9' never joined transaction" in unknown.message
+    stale = refused(ErrorCode.FENCED, lambda: client.txn_commit(txn.txn_id, members={"task-1": 1}))
+    assert "generation 1 is older than the member's generation 2" in stale.message
+    assert values(client, "invoices") == [], "a refused commit leaves the transaction open"
+
+    info = client.txn_commit(txn.txn_id, members={"task-1": 2})
+    assert (info.state, info.records) == ("committed", 1)
+    assert values(client, "invoices") == ["retry"]
