@@ -227,7 +227,11 @@ def test_a_stale_fence_is_fenced_and_nothing_is_appended(a: Client, b: Client) -
     a.create_topic("orders", partitions=2)
     [old] = a.own("workers", ["orders/0"])
     a.produce("orders", [b"a0"], partition=0, fences=[old.fence])
+    told = severed_signal(a)
     [new] = b.own("workers", ["orders/0"], generation=old.generation)
+    # Served, a request racing the severing push fails SEVERED instead; once a knows, its
+    # next request goes on a new session and meets the fence at the log.
+    assert told.wait(SEVERED_WITHIN_S)
     error = refused(
         lambda: a.produce("orders", [b"late", b"later"], partition=1, fences=[old.fence]),
         ErrorCode.FENCED,
