@@ -4,7 +4,8 @@ Every operation follows the same shape: validate the input (core), open one SQLi
 transaction, load what the decision needs, decide (core), write, COMMIT, and only then
 answer. A failed operation rolls back and leaves nothing behind. The engine holds no
 state that another process sharing the data directory could make stale: what it needs it
-reads inside the transaction.
+reads inside the transaction, except what broker/hot.py's WriteCache knows for certain
+nobody else has changed (the topic rows, log ends and epochs produces read).
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from broker.core.ownership import Fence
 from broker.core.producers import Batch, ProducerEntry, Verdict
 from broker.errors import BrokerError, ErrorCode
 from broker.exclusives import AccessInfo, Attachment, Exclusives
+from broker.hot import WriteCache
 from broker.limits import DEFAULT_LIMITS, Limits
 from broker.owners import Owners
 from broker.producers import Lease, ProducerTable, Staged, write_snapshot
@@ -75,6 +77,7 @@ class Engine:
         self._round_robin = random.randrange(1 << 30)  # noqa: S311 - spreading, not secrecy
         self.owners = Owners(database, limits, clock, served_sessions=tuple)
         self.producers = ProducerTable(limits)
+        self._hot = WriteCache(database)
         self.exclusives = Exclusives(database, self.owners, clock)
         with database.read() as conn:
             self.producers.load(conn)
@@ -159,10 +162,13 @@ class Engine:
         """
         record_rules.check_records(records, self.limits)
         staged = self.producers.stage()
+        appends = logs.Appends()
         with self.database.write() as conn:
-            results = self._produce_in(
-                conn, ProduceRequest(topic, records, producer, fences, attachment), staged
-            )
+            self._hot.begin()
+            request = ProduceRequest(topic, records, producer, fences, attachment)
+            results = self._produce_in(conn, request, staged, appends)
+            appends.flush(conn)
+        self._hot.kept()
         staged.commit()
         if producer.txn_id is not None:
             self.txns.failpoints.reached("data")
@@ -172,38 +178,72 @@ class Engine:
     def produce_group(self, requests: Sequence[ProduceRequest]) -> list[ProduceOutcome]:
         """Several produce requests in one transaction (the server's group commit).
 
-        Each request runs inside its own SAVEPOINT, so one that fails leaves nothing and
-        the others still commit; its outcome is the BrokerError instead of results.
+        A request that fails leaves nothing and the others still commit; its outcome is
+        the BrokerError instead of results. Every check of a plain or idempotent request
+        comes before its first write, so only a transactional one (whose journal writes
+        interleave with checks) needs a SAVEPOINT to undo.
         """
         outcomes: list[ProduceOutcome] = []
         staged = self.producers.stage()
+        appends = logs.Appends()
         with self.database.write() as conn:
+            self._hot.begin()
             for request in requests:
-                conn.execute("SAVEPOINT request")
-                mark = staged.mark()
-                try:
-                    record_rules.check_records(request.records, self.limits)
-                    outcome: ProduceOutcome = self._produce_in(conn, request, staged)
-                except BrokerError as error:
-                    conn.execute("ROLLBACK TO request")
-                    staged.restore(mark)
-                    outcome = error
-                conn.execute("RELEASE request")
-                outcomes.append(outcome)
+                outcomes.append(self._produce_one(conn, request, staged, appends))
+            appends.flush(conn)
+        self._hot.kept()
         staged.commit()
         if any(request.producer.txn_id is not None for request in requests):
             self.txns.failpoints.reached("data")
         self._snapshot_when_due()
         return outcomes
 
+    def _produce_one(
+        self,
+        conn: sqlite3.Connection,
+        request: ProduceRequest,
+        staged: Staged,
+        appends: logs.Appends,
+    ) -> ProduceOutcome:
+        """One request of a group: its results, or the error that left nothing."""
+        if request.producer.txn_id is not None:
+            appends.flush(conn)
+            conn.execute("SAVEPOINT request")
+            mark = staged.mark()
+            try:
+                record_rules.check_records(request.records, self.limits)
+                outcome: ProduceOutcome = self._produce_in(conn, request, staged, appends)
+            except BrokerError as error:
+                conn.execute("ROLLBACK TO request")
+                staged.restore(mark)
+                outcome = error
+            conn.execute("RELEASE request")
+            return outcome
+        changes, held = conn.total_changes, len(appends)
+        try:
+            record_rules.check_records(request.records, self.limits)
+            return self._produce_in(conn, request, staged, appends)
+        except BrokerError as error:
+            if (conn.total_changes, len(appends)) != (changes, held):
+                # a check after a write: a bug; undo the whole group
+                raise BrokerError(
+                    ErrorCode.INTERNAL, f"a produce failed after writing: {error.message}"
+                ) from error
+            return error
+
     def _produce_in(
-        self, conn: sqlite3.Connection, request: ProduceRequest, staged: Staged
+        self,
+        conn: sqlite3.Connection,
+        request: ProduceRequest,
+        staged: Staged,
+        appends: logs.Appends,
     ) -> list[AppendResult]:
         topic, records, producer = request.topic, request.records, request.producer
-        row = self._topic(conn, topic)
+        row = self._hot.topic(topic, lambda: self._topic(conn, topic))
         by_partition = self._route(row, records)
-        self._check_fences(conn, row, by_partition, request.fences)
-        epoch = self.exclusives.check_write(conn, row.topic_id, request.attachment)
+        if request.fences or row.owner_group is not None:
+            self._check_fences(conn, row, by_partition, request.fences)
+        epoch = self._write_epoch(conn, row.topic_id, request.attachment)
         if epoch != producer.epoch:  # every record carries the epoch it was written under
             producer = dataclasses.replace(producer, epoch=epoch)
             request = dataclasses.replace(request, producer=producer)
@@ -213,15 +253,29 @@ class Engine:
                 conn, row, by_partition, records, producer, now_ms, request.fences
             )
         if producer.producer_id:
-            return self._produce_idempotent(conn, row, by_partition, request, staged, now_ms)
+            return self._produce_idempotent(
+                conn, row, by_partition, request, staged, appends, now_ms
+            )
         results: list[AppendResult] = [_PENDING] * len(records)
         for partition, indexes in by_partition.items():
             batch = [records[i] for i in indexes]
-            base_offset = logs.append(conn, row, partition, batch, now_ms, producer)
-            staged.advanced(row.topic_id, partition, base_offset, base_offset + len(batch))
+            base_offset = self._hot.end(conn, row, partition)
+            appends.add(row.topic_id, partition, base_offset, batch, now_ms, producer)
+            end = base_offset + len(batch)
+            self._hot.appended(row.topic_id, partition, end)
+            staged.advanced(row.topic_id, partition, base_offset, end)
             for position, index in enumerate(indexes):
                 results[index] = AppendResult(topic, partition, base_offset + position)
         return results
+
+    def _write_epoch(self, conn: sqlite3.Connection, topic_id: int, attachment: int | None) -> int:
+        """The epoch a write to the topic carries, once exclusivity allows it."""
+        if attachment is None and (epoch := self._hot.epoch(topic_id)) is not None:
+            return epoch
+        epoch, unattached = self.exclusives.check_write(conn, topic_id, attachment)
+        if unattached:
+            self._hot.unattached(topic_id, epoch)
+        return epoch
 
     def _produce_idempotent(
         self,
@@ -230,6 +284,7 @@ class Engine:
         by_partition: dict[int, list[int]],
         request: ProduceRequest,
         staged: Staged,
+        appends: logs.Appends,
         now_ms: int,
     ) -> list[AppendResult]:
         """One partition's batch from an idempotent producer: append or duplicate."""
@@ -245,7 +300,8 @@ class Engine:
             producer.producer_id, producer.generation, producer.first_sequence, len(request.records)
         )
         producer_rules.check_batch_fields(batch)
-        staged.catch_up(conn, row.topic_id, partition, logs.end_offset(conn, row, partition))
+        end = self._hot.end(conn, row, partition)
+        staged.catch_up(conn, row.topic_id, partition, end)
         entry = staged.get((row.topic_id, partition, batch.producer_id))
         if entry is None:  # never wrote here, or evicted from memory: ask the log
             entry = self._entry_from_log(conn, row.topic_id, partition, batch.producer_id)
@@ -253,8 +309,11 @@ class Engine:
             self._check_new_pid(conn, batch)
         verdict = producer_rules.decide(entry, batch, now_ms, self.limits.pid_lease_ms)
         if verdict is Verdict.DUPLICATE:
+            appends.flush(conn)  # the original may be earlier in this transaction
             return self._duplicates(conn, row, partition, batch)
-        base_offset = logs.append(conn, row, partition, request.records, now_ms, producer)
+        base_offset = end
+        appends.add(row.topic_id, partition, base_offset, request.records, now_ms, producer)
+        self._hot.appended(row.topic_id, partition, base_offset + batch.count)
         header = BatchHeader(
             base_offset,
             batch.producer_id,
@@ -263,6 +322,7 @@ class Engine:
             batch.last_sequence,
             now_ms,
         )
+        appends.add_batch(row.topic_id, partition, header)
         staged.appended(conn, row.topic_id, partition, header)
         return [AppendResult(row.name, partition, base_offset + i) for i in range(batch.count)]
 

@@ -133,10 +133,12 @@ class Exclusives:
 
     def check_write(
         self, conn: sqlite3.Connection, topic_id: int, attachment_id: int | None
-    ) -> int:
-        """Refuse a write that exclusivity forbids; the epoch the records carry."""
+    ) -> tuple[int, bool]:
+        """Refuse a write that exclusivity forbids; the epoch the records carry, and
+        whether the topic has no attachments at all (nothing that time could change)."""
         epoch, _ = store.access(conn, topic_id)
-        current = [a for a in self.attached(conn, topic_id) if a.live]
+        attached = self.attached(conn, topic_id)
+        current = [a for a in attached if a.live]
         exclusive = next((a for a in current if a.mode is Mode.EXCLUSIVE), None)
         attachment = None
         if attachment_id is not None:
@@ -144,7 +146,7 @@ class Exclusives:
             if attachment is None:
                 raise gone(attachment_id, epoch)
         rules.check_write(attachment, epoch, exclusive)
-        return epoch
+        return epoch, not attached
 
     def epoch(self, conn: sqlite3.Connection, topic_id: int) -> int:
         """The topic's epoch now: what a write landing now carries."""

@@ -255,7 +255,7 @@ class Staged:
     def appended(
         self, conn: sqlite3.Connection, topic_id: int, partition: int, header: BatchHeader
     ) -> None:
-        store.insert_batch(conn, topic_id, partition, header)
+        """A batch this transaction appends (its header is written with the records)."""
         self._apply(conn, topic_id, partition, header)
         count = header.last_sequence - header.first_sequence + 1
         self.replayed[(topic_id, partition)] = header.base_offset + count

@@ -30,6 +30,7 @@ from broker.core.producers import ProducerEntry
 from broker.errors import BrokerError, ErrorCode
 from broker.exclusives import AccessInfo, Attachment
 from broker.limits import DEFAULT_LIMITS, Limits, limits_from_server
+from broker.loops import new_event_loop
 from broker.owners import Claimed, OwnershipInfo
 from broker.producers import Lease
 from broker.protocol import codec
@@ -120,6 +121,7 @@ class AsyncConnection:
         self._ids = itertools.count(1)
         self._on_push = on_push
         self._closed: BrokerError | None = None
+        self._out = bytearray()  # frames of this turn of the loop, not yet written
         self._last_sent = asyncio.get_running_loop().time()
         self._receiver = asyncio.create_task(self._receive())
         self._heartbeat: asyncio.Task[None] | None = None
@@ -178,15 +180,25 @@ class AsyncConnection:
             raise BrokerError(
                 ErrorCode.INVALID_ARGUMENT, f"{op.name} request cannot be encoded: {exc}"
             ) from exc
-        future: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[dict[str, Any]] = loop.create_future()
         self._pending.append((request_id, future))
-        self._writer.write(frame)
-        self._last_sent = asyncio.get_running_loop().time()
+        # Frames sent in the same turn of the loop (many coroutines, one connection)
+        # leave in one write at the end of it.
+        self._out += frame
+        if len(self._out) == len(frame):
+            loop.call_soon(self._flush)
+        self._last_sent = loop.time()
         try:
             await self._writer.drain()
         except (ConnectionError, OSError) as exc:
             self._fail_all(_lost(exc))
         return await future
+
+    def _flush(self) -> None:
+        if self._out and self._closed is None:
+            self._writer.write(bytes(self._out))
+        self._out.clear()
 
     def _start_heartbeats(self) -> None:
         interval_s = self.limits.session_timeout_ms / 3000
@@ -545,7 +557,7 @@ class ServedTransport:
 
     def __init__(self, address: Address, *, token: str | None = None) -> None:
         self._severed_callbacks: list[Callable[[str], None]] = []
-        self._loop = asyncio.new_event_loop()
+        self._loop = new_event_loop()
         self._thread = threading.Thread(
             target=self._loop.run_forever, name="fencelog-client", daemon=True
         )

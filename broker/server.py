@@ -38,7 +38,7 @@ from typing import Any, Final, TypeVar
 from broker import __version__
 from broker.core.exclusive import Mode, parse_access, wait_timeout
 from broker.discovery import SOCKET_FILE, ServerInfo, ServerLock
-from broker.engine import Clock, Engine, ProduceOutcome, ProduceRequest, wall_clock_ms
+from broker.engine import Clock, Engine, ProduceRequest, wall_clock_ms
 from broker.errors import BrokerError, ErrorCode
 from broker.limits import DEFAULT_LIMITS, Limits, limits_for_client
 from broker.protocol import codec
@@ -70,11 +70,11 @@ class Session:
         self.writer.close()
 
 
-@dataclass
+@dataclass(slots=True)
 class _PendingProduce:
     request: ProduceRequest
     size: int
-    future: asyncio.Future[ProduceOutcome]
+    future: asyncio.Future[dict[str, Any]]
 
 
 class Server:
@@ -104,7 +104,11 @@ class Server:
         self._stopping = asyncio.Event()
         self._stopped = asyncio.Event()
         self._connection_tasks: set[asyncio.Task[None]] = set()
-        self._produce_queue: asyncio.Queue[_PendingProduce] = asyncio.Queue()
+        self._produce_pending: list[_PendingProduce] = []
+        self._produce_ready = asyncio.Event()
+        # The writer engine's one connection: produce groups run on the event loop, every
+        # other write on the writer thread; the lock keeps them one at a time.
+        self._writer_lock = asyncio.Lock()
         self._topic_events: dict[str, asyncio.Event] = {}
         self._writer_pool = ThreadPoolExecutor(1, thread_name_prefix="fencelog-writer")
         self._reader_pool = ThreadPoolExecutor(1, thread_name_prefix="fencelog-reader")
@@ -119,7 +123,6 @@ class Server:
             Op.LIST_TOPICS: self._list_topics,
             Op.DESCRIBE_TOPIC: self._describe_topic,
             Op.STATUS: self._status,
-            Op.PRODUCE: self._produce,
             Op.FETCH: self._fetch,
             Op.OWN: self._own,
             Op.RELEASE: self._release,
@@ -233,7 +236,7 @@ class Server:
             task.cancel()
         await asyncio.gather(*self._background, return_exceptions=True)
         loop = asyncio.get_running_loop()
-        await loop.run_in_executor(self._writer_pool, self._writer.close)
+        await self._write(self._writer.close)
         await loop.run_in_executor(self._reader_pool, self._reader.close)
         self._writer_pool.shutdown()
         self._reader_pool.shutdown()
@@ -328,6 +331,8 @@ class Server:
             return _done(self._hello(session, request.args))
         if not session.said_hello or not session.authenticated:
             raise ProtocolError("the first request on a connection is HELLO")
+        if request.op is Op.PRODUCE:
+            return self._enqueue_produce(session, request.args)
         handler = self._handlers.get(request.op)
         if handler is None:
             raise ProtocolError(f"op {request.op.name} is not served")
@@ -338,11 +343,7 @@ class Server:
     ) -> dict[str, Any]:
         if self.sessions.get(session.session_id) is not session:
             # Severed (or timed out) after this request was read: it must not act.
-            raise BrokerError(
-                ErrorCode.SEVERED,
-                "this session was closed before the request ran",
-                hint="the client reconnects with a new session",
-            )
+            raise _closed_before_run()
         session.inflight += 1
         try:
             return await handler(session, args)
@@ -355,44 +356,51 @@ class Server:
         replies: asyncio.Queue[_Pending | None],
         writer: asyncio.StreamWriter,
     ) -> None:
+        """Answer in request order. Replies that are ready together (a group commit
+        answers many at once) leave in one write."""
         frames = FrameConnection(self.limits.frame_bytes_max)
-        while (item := await replies.get()) is not None:
+        out = bytearray()
+        while True:
+            if out and replies.empty():
+                await self._flush(writer, out)
+            item = await replies.get()
+            if item is None:
+                break
             request_id, op, future = item
-            try:
-                message: Reply | ErrorReply = Reply(request_id, await future)
-            except BrokerError as error:
-                message = ErrorReply(
-                    request_id, int(error.code), error.message, dict(error.details)
-                )
-            except Exception as error:  # a bug of ours: the session still gets an answer
-                log.exception("request %d failed", request_id)
-                message = ErrorReply(request_id, int(ErrorCode.INTERNAL), repr(error), {})
+            if out and not future.done():
+                await self._flush(writer, out)  # what is ready goes now, not after this
+            message = await _reply_of(request_id, future)
             if op is Op.PRODUCE and isinstance(message, Reply) and self._drop_ack():
                 log.info("dropping the acknowledgement of request %d (--drop-acks)", request_id)
                 break  # appended, never acknowledged: the client sees the connection drop
+            out += frames.send(message)
             # FENCELOG_FAILPOINT=ack: die once a commit's reply has left
-            acked_commit = op is Op.TXN_COMMIT and isinstance(message, Reply)
-            ack_failpoint = acked_commit and self._writer.txns.failpoints.step == "ack"
-            with contextlib.suppress(ConnectionError, OSError):
-                writer.write(frames.send(message))
-                if replies.empty() or ack_failpoint:
-                    await writer.drain()
-            if ack_failpoint:
+            if (
+                op is Op.TXN_COMMIT
+                and isinstance(message, Reply)
+                and self._writer.txns.failpoints.step == "ack"
+            ):
+                await self._flush(writer, out)
                 self._writer.txns.failpoints.reached("ack")
             if isinstance(message, ErrorReply) and request_id == 0:
                 break  # a connection-level error: nothing more on this connection
+        await self._flush(writer, out)
         with contextlib.suppress(ConnectionError, OSError):
-            await writer.drain()
             writer.close()
+
+    @staticmethod
+    async def _flush(writer: asyncio.StreamWriter, out: bytearray) -> None:
+        with contextlib.suppress(ConnectionError, OSError):
+            if out:
+                writer.write(bytes(out))
+                out.clear()
+            await writer.drain()
 
     async def _end_session(self, session: Session) -> None:
         self.sessions.pop(session.session_id, None)
         session.close()
-        loop = asyncio.get_running_loop()
         with contextlib.suppress(RuntimeError):  # the writer pool is gone when stopping
-            await loop.run_in_executor(
-                self._writer_pool, self._writer.session_closed, session.session_id
-            )
+            await self._write(partial(self._writer.session_closed, session.session_id))
         self._access_wake()
 
     async def _reap_sessions(self) -> None:
@@ -483,23 +491,31 @@ class Server:
     async def _status(self, session: Session, args: dict[str, Any]) -> dict[str, Any]:
         return codec.status_to_wire(await self._read(self._reader.status))
 
-    async def _produce(self, session: Session, args: dict[str, Any]) -> dict[str, Any]:
-        topic = codec.field(args, "topic", str)
-        records = codec.new_records_from_wire(args.get("records"))
-        producer = codec.producer_from_wire(args.get("producer"))
-        fences = codec.fences_from_wire(args.get("fences"))
-        attachment = codec.field(args, "attachment", int, optional=True)
-        size = sum(len(r.value) for r in records)
-        future: asyncio.Future[ProduceOutcome] = asyncio.get_running_loop().create_future()
-        await self._produce_queue.put(
-            _PendingProduce(
-                ProduceRequest(topic, records, producer, fences, attachment), size, future
+    def _enqueue_produce(
+        self, session: Session, args: dict[str, Any]
+    ) -> asyncio.Future[dict[str, Any]]:
+        """A produce joins the next group commit at once, with no task of its own: the
+        group's COMMIT answers it (in _commit_loop)."""
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[dict[str, Any]] = loop.create_future()
+        try:
+            if self.sessions.get(session.session_id) is not session:
+                raise _closed_before_run()
+            request = ProduceRequest(
+                codec.field(args, "topic", str),
+                codec.new_records_from_wire(args.get("records")),
+                codec.producer_from_wire(args.get("producer")),
+                codec.fences_from_wire(args.get("fences")),
+                codec.field(args, "attachment", int, optional=True),
             )
-        )
-        outcome = await future
-        if isinstance(outcome, BrokerError):
-            raise outcome
-        return {"results": codec.results_to_wire(outcome)}
+        except BrokerError as error:
+            future.set_exception(error)
+            return future
+        session.inflight += 1
+        future.add_done_callback(partial(_answered, session, loop))
+        self._produce_pending.append(_PendingProduce(request, _value_bytes(request), future))
+        self._produce_ready.set()
+        return future
 
     async def _fetch(self, session: Session, args: dict[str, Any]) -> dict[str, Any]:
         topic = codec.field(args, "topic", str)
@@ -705,33 +721,52 @@ class Server:
     # the writer and the reader --------------------------------------------------------
 
     async def _write(self, work: Callable[[], T]) -> T:
-        return await asyncio.get_running_loop().run_in_executor(self._writer_pool, work)
+        async with self._writer_lock:
+            return await asyncio.get_running_loop().run_in_executor(self._writer_pool, work)
 
     async def _read(self, work: Callable[[], T]) -> T:
         return await asyncio.get_running_loop().run_in_executor(self._reader_pool, work)
 
     async def _commit_loop(self) -> None:
+        """Group commit. Each round takes every produce read since the last one (up to
+        the group limits) into one SQLite transaction, run right here on the event loop:
+        a hand-off to a thread and back would cost more than a small group's COMMIT.
+        While it runs, new requests wait in the sockets; they make the next group."""
+        limits = self.limits
         while True:
-            group = [await self._produce_queue.get()]
-            size = group[0].size
-            while (
-                not self._produce_queue.empty()
-                and len(group) < self.limits.group_commit_requests_max
-                and size < self.limits.group_commit_bytes_max
-            ):
-                pending = self._produce_queue.get_nowait()
-                group.append(pending)
-                size += pending.size
-            requests = [pending.request for pending in group]
-            try:
-                outcomes = await self._write(partial(self._writer.produce_group, requests))
-            except BrokerError as error:
-                outcomes = [error] * len(group)
-            for pending, outcome in zip(group, outcomes, strict=True):
-                if not pending.future.done():
-                    pending.future.set_result(outcome)
-            for topic in {pending.request.topic for pending in group}:
-                self._wake(topic)
+            await self._produce_ready.wait()
+            self._produce_ready.clear()
+            async with self._writer_lock:
+                while self._produce_pending:
+                    group = self._take_group(limits)
+                    requests = [pending.request for pending in group]
+                    try:
+                        outcomes = self._writer.produce_group(requests)
+                    except BrokerError as error:
+                        outcomes = [error] * len(group)
+                    for pending, outcome in zip(group, outcomes, strict=True):
+                        if pending.future.done():
+                            continue
+                        if isinstance(outcome, BrokerError):
+                            pending.future.set_exception(outcome)
+                        else:
+                            pending.future.set_result({"results": codec.results_to_wire(outcome)})
+                    for topic in {pending.request.topic for pending in group}:
+                        self._wake(topic)
+
+    def _take_group(self, limits: Limits) -> list[_PendingProduce]:
+        pending = self._produce_pending
+        count, size = 0, 0
+        while (
+            count < len(pending)
+            and count < limits.group_commit_requests_max
+            and size < limits.group_commit_bytes_max
+        ):
+            size += pending[count].size
+            count += 1
+        group = pending[:count]
+        del pending[:count]
+        return group
 
     def _wake(self, topic: str) -> None:
         event = self._topic_events.pop(topic, None)
@@ -751,6 +786,35 @@ def _is_loopback(host: str) -> bool:
 def _peer(writer: asyncio.StreamWriter) -> str:
     peer = writer.get_extra_info("peername")
     return f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else "unix"
+
+
+async def _reply_of(request_id: int, future: asyncio.Future[dict[str, Any]]) -> Reply | ErrorReply:
+    try:
+        return Reply(request_id, await future)
+    except BrokerError as error:
+        return ErrorReply(request_id, int(error.code), error.message, dict(error.details))
+    except Exception as error:  # a bug of ours: the session still gets an answer
+        log.exception("request %d failed", request_id)
+        return ErrorReply(request_id, int(ErrorCode.INTERNAL), repr(error), {})
+
+
+def _closed_before_run() -> BrokerError:
+    return BrokerError(
+        ErrorCode.SEVERED,
+        "this session was closed before the request ran",
+        hint="the client reconnects with a new session",
+    )
+
+
+def _value_bytes(request: ProduceRequest) -> int:
+    return sum(len(record.value) for record in request.records)
+
+
+def _answered(
+    session: Session, loop: asyncio.AbstractEventLoop, _future: asyncio.Future[Any]
+) -> None:
+    session.inflight -= 1
+    session.last_seen = loop.time()
 
 
 def _done(result: dict[str, Any]) -> asyncio.Future[dict[str, Any]]:

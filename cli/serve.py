@@ -102,7 +102,10 @@ def serve(
         auth_token=token,
         drop_acks=drop_acks,
     )
-    asyncio.run(_run(server, host, port, not no_unix, ready_file))
+    from broker.loops import new_event_loop
+
+    with asyncio.Runner(loop_factory=new_event_loop) as runner:
+        runner.run(_run(server, host, port, not no_unix, ready_file))
 
 
 async def _run(server: Server, host: str, port: int, unix: bool, ready_file: Path | None) -> None:

@@ -123,6 +123,7 @@ class Database:
         self.conn = conn
         self.data_dir = data_dir
         self.durability = durability
+        self.write_transactions = 0  # begun on this connection; see Engine's WriteCache
 
     @classmethod
     def open(
@@ -215,6 +216,7 @@ class Database:
         """One writer transaction: BEGIN IMMEDIATE ... COMMIT, or ROLLBACK on any error."""
         with _translated("write"):
             self.conn.execute("BEGIN IMMEDIATE")
+        self.write_transactions += 1
         try:
             with _translated("write"):
                 yield self.conn
@@ -224,6 +226,11 @@ class Database:
             raise
         with _translated("commit"):
             self.conn.execute("COMMIT")
+
+    def data_version(self) -> int:
+        """Changes whenever another connection (any process) commits; never for this
+        connection's own commits."""
+        return int(self.conn.execute("PRAGMA data_version").fetchone()[0])
 
     @contextlib.contextmanager
     def read(self) -> Iterator[sqlite3.Connection]:

@@ -12,6 +12,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from broker.storage.database import EMPTY_HEADERS, encode_headers
+from broker.storage.producers import BatchHeader
 from broker.storage.queries import Q
 from broker.types import NewRecord, PartitionInfo, ProducerFields, Record
 
@@ -79,44 +80,87 @@ def end_offset(conn: sqlite3.Connection, topic: TopicRow, partition: int) -> int
     return int(row[0])
 
 
-def append(
-    conn: sqlite3.Connection,
-    topic: TopicRow,
-    partition: int,
-    records: Sequence[NewRecord],
-    now_ms: int,
-    producer: ProducerFields,
-) -> int:
-    """Append records to one partition's log; return the offset of the first."""
-    base_offset = end_offset(conn, topic, partition)
-    topic_id = topic.topic_id
-    pid, generation, epoch, txn_id = (
-        producer.producer_id,
-        producer.generation,
-        producer.epoch,
-        producer.txn_id,
-    )
-    first_sequence = producer.first_sequence
-    rows = (
-        (
-            topic_id,
-            partition,
-            base_offset + index,
-            now_ms if record.timestamp_ms is None else record.timestamp_ms,
-            record.key,
-            record.value,
-            encode_headers(record.headers) if record.headers else EMPTY_HEADERS,
-            pid,
-            generation,
-            first_sequence + index if pid else 0,
-            epoch,
-            txn_id,
+class Appends:
+    """The appends of one write transaction, held back and written by flush() in a few
+    statements: one insert of every record row, one of every batch header, one update
+    per partition. Whoever reads the log or the batch headers inside the transaction
+    flushes first."""
+
+    __slots__ = ("batches", "ends", "records")
+
+    def __init__(self) -> None:
+        self.records: list[tuple[object, ...]] = []
+        self.batches: list[tuple[int, ...]] = []
+        self.ends: dict[tuple[int, int], list[int]] = {}  # part: [records, bytes]
+
+    def __len__(self) -> int:
+        return len(self.records) + len(self.batches)
+
+    def add(
+        self,
+        topic_id: int,
+        partition: int,
+        base_offset: int,
+        records: Sequence[NewRecord],
+        now_ms: int,
+        producer: ProducerFields,
+    ) -> None:
+        """Records appended to one partition at base_offset, its end."""
+        pid, generation, epoch, txn_id = (
+            producer.producer_id,
+            producer.generation,
+            producer.epoch,
+            producer.txn_id,
         )
-        for index, record in enumerate(records)
-    )
-    conn.executemany(Q["record_insert"], rows)
-    advance(conn, topic, partition, len(records), _stored_bytes(records))
-    return base_offset
+        first_sequence = producer.first_sequence
+        self.records.extend(
+            (
+                topic_id,
+                partition,
+                base_offset + index,
+                now_ms if record.timestamp_ms is None else record.timestamp_ms,
+                record.key,
+                record.value,
+                encode_headers(record.headers) if record.headers else EMPTY_HEADERS,
+                pid,
+                generation,
+                first_sequence + index if pid else 0,
+                epoch,
+                txn_id,
+            )
+            for index, record in enumerate(records)
+        )
+        end = self.ends.setdefault((topic_id, partition), [0, 0])
+        end[0] += len(records)
+        end[1] += _stored_bytes(records)
+
+    def add_batch(self, topic_id: int, partition: int, header: BatchHeader) -> None:
+        self.batches.append(
+            (
+                topic_id,
+                partition,
+                header.base_offset,
+                header.producer_id,
+                header.generation,
+                header.first_sequence,
+                header.last_sequence,
+                header.append_ms,
+            )
+        )
+
+    def flush(self, conn: sqlite3.Connection) -> None:
+        if self.records:
+            conn.executemany(Q["record_insert"], self.records)
+            self.records.clear()
+        if self.batches:
+            conn.executemany(Q["batch_insert"], self.batches)
+            self.batches.clear()
+        if self.ends:
+            conn.executemany(
+                Q["partition_advance"],
+                [(count, size, t, p) for (t, p), (count, size) in self.ends.items()],
+            )
+            self.ends.clear()
 
 
 def advance(

@@ -35,22 +35,6 @@ class OffsetRow:
     committed_ms: int
 
 
-def insert_batch(conn: sqlite3.Connection, topic_id: int, partition: int, h: BatchHeader) -> None:
-    conn.execute(
-        Q["batch_insert"],
-        (
-            topic_id,
-            partition,
-            h.base_offset,
-            h.producer_id,
-            h.generation,
-            h.first_sequence,
-            h.last_sequence,
-            h.append_ms,
-        ),
-    )
-
-
 def batches_after(
     conn: sqlite3.Connection, topic_id: int, partition: int, offset: int
 ) -> list[BatchHeader]:
