@@ -18,6 +18,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import cast
 
 from broker import backup
 from broker.core import ownership as ownership_rules
@@ -61,6 +62,7 @@ class ProduceRequest:
 
 ProduceOutcome = list[AppendResult] | BrokerError
 _VALUE = operator.itemgetter(5)
+_PARTITION = operator.itemgetter(3)
 
 
 def wall_clock_ms() -> int:
@@ -258,7 +260,7 @@ class Engine:
             )
         results: list[AppendResult] = [_PENDING] * len(records)
         for partition, indexes in by_partition.items():
-            batch = [records[i] for i in indexes]
+            batch = records if len(indexes) == len(records) else [records[i] for i in indexes]
             base_offset = self._hot.end(conn, row, partition)
             appends.add(row.topic_id, partition, base_offset, batch, now_ms, producer)
             end = base_offset + len(batch)
@@ -281,7 +283,7 @@ class Engine:
         self,
         conn: sqlite3.Connection,
         row: logs.TopicRow,
-        by_partition: dict[int, list[int]],
+        by_partition: dict[int, Sequence[int]],
         request: ProduceRequest,
         staged: Staged,
         appends: logs.Appends,
@@ -623,7 +625,7 @@ class Engine:
         self,
         conn: sqlite3.Connection,
         row: logs.TopicRow,
-        by_partition: dict[int, list[int]],
+        by_partition: dict[int, Sequence[int]],
         fences: Sequence[Fence],
     ) -> None:
         self.owners.check_fences(conn, fences)
@@ -642,8 +644,13 @@ class Engine:
                     f"--fence {row.owner_group}:{resource}:GENERATION",
                 )
 
-    def _route(self, row: logs.TopicRow, records: Sequence[NewRecord]) -> dict[int, list[int]]:
+    def _route(self, row: logs.TopicRow, records: Sequence[NewRecord]) -> dict[int, Sequence[int]]:
         """Each record's partition, as {partition: [indexes into records]}."""
+        named = set(map(_PARTITION, records))
+        if len(named) == 1 and (partition := named.pop()) is not None:  # all to one
+            if not 0 <= partition < row.partitions:
+                record_rules.check_partition(row.name, partition, row.partitions)
+            return {partition: range(len(records))}
         by_partition: dict[int, list[int]] = {}
         for index, record in enumerate(records):
             partition = record.partition
@@ -655,7 +662,7 @@ class Engine:
             elif not 0 <= partition < row.partitions:
                 record_rules.check_partition(row.name, partition, row.partitions)
             by_partition.setdefault(partition, []).append(index)
-        return by_partition
+        return cast(dict[int, Sequence[int]], by_partition)
 
 
 _PENDING = AppendResult("", -1, -1)

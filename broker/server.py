@@ -26,6 +26,7 @@ import hmac
 import ipaddress
 import itertools
 import logging
+import operator
 import os
 import random
 from collections.abc import Awaitable, Callable
@@ -807,7 +808,10 @@ def _closed_before_run() -> BrokerError:
 
 
 def _value_bytes(request: ProduceRequest) -> int:
-    return sum(len(record.value) for record in request.records)
+    return sum(map(len, map(_VALUE, request.records)))
+
+
+_VALUE = operator.itemgetter(0)
 
 
 def _answered(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import json
 import logging
 import os
@@ -15,6 +16,8 @@ import typer
 from broker.errors import BrokerError, ErrorCode
 from cli.context import state
 from cli.formats import parse_duration
+
+_GC_YOUNG_OBJECTS = 50_000  # Python's default is 700
 
 if TYPE_CHECKING:
     from broker.server import Server
@@ -104,6 +107,11 @@ def serve(
     )
     from broker.loops import new_event_loop
 
+    # The server makes and drops many small tuples per record (rows, frames) and keeps
+    # few: collecting the youngest generation every 700 allocations cost about a sixth
+    # of its CPU under load. Collect less often, and never rescan what start-up loaded.
+    gc.freeze()
+    gc.set_threshold(_GC_YOUNG_OBJECTS, *gc.get_threshold()[1:])
     with asyncio.Runner(loop_factory=new_event_loop) as runner:
         runner.run(_run(server, host, port, not no_unix, ready_file))
 

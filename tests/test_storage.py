@@ -187,3 +187,24 @@ def test_unknown_durability_is_refused_before_creating_anything(data_dir: Path) 
         broker.open(data_dir, durability="fast")  # type: ignore[arg-type]
     assert excinfo.value.code is ErrorCode.INVALID_ARGUMENT
     assert not data_dir.exists()
+
+
+def test_plain_and_keyed_records_in_one_transaction_store_as_written(
+    engine: broker.Engine, data_dir: Path
+) -> None:
+    """A plain batch is inserted with literal NULL key and X'90' headers (msgpack's empty
+    array): it must read back exactly like one written through the general insert."""
+    engine.create_topic("mixed")
+    engine.produce("mixed", [NewRecord(b"plain-1"), NewRecord(b"plain-2")])
+    engine.produce("mixed", [NewRecord(b"keyed", key=b"k", headers=(("h", b"v"),))])
+    engine.produce("mixed", [NewRecord(b"empty-key", key=b"")])
+    read = engine.read("mixed", 0, 0, 10)
+    assert [(r.offset, r.key, r.value, r.headers) for r in read] == [
+        (0, None, b"plain-1", ()),
+        (1, None, b"plain-2", ()),
+        (2, b"k", b"keyed", (("h", b"v"),)),
+        (3, b"", b"empty-key", ()),
+    ]
+    with contextlib.closing(sqlite_utils.Database(data_dir / DB_FILE)) as db:
+        stored = db.execute("SELECT typeof(value), hex(headers) FROM records ORDER BY offset")
+        assert stored.fetchall()[:2] == [("blob", "90"), ("blob", "90")]

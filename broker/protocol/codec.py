@@ -8,7 +8,7 @@ never sees a wrong type. Rows of records travel as arrays in Record's field orde
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, TypeVar
+from typing import Any, Final, TypeVar
 
 from broker.core.exclusive import Attached, Mode
 from broker.core.ownership import Fence
@@ -116,7 +116,31 @@ def new_records_to_wire(records: Sequence[NewRecord]) -> Sequence[NewRecord]:
 def new_records_from_wire(rows: object) -> list[NewRecord]:
     if not isinstance(rows, tuple | list):
         raise ProtocolError("field 'records' must be an array")
+    try:  # the usual batch: one pass in C; anything unusual gets the checks below
+        records = list(map(NewRecord._make, rows))
+    except TypeError:
+        records = []
+    if len(records) == len(rows) and _plain(records):
+        return records
     return [_new_record(index, row) for index, row in enumerate(rows)]
+
+
+def _plain(records: list[NewRecord]) -> bool:
+    """Binary values, binary or nil keys, no headers, nil or integer partition and
+    timestamp: nothing _new_record would refuse or rebuild."""
+    types = {(type(r[0]), type(r[1]), r[2], type(r[3]), type(r[4])) for r in records}
+    return all(
+        value is bytes
+        and key in _KEY_TYPES
+        and headers == ()
+        and partition in _INT_TYPES
+        and timestamp in _INT_TYPES
+        for value, key, headers, partition, timestamp in types
+    )
+
+
+_KEY_TYPES: Final = frozenset({bytes, type(None)})
+_INT_TYPES: Final = frozenset({int, type(None)})
 
 
 def _new_record(index: int, row: object) -> NewRecord:

@@ -37,6 +37,13 @@ INSERT INTO records (topic_id, partition, offset, timestamp_ms, key, value, head
                      producer_id, generation, sequence, epoch, txn_id)
 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?);
 
+-- name: record_insert_plain
+-- A record without key or headers outside a transaction (X'90': msgpack's empty array,
+-- EMPTY_HEADERS). Literals instead of parameters: nothing for sqlite3 to adapt.
+INSERT INTO records (topic_id, partition, offset, timestamp_ms, key, value, headers,
+                     producer_id, generation, sequence, epoch, txn_id)
+VALUES (?, ?, ?, ?, NULL, ?, X'90', ?, ?, ?, ?, NULL);
+
 -- name: records_read
 SELECT ?, partition, offset, timestamp_ms, key, value, headers AS "headers [fencelog_headers]",
        producer_id, generation, sequence, epoch, txn_id
