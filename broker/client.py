@@ -85,6 +85,14 @@ class _Transport(Protocol):
         wait_ms: int,
         fences: Sequence[Fence],
     ) -> list[Record]: ...
+    def fetch_ahead(
+        self,
+        topic: str,
+        positions: dict[int, int],
+        max_records: int,
+        wait_ms: int,
+        fences: Sequence[Fence],
+    ) -> Callable[[], list[Record]]: ...
     def session_id(self) -> str: ...
     def on_severed(self, callback: Callable[[str], None]) -> None: ...
     def own(self, group: str, claims: Sequence[tuple[str, int]]) -> list[Claimed]: ...
@@ -281,26 +289,42 @@ class Client:
             positions = {p: o for p, o in positions.items() if o < stop_at[p]}
         remaining = max_records
         idle_deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        ahead: Callable[[], list[Record]] | None = None
         while positions and remaining != 0:
-            wait_ms = _wait_ms(follow, poll_ms, idle_deadline)
-            batch = self.fetch(
-                topic, positions, max_records=remaining, wait_ms=wait_ms, fences=fences
-            )
-            for record in batch:
-                if stop_at is not None and record.offset >= stop_at[record.partition]:
-                    continue
+            if ahead is None:
+                wait_ms = _wait_ms(follow, poll_ms, idle_deadline)
+                ahead = self._fetch_ahead(topic, positions, remaining, wait_ms, fences)
+            batch, ahead = ahead(), None
+            taken = _within_ends(batch, stop_at)[:remaining]
+            for record in taken:
                 positions[record.partition] = record.offset + 1
-                yield record
-                if remaining is not None:
-                    remaining -= 1
-                    if remaining == 0:
-                        return
             if stop_at is not None:
                 positions = {p: o for p, o in positions.items() if o < stop_at[p]}
+            if remaining is not None:
+                remaining -= len(taken)
             if batch:
                 idle_deadline = None if timeout_s is None else time.monotonic() + timeout_s
             elif not follow or (idle_deadline is not None and time.monotonic() >= idle_deadline):
                 return
+            if taken and positions and remaining != 0:
+                # Served, the next fetch travels while the caller handles this one. It
+                # never waits for new records: a consumer that stops here leaves nothing
+                # long-polling in front of its next request.
+                ahead = self._fetch_ahead(topic, dict(positions), remaining, 0, fences)
+            yield from taken
+
+    def _fetch_ahead(
+        self,
+        topic: str,
+        positions: dict[int, int],
+        max_records: int | None,
+        wait_ms: int,
+        fences: Sequence[Fence],
+    ) -> Callable[[], list[Record]]:
+        """A fetch begun now, whose records the returned call gives (embedded: the fetch
+        runs at that call; there is nothing to overlap with in one process)."""
+        limit = min(max_records or self.limits.read_records_max, self.limits.read_records_max)
+        return self._transport.fetch_ahead(topic, positions, limit, wait_ms, fences)
 
     # idempotent producers and offsets -------------------------------------------------
 
@@ -530,6 +554,12 @@ def _state_blob(producer: Producer | ProducerState | None) -> bytes | None:
 
     state = producer.state() if isinstance(producer, Producer) else producer
     return state.to_bytes()
+
+
+def _within_ends(batch: list[Record], stop_at: list[int] | None) -> list[Record]:
+    if stop_at is None:
+        return batch
+    return [r for r in batch if r.offset < stop_at[r.partition]]
 
 
 def _wait_ms(follow: bool, poll_ms: int, idle_deadline: float | None) -> int:

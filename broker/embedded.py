@@ -107,6 +107,16 @@ class EmbeddedTransport:
             topic, records, producer=producer, fences=fences, attachment=attachment
         )
 
+    def fetch_ahead(
+        self,
+        topic: str,
+        positions: dict[int, int],
+        max_records: int,
+        wait_ms: int,
+        fences: Sequence[Fence],
+    ) -> Callable[[], list[Record]]:
+        return lambda: self.fetch(topic, positions, max_records, wait_ms, fences)
+
     def fetch(
         self,
         topic: str,

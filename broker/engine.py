@@ -61,7 +61,7 @@ class ProduceRequest:
 
 
 ProduceOutcome = list[AppendResult] | BrokerError
-_VALUE = operator.itemgetter(5)
+_ROW_VALUE = operator.itemgetter(logs.ROW_VALUE)
 _PARTITION = operator.itemgetter(3)
 
 
@@ -476,36 +476,46 @@ class Engine:
     ) -> list[Record]:
         """Records of one partition from `offset`, at most max_records and about
         read_bytes_max bytes (always at least one record when there is one)."""
-        if offset < 0:
-            raise BrokerError(
-                ErrorCode.INVALID_ARGUMENT, f"offsets start at 0, not {offset}", offset=offset
-            )
-        limit = _bounded(max_records, self.limits.read_records_max)
-        with self.database.read() as conn:
-            row = self._topic(conn, topic)
-            record_rules.check_partition(topic, partition, row.partitions)
-            found = logs.read(conn, row, partition, offset, limit)
-        return _within_bytes(found, self.limits.read_bytes_max)
+        return self.fetch(topic, {partition: offset}, max_records)
 
     def fetch(
         self,
         topic: str,
         positions: dict[int, int],
-        max_records: int,
+        max_records: int | None,
         fences: Sequence[Fence] = (),
     ) -> list[Record]:
         """Records from several partitions ({partition: next offset}), partition by
-        partition, at most max_records in all. Every fence must be current."""
-        if fences:
-            with self.database.read() as conn:
+        partition, at most max_records in all (and about read_bytes_max bytes from each
+        partition). Every fence must be current."""
+        return logs.records_of(topic, self.fetch_rows(topic, positions, max_records, fences))
+
+    def fetch_rows(
+        self,
+        topic: str,
+        positions: dict[int, int],
+        max_records: int | None,
+        fences: Sequence[Fence] = (),
+    ) -> list[logs.Row]:
+        """fetch() as stored rows, for whoever sends or converts them without Records."""
+        limit = _bounded(max_records, self.limits.read_records_max)
+        found: list[logs.Row] = []
+        with self.database.read() as conn:
+            if fences:
                 self.owners.check_fences(conn, fences)
-        found: list[Record] = []
-        if not positions:
-            self.describe_topic(topic)  # an unknown topic is still UNKNOWN_TOPIC
-        for partition, offset in positions.items():
-            found += self.read(topic, partition, offset, max_records - len(found))
-            if len(found) >= max_records:
-                break
+            row = self._topic(conn, topic)
+            for partition, offset in positions.items():
+                record_rules.check_partition(topic, partition, row.partitions)
+                if offset < 0:
+                    raise BrokerError(
+                        ErrorCode.INVALID_ARGUMENT,
+                        f"offsets start at 0, not {offset}",
+                        offset=offset,
+                    )
+                rows = logs.read_rows(conn, row, partition, offset, limit - len(found))
+                found += _within_bytes(rows, self.limits.read_bytes_max)
+                if len(found) >= limit:
+                    break
         return found
 
     # transactions -------------------------------------------------------------------
@@ -678,9 +688,15 @@ def _bounded(max_records: int | None, records_max: int) -> int:
     return min(max_records, records_max)
 
 
-def _within_bytes(found: list[Record], bytes_max: int) -> list[Record]:
-    if sum(map(len, map(_VALUE, found))) <= bytes_max:
+def _within_bytes(found: list[logs.Row], bytes_max: int) -> list[logs.Row]:
+    if sum(map(len, map(_ROW_VALUE, found))) <= bytes_max:
         return found
+    total = 0
+    for index, (_, _, _, key, value, *_) in enumerate(found):
+        total += len(value) + (len(key) if key else 0)
+        if total > bytes_max and index > 0:
+            return found[:index]
+    return found
     total = 0
     for index, record in enumerate(found):
         total += len(record.value) + (len(record.key) if record.key else 0)

@@ -35,7 +35,7 @@ from broker.owners import Claimed, OwnershipInfo
 from broker.producers import Lease
 from broker.protocol import codec
 from broker.protocol.frames import NEED_DATA, FrameConnection, Sentinel
-from broker.protocol.messages import ErrorReply, Op, Push, Reply, Request
+from broker.protocol.messages import PROTOCOL_VERSION, ErrorReply, Op, Push, Reply, Request
 from broker.storage.ownership import AuditRow
 from broker.storage.producers import OffsetRow, SnapshotRow
 from broker.txns import TxnDetail, TxnInfo, TxnMember
@@ -161,6 +161,14 @@ class AsyncConnection:
         except BaseException:
             await connection.close()
             raise
+        if hello.get("protocol") != PROTOCOL_VERSION:
+            await connection.close()
+            raise BrokerError(
+                ErrorCode.PROTOCOL_ERROR,
+                f"the broker at {address} speaks protocol {hello.get('protocol')!r}; "
+                f"this client speaks {PROTOCOL_VERSION}",
+                hint="run the same fencelog version on both sides",
+            )
         connection.session_id = str(hello.get("session_id", ""))
         connection.limits = limits_from_server(dict(hello.get("limits", {})))
         connection._start_heartbeats()
@@ -421,7 +429,7 @@ class AsyncClient:
             "fences": codec.fences_to_wire(fences),
         }
         reply = await self.request(Op.FETCH, args)
-        return codec.records_from_wire(reply["records"])
+        return codec.rows_from_wire(topic, reply["rows"])
 
     async def own(self, group: str, claims: Sequence[tuple[str, int]]) -> list[Claimed]:
         reply = await self.request(Op.OWN, {"group": group, "claims": list(claims)})
@@ -623,6 +631,17 @@ class ServedTransport:
         fences: Sequence[Fence],
     ) -> list[Record]:
         return self._call(self.client.fetch(topic, positions, max_records, wait_ms, fences))
+
+    def fetch_ahead(
+        self,
+        topic: str,
+        positions: dict[int, int],
+        max_records: int,
+        wait_ms: int,
+        fences: Sequence[Fence],
+    ) -> Callable[[], list[Record]]:
+        work = self.client.fetch(topic, positions, max_records, wait_ms, fences)
+        return asyncio.run_coroutine_threadsafe(work, self._loop).result
 
     def own(self, group: str, claims: Sequence[tuple[str, int]]) -> list[Claimed]:
         return self._call(self.client.own(group, claims))

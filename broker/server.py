@@ -531,11 +531,11 @@ class Server:
         while True:
             appended = self._topic_events.setdefault(topic, asyncio.Event())
             found = await self._read(
-                lambda: self._reader.fetch(topic, positions, max_records, fences)
+                lambda: self._reader.fetch_rows(topic, positions, max_records, fences)
             )
             remaining = deadline - loop.time()
             if found or remaining <= 0 or self._stopping.is_set():
-                return {"records": codec.records_to_wire(found)}
+                return {"rows": found}
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(appended.wait(), remaining)
 

@@ -27,6 +27,7 @@ from broker.protocol.frames import (
     encode,
 )
 from broker.protocol.messages import ErrorReply, Kind, Message, Op, Push, Reply, Request
+from broker.storage.database import encode_headers
 from broker.types import NewRecord, ProducerFields, Record
 
 FRAME_BYTES_MAX = 64 * 1024
@@ -483,3 +484,24 @@ def test_kind_numbers_are_stable() -> None:
     assert int(Op.HELLO) == 1
     assert int(Op.PRODUCE) == 20
     assert int(Op.FETCH) == 21
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(record_rows, max_size=10))
+def test_fetched_rows_round_trip_into_records_of_the_topic(records: list[Record]) -> None:
+    rows = [(*r[1:6], encode_headers(r.headers), *r[7:]) for r in records]
+    frames = FrameConnection(1 << 24)
+    frames.receive_data(encode(Reply(1, {"rows": rows})))
+    reply = frames.next_message()
+    assert isinstance(reply, Reply)
+    fetched = codec.rows_from_wire("orders", reply.result["rows"])
+    assert fetched == [r._replace(topic="orders") for r in records]
+
+
+@pytest.mark.parametrize(
+    "rows", [None, 7, [(1, 2)], [[0, 0, 0, None, b"v", b"\xc1", 0, 0, 0, 0, None]]]
+)
+def test_malformed_fetched_rows_are_a_protocol_error(rows: object) -> None:
+    with pytest.raises(BrokerError) as caught:
+        codec.rows_from_wire("orders", rows)
+    assert caught.value.code is ErrorCode.PROTOCOL_ERROR

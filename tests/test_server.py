@@ -114,7 +114,7 @@ def assert_still_serving(server: ServerThread, bystander: Client) -> None:
 def test_hello_names_the_session_and_tells_the_client_limits(server: ServerThread) -> None:
     with RawClient(server.port) as raw:
         hello = raw.hello()
-        assert hello.result["protocol"] == 1
+        assert hello.result["protocol"] == 2
         assert hello.result["session_id"] in server.session_ids()
         assert hello.result["limits"]["frame_bytes_max"] == DEFAULT_LIMITS.frame_bytes_max
         assert hello.result["limits"]["session_timeout_ms"] == DEFAULT_LIMITS.session_timeout_ms
@@ -375,7 +375,7 @@ def test_pipelined_requests_on_one_async_connection_get_their_own_replies(
                 for o in offsets
             )
         )
-        assert [reply["records"][0][5] for reply in fetched] == values
+        assert [reply["rows"][0][4] for reply in fetched] == values  # rows: no topic
         await connection.close()
 
     run(scenario())
@@ -491,7 +491,7 @@ def test_a_waiting_fetch_returns_as_soon_as_another_client_produces(
         await producer.request(Op.PRODUCE, produce_args("lp", b"wake up"))
         reply = await waiting
         elapsed_s = time.monotonic() - started
-        assert [row[5] for row in reply["records"]] == [b"wake up"]
+        assert [row[4] for row in reply["rows"]] == [b"wake up"]
         assert elapsed_s < 10, "the fetch waited for its deadline instead of the record"
         await consumer.close()
         await producer.close()
@@ -508,11 +508,11 @@ def test_a_waiting_fetch_with_nothing_new_returns_empty_at_its_deadline(
         await connection.request(Op.PRODUCE, produce_args("quiet", b"old"))
         started = time.monotonic()
         reply = await connection.request(Op.FETCH, fetch_args("quiet", 1, wait_ms=400))
-        assert reply["records"] == ()
+        assert reply["rows"] == ()
         assert 0.3 < time.monotonic() - started < 10
         started = time.monotonic()
         reply = await connection.request(Op.FETCH, fetch_args("quiet", 0, wait_ms=20_000))
-        assert [row[5] for row in reply["records"]] == [b"old"]
+        assert [row[4] for row in reply["rows"]] == [b"old"]
         assert time.monotonic() - started < 10  # something there: no waiting at all
         await connection.close()
 
@@ -551,7 +551,7 @@ def test_fetch_waits_no_longer_than_fetch_wait_ms_max(data_dir: Path) -> None:
         await connection.request(Op.CREATE_TOPIC, {"name": "capped", "partitions": 1})
         started = time.monotonic()
         reply = await connection.request(Op.FETCH, fetch_args("capped", wait_ms=600_000))
-        assert reply["records"] == ()
+        assert reply["rows"] == ()
         assert time.monotonic() - started < 10
         await connection.close()
 
@@ -686,7 +686,7 @@ def test_stop_answers_the_request_in_flight_and_closes_sqlite_cleanly(data_dir: 
             return reply, after
 
         reply, after = run(scenario())
-        assert reply == {"records": ()}
+        assert reply == {"rows": ()}
         assert isinstance(after, BrokerError) and after.code is ErrorCode.CONNECTION_FAILED
     finally:
         if stopper is not None:

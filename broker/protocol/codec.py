@@ -10,6 +10,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, Final, TypeVar
 
+import msgpack
+
 from broker.core.exclusive import Attached, Mode
 from broker.core.ownership import Fence
 from broker.core.producers import ProducerEntry
@@ -18,6 +20,7 @@ from broker.exclusives import AccessInfo, Attachment
 from broker.owners import Claimed, OwnershipInfo
 from broker.producers import Lease
 from broker.protocol.frames import ProtocolError
+from broker.storage.logs import records_of
 from broker.storage.ownership import AuditRow
 from broker.storage.producers import OffsetRow, SnapshotRow
 from broker.txns import JournalEntryInfo, TxnDetail, TxnInfo, TxnMember, TxnPartition
@@ -229,6 +232,16 @@ def records_to_wire(records: Sequence[Record]) -> Sequence[Record]:
 
 def records_from_wire(rows: Sequence[Sequence[Any]]) -> list[Record]:
     return list(map(Record._make, rows))
+
+
+def rows_from_wire(topic: str, rows: object) -> list[Record]:
+    """A fetch's rows (broker/storage/logs.py Row: no topic, headers as stored)."""
+    if not isinstance(rows, tuple | list):
+        raise ProtocolError("field 'rows' must be an array")
+    try:
+        return records_of(topic, rows)
+    except (TypeError, ValueError, msgpack.UnpackException) as exc:
+        raise ProtocolError(f"a fetched row is malformed: {exc}") from exc
 
 
 # ownership ---------------------------------------------------------------------------

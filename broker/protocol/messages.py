@@ -16,7 +16,7 @@ import enum
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-PROTOCOL_VERSION: Final = 1
+PROTOCOL_VERSION: Final = 2  # 2: fetch replies carry rows without the topic
 
 
 class Kind(enum.IntEnum):

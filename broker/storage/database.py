@@ -16,7 +16,6 @@ Rules this module keeps:
 from __future__ import annotations
 
 import contextlib
-import functools
 import os
 import re
 import sqlite3
@@ -40,9 +39,13 @@ _OWN_FILE = re.compile(
     r"^(fencelog\.db(-wal|-shm|-journal)?|server\.(json|lock)|fencelog\.sock|snapshots|.*\.tmp)$"
 )
 
-sqlite3.register_converter(
-    "fencelog_headers", functools.partial(msgpack.unpackb, use_list=False, raw=False)
-)
+
+def decode_headers(stored: bytes) -> tuple[tuple[str, bytes], ...]:
+    headers: tuple[tuple[str, bytes], ...] = msgpack.unpackb(stored, use_list=False, raw=False)
+    return headers
+
+
+sqlite3.register_converter("fencelog_headers", decode_headers)
 
 
 def encode_headers(headers: tuple[tuple[str, bytes], ...]) -> bytes:

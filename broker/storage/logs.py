@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from itertools import repeat
 
-from broker.storage.database import EMPTY_HEADERS, encode_headers
+from broker.storage.database import EMPTY_HEADERS, decode_headers, encode_headers
 from broker.storage.producers import BatchHeader
 from broker.storage.queries import Q
 from broker.types import NewRecord, PartitionInfo, ProducerFields, Record
@@ -222,13 +222,36 @@ def _stored_bytes(records: Sequence[NewRecord]) -> int:
 _VALUE, _KEY, _HEADERS, _PARTITION, _TIMESTAMP = (operator.itemgetter(i) for i in range(5))
 
 
+# A stored record without its topic, headers still msgpack: (partition, offset,
+# timestamp_ms, key, value, headers, producer_id, generation, sequence, epoch, txn_id).
+# What the server sends and the Spark reader turns into columns; records_of() makes
+# Records of them.
+Row = tuple[int, int, int, bytes | None, bytes, bytes, int, int, int, int, int | None]
+ROW_KEY, ROW_VALUE, ROW_HEADERS = 3, 4, 5
+
+
+def read_rows(
+    conn: sqlite3.Connection, topic: TopicRow, partition: int, offset: int, max_records: int
+) -> list[Row]:
+    cursor = conn.execute(Q["records_read_rows"], (topic.topic_id, partition, offset, max_records))
+    return cursor.fetchall()
+
+
+def records_of(topic: str, rows: Sequence[Row]) -> list[Record]:
+    new, empty = tuple.__new__, EMPTY_HEADERS
+    return [
+        new(
+            Record,
+            (topic, p, o, t, k, v, () if h == empty else decode_headers(h), pid, g, s, e, x),
+        )
+        for p, o, t, k, v, h, pid, g, s, e, x in rows
+    ]
+
+
 def read(
     conn: sqlite3.Connection, topic: TopicRow, partition: int, offset: int, max_records: int
 ) -> list[Record]:
-    cursor = conn.execute(
-        Q["records_read"], (topic.name, topic.topic_id, partition, offset, max_records)
-    )
-    return list(map(Record._make, cursor))
+    return records_of(topic.name, read_rows(conn, topic, partition, offset, max_records))
 
 
 def read_compacted(conn: sqlite3.Connection, topic: TopicRow, partition: int) -> list[Record]:

@@ -44,6 +44,15 @@ INSERT INTO records (topic_id, partition, offset, timestamp_ms, key, value, head
                      producer_id, generation, sequence, epoch, txn_id)
 VALUES (?, ?, ?, ?, NULL, ?, X'90', ?, ?, ?, ?, NULL);
 
+-- name: records_read_rows
+-- A Row: a record without its topic, headers as stored (msgpack).
+SELECT partition, offset, timestamp_ms, key, value, headers,
+       producer_id, generation, sequence, epoch, txn_id
+FROM records
+WHERE topic_id = ? AND partition = ? AND offset >= ?
+ORDER BY offset
+LIMIT ?;
+
 -- name: records_read
 SELECT ?, partition, offset, timestamp_ms, key, value, headers AS "headers [fencelog_headers]",
        producer_id, generation, sequence, epoch, txn_id
