@@ -37,6 +37,7 @@ from bench.sections import Row, Section, rate, series, verdict
 from broker.client import Client, connect
 from broker.engine import Engine
 from broker.limits import DEFAULT_LIMITS
+from broker.loops import new_event_loop
 from broker.remote import AsyncClient
 from broker.types import NewRecord, ProducerFields
 
@@ -177,7 +178,7 @@ def _served(work_dir: Path, sizes: IdempotenceSizes) -> tuple[Overhead, Overhead
     topics = (f"t{number}" for number in itertools.count(1))
     with (
         fencelog_server(work_dir, "idem-serve", "normal") as server,
-        asyncio.Runner() as runner,
+        asyncio.Runner(loop_factory=new_event_loop) as runner,
     ):
         client: AsyncClient = served.async_client(server.address)
 

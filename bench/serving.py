@@ -40,6 +40,7 @@ from bench.processes import (
 from bench.sections import SKIPPED, Row, Section, rate, series, verdict
 from broker.client import Client, connect
 from broker.engine import Engine
+from broker.loops import new_event_loop
 from broker.remote import AsyncClient
 from broker.storage.database import Durability
 from broker.types import NewRecord
@@ -204,7 +205,7 @@ def measure(work_dir: Path, sizes: ServerSizes) -> ServerResults:
             for durability in DURABILITIES
         }
         nats = None if nats_skipped else stack.enter_context(nats_server(work_dir))
-        loop = stack.enter_context(asyncio.Runner())
+        loop = stack.enter_context(asyncio.Runner(loop_factory=new_event_loop))
         clients = {d: served.async_client(s.address) for d, s in servers.items()}
         js = None if nats is None else loop.run(jetstream.JetStream.connect(nats.address))
         try:
@@ -455,8 +456,9 @@ def _batches(
 def _consume(
     loop: asyncio.Runner, sizes: ServerSizes, server: FencelogServer, client: AsyncClient
 ) -> tuple[tuple[float, ...], tuple[float, ...], Busy]:
-    """Records/s reading one partition from offset 0: fetch over TCP, and Engine.read
-    in this process on the server's own data directory."""
+    """Records/s reading one partition from offset 0: a consumer over TCP
+    (`Client.consume`), and Engine.read in this process on the server's own data
+    directory."""
     records = sizes.consume_records
     loop.run(client.create_topic(read.TOPIC, 1))
     value_batches = append.value_batches(records, seed=43)
@@ -464,10 +466,17 @@ def _consume(
     loop.run(served.batches_pipelined(client, read.TOPIC, record_batches, 1, idempotent=False))
 
     def served_round() -> float:
-        return records / loop.run(served.consume_from_zero(client, read.TOPIC, records))
+        start = time.perf_counter()
+        count = sum(1 for _ in consumer.consume(read.TOPIC, partition=0))
+        elapsed_s = time.perf_counter() - start
+        assert count == records, f"consumed {count} of {records}"
+        return records / elapsed_s
 
     busy: list[tuple[float, float, float]] = []
-    with Engine.open(server.data_dir, durability=server.durability) as engine:
+    with (
+        connect(server.address) as consumer,
+        Engine.open(server.data_dir, durability=server.durability) as engine,
+    ):
         served_round()  # unmeasured: warm both caches
         read.fencelog_rate(engine, records)
         served_rates, embedded_rates = interleaved(
@@ -601,9 +610,11 @@ def _method(results: ServerResults) -> list[str]:
         "  through the embedded `broker.client.connect(dir).produce` and `executemany` of the",
         "  same rows into a fresh raw SQLite database (bench/raw.py), each under the",
         "  durability's synchronous setting. The three take turns round by round.",
-        "- Consume: a partition filled through the normal server, then `fetch` over TCP",
-        "  from offset 0 with max_records = read_records_max (10,000) and wait_ms 0 until",
-        "  its end; against `Engine.read` paging in this process on the server's data",
+        "- Consume: a partition filled through the normal server, then the sync client's",
+        "  `Client.consume(topic, partition=0)` over TCP from offset 0 to the end, counting",
+        "  records (pages of read_records_max, 10,000; it keeps one fetch ahead, so the",
+        "  server reads the next page while this process decodes and iterates the last);",
+        "  against `Engine.read` paging in this process on the server's data",
         "  directory (WAL: a second reader does not wait). One unmeasured read each first.",
         "- CPU: user + system seconds of the server process (/proc/PID/stat) and of this",
         "  process (time.process_time) around every served round.",
@@ -677,9 +688,9 @@ def _raw(results: ServerResults) -> list[str]:
         ]
     lines += [
         "consume from offset 0: per round",
-        series("fetch over TCP: records/s", results.consume_served),
+        series("Client.consume over TCP: records/s", results.consume_served),
         series("Engine.read in process: records/s", results.consume_embedded),
-        *_busy_lines("fetch over TCP", results.consume_busy),
+        *_busy_lines("Client.consume over TCP", results.consume_busy),
     ]
     return lines
 
