@@ -22,13 +22,13 @@ Rules:
   every micro-batch after the first over the sum of their triggerExecution times.
 - Ceilings, in the same rounds: `bench_memory`, a Python data source that re-yields one
   pre-built Arrow batch of 10,000 rows shaped exactly like the connector's (the same
-  12 columns, built by broker.spark.to_arrow) -> noop, and the same as a stream with the
+  12 columns, built by broker.spark.rows_to_arrow) -> noop, and the same as a stream with the
   same cap; `bench_count`, a Python Arrow sink that only counts rows (batch and stream).
   In each round the ceiling and fencelog take turns, rotating which goes first; a
   figure is the median of the rounds, the ratio median over median.
 - Every run is checked: the read counted once in the warm-up, the written topics' end
   offsets, the streams' input rows, the counting sinks' totals.
-- Profile, without Spark: the connector's own functions (read_range, to_arrow,
+- Profile, without Spark: the connector's own functions (read_range, rows_to_arrow,
   records_of, journal_rows) in this process, against the same broker, each stage timed
   alone, then under cProfile, as one Spark task would run them.
 """
@@ -72,7 +72,9 @@ from bench.measures import interleaved, median
 from bench.processes import ServerProcess, fencelog_server
 from bench.sections import Row, Section, rate, series, verdict
 from broker.client import Client, connect
-from broker.types import NewRecord, Record
+from broker.storage.database import EMPTY_HEADERS
+from broker.storage.logs import Row as StoredRow
+from broker.types import NewRecord
 
 TITLE: Final = "PySpark connector (issue 8)"
 VALUE_BYTES: Final = 100
@@ -121,17 +123,16 @@ QUICK: Final = SparkSizes(
 @cache
 def memory_batch(shape: str) -> pa.RecordBatch:
     """MEMORY_BATCH rows shaped like the connector's batches ("fencelog": all 12
-    columns, built by its own to_arrow) or only a value column ("value")."""
+    columns, built by its own rows_to_arrow) or only a value column ("value")."""
     rng = random.Random(83)
-    records = [
-        Record(
-            INPUT,
+    rows: list[StoredRow] = [
+        (
             0,
             i,
             1_700_000_000_000 + i,
             None,
             rng.randbytes(VALUE_BYTES),
-            (),
+            EMPTY_HEADERS,
             0,
             0,
             0,
@@ -140,7 +141,7 @@ def memory_batch(shape: str) -> pa.RecordBatch:
         )
         for i in range(MEMORY_BATCH)
     ]
-    batch = connector.to_arrow(records)
+    batch = connector.rows_to_arrow(INPUT, rows)
     return batch if shape == "fencelog" else batch.select(["value"])
 
 
@@ -542,15 +543,15 @@ class Profile:
     parts: dict[str, float]
 
 
-TO_ARROW_COMPS: Final = "to_arrow's per-row list comps"
+TO_ARROW_COMPS: Final = "rows_to_arrow's per-row list comps"
 CHECK_RECORDS: Final = "check_records (client or engine)"
 # (file under the repository, qualified name) -> what the profile calls it
 _PARTS: Final = {
     ("broker/spark.py", "read_range"): "read_range",
-    ("broker/client.py", "Client.fetch"): "client.fetch",
-    ("broker/storage/logs.py", "read"): "SQLite SELECT + Record._make",
-    ("broker/spark.py", "to_arrow"): "to_arrow",
-    ("broker/spark.py", "to_arrow.<locals>.<listcomp>"): TO_ARROW_COMPS,
+    ("broker/client.py", "Client.fetch_rows"): "client.fetch_rows",
+    ("broker/storage/logs.py", "read_rows"): "SQLite SELECT",
+    ("broker/spark.py", "rows_to_arrow"): "rows_to_arrow",
+    ("broker/spark.py", "rows_to_arrow.<locals>.<listcomp>"): TO_ARROW_COMPS,
     ("broker/spark.py", "journal_rows"): "journal_rows",
     ("broker/spark.py", "records_of"): "records_of",
     ("broker/client.py", "Client.produce"): "client.produce",
@@ -642,7 +643,7 @@ def profile_connector(
     """One task's read of `records` records of partition 0 and write of as many rows,
     and the commit of those rows: each stage timed in PROFILE_PASSES passes (the
     fastest counts), then once more under cProfile. A stage split in two (fetch /
-    to_arrow, records_of / produce) is timed page by page, as the task runs it."""
+    rows_to_arrow, records_of / produce) is timed page by page, as the task runs it."""
     options = connector.Options.parse({"broker": target, "topic": INPUT})
     part = connector.OffsetRange(INPUT, 0, 0, records)
     batches = _value_batches(records, seed=89)
@@ -664,11 +665,11 @@ def profile_connector(
         stages.run("read_range", read_range)
         position = part.start
         while position < part.end:
-            with stages.clock("client.fetch"):
-                page = client.fetch(INPUT, {0: position}, max_records=connector.FETCH_RECORDS)
-            with stages.clock("to_arrow"):
-                connector.to_arrow(page)
-            position = page[-1].offset + 1
+            with stages.clock("client.fetch_rows"):
+                page = client.fetch_rows(INPUT, {0: position}, max_records=connector.FETCH_RECORDS)
+            with stages.clock("rows_to_arrow"):
+                connector.rows_to_arrow(INPUT, page)
+            position = page[-1][1] + 1
         # records_of, then produce into a joined transaction (aborted afterwards)
         topic = f"profile-produce-{index}"
         client.create_topic(topic, PARTITIONS)
@@ -1061,15 +1062,15 @@ def _method(results: SparkResults) -> list[str]:
         "  `durationMs.triggerExecution`.",
         "- Ceilings: `bench_memory` (bench/spark.py), a Python data source of 2 partitions",
         f"  re-yielding one pre-built {MEMORY_BATCH:,}-row Arrow batch with the connector's",
-        "  12 columns (built by `broker.spark.to_arrow`), -> noop, batch and stream (same",
+        "  12 columns (built by `broker.spark.rows_to_arrow`), -> noop, batch and stream (same",
         "  cap); `bench_count`, a `DataSourceArrowWriter` / `DataSourceStreamArrowWriter`",
         "  that only counts rows, fed the same `spark.range` values (batch) or the",
         "  memory stream's key, value, partition (stream). Ratio: fencelog's median over",
         f"  the ceiling's median, {sizes.rounds} rounds, turns rotating which goes first.",
         "- Profile (no Spark), one task's work in this process: `read_range` over one",
         f"  partition's first {sizes.profile_records:,} records whole, then split into",
-        "  `client.fetch` and `to_arrow` timed page by page; `records_of` and the produce",
-        "  of its records into a joined transaction, timed batch by batch (10,000-row",
+        "  `client.fetch_rows` and `rows_to_arrow` timed page by page; `records_of` and the",
+        "  produce of its records into a joined transaction, timed batch by batch (10,000-row",
         "  Arrow batches of 100-byte values); `journal_rows` whole into a fresh",
         f"  transaction and its `txn_commit` (the copy into the log). {PROFILE_PASSES} passes,",
         "  the fastest counting per stage; then cProfile of one read_range, journal_rows",
@@ -1091,17 +1092,17 @@ def _read_finding(d: DeploymentResults) -> str:
     spark_us = PARTITIONS * 1e6 / median(d.read.ceiling)  # 2 cores busy in the ceiling
     comps = (
         f" (per-row Python list comps {parts[TO_ARROW_COMPS]:.0f} of its "
-        f"{parts.get('to_arrow', 0):.0f} ms per 10,000 under cProfile)"
+        f"{parts.get('rows_to_arrow', 0):.0f} ms per 10,000 under cProfile)"
         if parts.get(TO_ARROW_COMPS, 0.0) >= 0.5
         else ""
     )
     return (
         f"- Read, per row ({d.name}, one task's work without Spark): read_range "
-        f"{connector_us:.1f} us; page by page, client.fetch {_us(st['client.fetch']):.1f} us "
-        f"(under cProfile, SQLite's SELECT with its per-row headers converter and "
-        f"Record._make {parts.get('SQLite SELECT + Record._make', 0):.0f} ms of the fetch's "
-        f"{parts.get('client.fetch', 0):.0f} ms per 10,000 rows) and to_arrow "
-        f"{_us(st['to_arrow']):.1f} us{comps}. Spark's own cost, from the "
+        f"{connector_us:.1f} us; page by page, client.fetch_rows "
+        f"{_us(st['client.fetch_rows']):.1f} us (under cProfile, SQLite's SELECT "
+        f"{parts.get('SQLite SELECT', 0):.0f} ms of the fetch's "
+        f"{parts.get('client.fetch_rows', 0):.0f} ms per 10,000 rows) and rows_to_arrow "
+        f"{_us(st['rows_to_arrow']):.1f} us{comps}. Spark's own cost, from the "
         f"ceiling, is {spark_us:.1f} us per row per core; as the two add up, the ratio "
         f"reaches {READ_RATIO_MIN:.0%} only if the connector costs no more per row than "
         f"Spark itself: it costs {connector_us / spark_us:.1f}x as much (measured ratio "
@@ -1112,8 +1113,8 @@ def _read_finding(d: DeploymentResults) -> str:
 def _served_finding(d: DeploymentResults) -> str:
     st = d.profile.stages
     return (
-        f"- Served, CPU per row: fetch {st['client.fetch'].client_us:.1f} us in the client "
-        f"(decoding on its event loop thread included) and {st['client.fetch'].server_us:.1f}"
+        f"- Served, CPU per row: fetch {st['client.fetch_rows'].client_us:.1f} us in the client "
+        f"(decoding on its event loop thread included) and {st['client.fetch_rows'].server_us:.1f}"
         f" us in the server; the write's produce {st['produce'].client_us:.1f} us client, "
         f"{st['produce'].server_us:.1f} us server, and the commit "
         f"{st['txn_commit'].server_us:.1f} us server: the one server process does every "

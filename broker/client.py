@@ -36,6 +36,7 @@ from broker.limits import DEFAULT_LIMITS, Limits
 from broker.owners import Claimed, OwnershipInfo
 from broker.producers import Lease
 from broker.storage.database import Durability
+from broker.storage.logs import Row
 from broker.storage.ownership import AuditRow
 from broker.storage.producers import OffsetRow, SnapshotRow
 from broker.txns import TxnDetail, TxnInfo, TxnMember
@@ -85,6 +86,13 @@ class _Transport(Protocol):
         wait_ms: int,
         fences: Sequence[Fence],
     ) -> list[Record]: ...
+    def fetch_rows(
+        self,
+        topic: str,
+        positions: dict[int, int],
+        max_records: int,
+        fences: Sequence[Fence],
+    ) -> list[Row]: ...
     def fetch_ahead(
         self,
         topic: str,
@@ -234,6 +242,23 @@ class Client:
             return []
         limit = min(max_records or self.limits.read_records_max, self.limits.read_records_max)
         return self._transport.fetch(topic, positions, limit, wait_ms, fences)
+
+    def fetch_rows(
+        self,
+        topic: str,
+        positions: dict[int, int],
+        *,
+        max_records: int | None = None,
+        fences: Sequence[Fence] = (),
+    ) -> list[Row]:
+        """fetch() without waiting, as stored rows instead of Records: (partition,
+        offset, timestamp_ms, key, value, headers as msgpack, producer_id, generation,
+        sequence, epoch, txn_id). For bulk readers that turn pages into columns (the
+        Spark connector); `broker.storage.logs.records_of(topic, rows)` makes Records."""
+        if max_records == 0:
+            return []
+        limit = min(max_records or self.limits.read_records_max, self.limits.read_records_max)
+        return self._transport.fetch_rows(topic, positions, limit, fences)
 
     def positions(
         self, topic: str, partitions: int | Sequence[int] | None, start: Start

@@ -21,6 +21,7 @@ from broker.errors import BrokerError, ErrorCode
 from broker.exclusives import Attachment
 from broker.owners import Claimed, Owners, OwnershipInfo
 from broker.storage.database import Database
+from broker.storage.logs import Row
 from broker.storage.ownership import AuditRow
 from broker.types import AppendResult, NewRecord, ProducerFields, Record
 
@@ -106,6 +107,15 @@ class EmbeddedTransport:
         return self.engine.produce(
             topic, records, producer=producer, fences=fences, attachment=attachment
         )
+
+    def fetch_rows(
+        self,
+        topic: str,
+        positions: dict[int, int],
+        max_records: int,
+        fences: Sequence[Fence],
+    ) -> list[Row]:
+        return self.engine.fetch_rows(topic, positions, max_records, fences)
 
     def fetch_ahead(
         self,

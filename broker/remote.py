@@ -36,6 +36,7 @@ from broker.producers import Lease
 from broker.protocol import codec
 from broker.protocol.frames import NEED_DATA, FrameConnection, Sentinel
 from broker.protocol.messages import PROTOCOL_VERSION, ErrorReply, Op, Push, Reply, Request
+from broker.storage.logs import Row
 from broker.storage.ownership import AuditRow
 from broker.storage.producers import OffsetRow, SnapshotRow
 from broker.txns import TxnDetail, TxnInfo, TxnMember
@@ -421,6 +422,18 @@ class AsyncClient:
         wait_ms: int,
         fences: Sequence[Fence] = (),
     ) -> list[Record]:
+        return codec.rows_from_wire(
+            topic, await self.fetch_rows(topic, positions, max_records, wait_ms, fences)
+        )
+
+    async def fetch_rows(
+        self,
+        topic: str,
+        positions: dict[int, int],
+        max_records: int,
+        wait_ms: int = 0,
+        fences: Sequence[Fence] = (),
+    ) -> list[Row]:
         args = {
             "topic": topic,
             "positions": codec.positions_to_wire(positions),
@@ -429,7 +442,7 @@ class AsyncClient:
             "fences": codec.fences_to_wire(fences),
         }
         reply = await self.request(Op.FETCH, args)
-        return codec.rows_from_wire(topic, reply["rows"])
+        return codec.rows_of_reply(reply)
 
     async def own(self, group: str, claims: Sequence[tuple[str, int]]) -> list[Claimed]:
         reply = await self.request(Op.OWN, {"group": group, "claims": list(claims)})
@@ -631,6 +644,15 @@ class ServedTransport:
         fences: Sequence[Fence],
     ) -> list[Record]:
         return self._call(self.client.fetch(topic, positions, max_records, wait_ms, fences))
+
+    def fetch_rows(
+        self,
+        topic: str,
+        positions: dict[int, int],
+        max_records: int,
+        fences: Sequence[Fence],
+    ) -> list[Row]:
+        return self._call(self.client.fetch_rows(topic, positions, max_records, 0, fences))
 
     def fetch_ahead(
         self,

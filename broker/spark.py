@@ -65,7 +65,9 @@ from pyspark.sql.streaming.datasource import (
 
 from broker.client import Client, connect
 from broker.errors import BrokerError, ErrorCode
-from broker.types import NewRecord, Record
+from broker.storage.database import EMPTY_HEADERS, decode_headers
+from broker.storage.logs import Row
+from broker.types import NewRecord
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -104,6 +106,7 @@ WRITE_COLUMNS: Final = {
     "topic": ("string",),
 }
 FETCH_RECORDS: Final = 10_000
+_OFFSET: Final = 1  # in a Row
 TXN_TIMEOUT_MS: Final = 15 * 60 * 1000
 
 
@@ -227,13 +230,12 @@ def read_range(options: Options, part: OffsetRange) -> Iterator[pa.RecordBatch]:
     with options.connect() as client:
         position = part.start
         while position < part.end:
-            found = client.fetch(
+            rows = client.fetch_rows(
                 part.topic,
                 {part.partition: position},
                 max_records=min(FETCH_RECORDS, part.end - position),
             )
-            found = [r for r in found if r.offset < part.end]
-            if not found:
+            if not rows:
                 raise BrokerError(
                     ErrorCode.UNKNOWN_PARTITION,
                     f"{part.topic}/{part.partition} ends before offset {position}: "
@@ -241,23 +243,28 @@ def read_range(options: Options, part: OffsetRange) -> Iterator[pa.RecordBatch]:
                     topic=part.topic,
                     partition=part.partition,
                 )
-            yield to_arrow(found)
-            position = found[-1].offset + 1
+            yield rows_to_arrow(part.topic, rows)
+            position = rows[-1][_OFFSET] + 1
 
 
-def to_arrow(records: Sequence[Record]) -> pa.RecordBatch:
-    (topic, partition, offset, ts, key, value, headers, pid, gen, seq, epoch, txn) = zip(
-        *records, strict=True
+def rows_to_arrow(topic: str, rows: Sequence[Row]) -> pa.RecordBatch:
+    """Fetched rows (broker/storage/logs.py Row) as one record batch, column by column."""
+    (partition, offset, ts, key, value, headers, pid, gen, seq, epoch, txn) = zip(
+        *rows, strict=True
     )
     millis = pa.array(ts, pa.int64())
     arrays = [
-        pa.array(topic, pa.string()),
+        pa.repeat(pa.scalar(topic, pa.string()), len(rows)),
         pa.array(partition, pa.int32()),
         pa.array(offset, pa.int64()),
         pc.multiply(millis, 1000).cast(pa.timestamp("us", tz="UTC")),
         pa.array(key, pa.binary()),
         pa.array(value, pa.binary()),
-        _headers_array(headers),
+        _headers_array(
+            [() if h == EMPTY_HEADERS else decode_headers(h) for h in headers]
+            if any(h != EMPTY_HEADERS for h in headers)
+            else [()] * len(rows)
+        ),
         pa.array(pid, pa.int64()),
         pa.array(gen, pa.int32()),
         pa.array(seq, pa.int32()),

@@ -20,7 +20,7 @@ from broker.exclusives import AccessInfo, Attachment
 from broker.owners import Claimed, OwnershipInfo
 from broker.producers import Lease
 from broker.protocol.frames import ProtocolError
-from broker.storage.logs import records_of
+from broker.storage.logs import ROW_FIELDS, Row, records_of
 from broker.storage.ownership import AuditRow
 from broker.storage.producers import OffsetRow, SnapshotRow
 from broker.txns import JournalEntryInfo, TxnDetail, TxnInfo, TxnMember, TxnPartition
@@ -234,8 +234,18 @@ def records_from_wire(rows: Sequence[Sequence[Any]]) -> list[Record]:
     return list(map(Record._make, rows))
 
 
+def rows_of_reply(reply: dict[str, Any]) -> list[Row]:
+    """A fetch reply's rows (broker/storage/logs.py Row: no topic, headers as stored)."""
+    rows = reply.get("rows")
+    if not isinstance(rows, tuple | list) or not all(
+        isinstance(row, tuple | list) and len(row) == ROW_FIELDS for row in rows
+    ):
+        raise ProtocolError(f"field 'rows' must be an array of {ROW_FIELDS}-field rows")
+    return list(rows)
+
+
 def rows_from_wire(topic: str, rows: object) -> list[Record]:
-    """A fetch's rows (broker/storage/logs.py Row: no topic, headers as stored)."""
+    """A fetch's rows as Records of the topic."""
     if not isinstance(rows, tuple | list):
         raise ProtocolError("field 'rows' must be an array")
     try:

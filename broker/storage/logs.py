@@ -227,7 +227,7 @@ _VALUE, _KEY, _HEADERS, _PARTITION, _TIMESTAMP = (operator.itemgetter(i) for i i
 # What the server sends and the Spark reader turns into columns; records_of() makes
 # Records of them.
 Row = tuple[int, int, int, bytes | None, bytes, bytes, int, int, int, int, int | None]
-ROW_KEY, ROW_VALUE, ROW_HEADERS = 3, 4, 5
+ROW_KEY, ROW_VALUE, ROW_HEADERS, ROW_FIELDS = 3, 4, 5, 11
 
 
 def read_rows(
