@@ -16,6 +16,7 @@ operations (`_Transport`).
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import dataclasses
 import os
@@ -314,12 +315,9 @@ class Client:
             positions = {p: o for p, o in positions.items() if o < stop_at[p]}
         remaining = max_records
         idle_deadline = None if timeout_s is None else time.monotonic() + timeout_s
-        ahead: Callable[[], list[Record]] | None = None
+        ahead = _FetchesAhead(self, topic, fences)
         while positions and remaining != 0:
-            if ahead is None:
-                wait_ms = _wait_ms(follow, poll_ms, idle_deadline)
-                ahead = self._fetch_ahead(topic, positions, remaining, wait_ms, fences)
-            batch, ahead = ahead(), None
+            batch = ahead.take(positions, remaining, _wait_ms(follow, poll_ms, idle_deadline))
             taken = _within_ends(batch, stop_at)[:remaining]
             for record in taken:
                 positions[record.partition] = record.offset + 1
@@ -332,10 +330,7 @@ class Client:
             elif not follow or (idle_deadline is not None and time.monotonic() >= idle_deadline):
                 return
             if taken and positions and remaining != 0:
-                # Served, the next fetch travels while the caller handles this one. It
-                # never waits for new records: a consumer that stops here leaves nothing
-                # long-polling in front of its next request.
-                ahead = self._fetch_ahead(topic, dict(positions), remaining, 0, fences)
+                ahead.prepare(positions, remaining, len(batch), stop_at)
             yield from taken
 
     def _fetch_ahead(
@@ -579,6 +574,61 @@ def _state_blob(producer: Producer | ProducerState | None) -> bytes | None:
 
     state = producer.state() if isinstance(producer, Producer) else producer
     return state.to_bytes()
+
+
+class _FetchesAhead:
+    """A consumer's fetches, begun before they are needed (served: the broker reads the
+    next page while the caller handles this one). Each is for exact positions; one
+    whose positions turn out not to be the next is dropped. Reading one partition, a
+    full page is taken to mean another full page follows, so two are kept ahead. They
+    never wait for new records: a consumer that stops leaves nothing long-polling in
+    front of its next request."""
+
+    def __init__(self, client: Client, topic: str, fences: Sequence[Fence]) -> None:
+        self._client, self._topic, self._fences = client, topic, fences
+        self._queue: collections.deque[tuple[dict[int, int], Callable[[], list[Record]]]] = (
+            collections.deque()
+        )
+
+    def _begin(self, positions: dict[int, int], remaining: int | None, wait_ms: int) -> None:
+        fetch = self._client._fetch_ahead(
+            self._topic, dict(positions), remaining, wait_ms, self._fences
+        )
+        self._queue.append((dict(positions), fetch))
+
+    def take(self, positions: dict[int, int], remaining: int | None, wait_ms: int) -> list[Record]:
+        while self._queue and self._queue[0][0] != positions:
+            self._queue.popleft()  # a wrong guess: its reply is dropped
+        if self._queue:
+            batch = self._queue.popleft()[1]()
+            if batch:
+                return batch
+            # "Nothing yet", answered before the caller asked: ask again now, waiting as
+            # the caller wants, so a following consume sees what came since.
+            self._queue.clear()
+        self._begin(positions, remaining, wait_ms)
+        return self._queue.popleft()[1]()
+
+    def prepare(
+        self,
+        positions: dict[int, int],
+        remaining: int | None,
+        last_page: int,
+        stop_at: list[int] | None,
+    ) -> None:
+        if not self._queue or self._queue[0][0] != positions:
+            self._queue.clear()
+            self._begin(positions, remaining, 0)
+        page = self._client.limits.read_records_max
+        if remaining is not None:
+            page = min(page, remaining)
+        if len(positions) != 1 or len(self._queue) > 1 or last_page != page:
+            return
+        ((partition, offset),) = positions.items()
+        guess = {partition: offset + page}
+        after = None if remaining is None else remaining - page
+        if after != 0 and (stop_at is None or guess[partition] < stop_at[partition]):
+            self._begin(guess, after, 0)
 
 
 def _within_ends(batch: list[Record], stop_at: list[int] | None) -> list[Record]:

@@ -61,6 +61,7 @@ class ProduceRequest:
 
 
 ProduceOutcome = list[AppendResult] | BrokerError
+_ROW_KEY = operator.itemgetter(logs.ROW_KEY)
 _ROW_VALUE = operator.itemgetter(logs.ROW_VALUE)
 _PARTITION = operator.itemgetter(3)
 
@@ -689,17 +690,15 @@ def _bounded(max_records: int | None, records_max: int) -> int:
 
 
 def _within_bytes(found: list[logs.Row], bytes_max: int) -> list[logs.Row]:
-    if sum(map(len, map(_ROW_VALUE, found))) <= bytes_max:
+    """The first rows within bytes_max of keys and values (at least one)."""
+    size = sum(map(len, map(_ROW_VALUE, found)))
+    if any(map(_ROW_KEY, found)):
+        size += sum(len(key) for key in map(_ROW_KEY, found) if key)
+    if size <= bytes_max:
         return found
     total = 0
     for index, (_, _, _, key, value, *_) in enumerate(found):
         total += len(value) + (len(key) if key else 0)
-        if total > bytes_max and index > 0:
-            return found[:index]
-    return found
-    total = 0
-    for index, record in enumerate(found):
-        total += len(record.value) + (len(record.key) if record.key else 0)
         if total > bytes_max and index > 0:
             return found[:index]
     return found
