@@ -117,7 +117,24 @@ class Appends:
         )
         first_sequence = producer.first_sequence
         count = len(records)
-        if any(map(_HEADERS, records)) or any(t is not None for t in map(_TIMESTAMP, records)):
+        if txn_id is None and plain_records(records):
+            # The usual batch, column by column in C. Values go as bytearrays: Python's
+            # sqlite3 binds those directly, where bytes first go through its adapter
+            # lookup (about half the cost of the insert).
+            self.plain.extend(
+                zip(
+                    repeat(topic_id),
+                    repeat(partition),
+                    range(base_offset, base_offset + count),
+                    repeat(now_ms),
+                    map(bytearray, map(_VALUE, records)),
+                    repeat(pid),
+                    repeat(generation),
+                    range(first_sequence, first_sequence + count) if pid else repeat(0),
+                    repeat(epoch),
+                )
+            )
+        elif any(map(_HEADERS, records)) or any(t is not None for t in map(_TIMESTAMP, records)):
             self.records.extend(
                 (
                     topic_id,
@@ -134,23 +151,6 @@ class Appends:
                     txn_id,
                 )
                 for index, record in enumerate(records)
-            )
-        elif txn_id is None and list(map(_KEY, records)).count(None) == count:
-            # The usual batch, column by column in C. Values go as bytearrays: Python's
-            # sqlite3 binds those directly, where bytes first go through its adapter
-            # lookup (about half the cost of the insert).
-            self.plain.extend(
-                zip(
-                    repeat(topic_id),
-                    repeat(partition),
-                    range(base_offset, base_offset + count),
-                    repeat(now_ms),
-                    map(bytearray, map(_VALUE, records)),
-                    repeat(pid),
-                    repeat(generation),
-                    range(first_sequence, first_sequence + count) if pid else repeat(0),
-                    repeat(epoch),
-                )
             )
         else:
             self.records.extend(
@@ -220,6 +220,19 @@ def _stored_bytes(records: Sequence[NewRecord]) -> int:
 
 
 _VALUE, _KEY, _HEADERS, _PARTITION, _TIMESTAMP = (operator.itemgetter(i) for i in range(5))
+
+
+VALUE = _VALUE  # a NewRecord's value
+
+
+def plain_records(records: Sequence[NewRecord]) -> bool:
+    """No key, headers or timestamp of the producer's: what the *_plain inserts take."""
+    count = len(records)
+    return (
+        list(map(_KEY, records)).count(None) == count
+        and not any(map(_HEADERS, records))
+        and list(map(_TIMESTAMP, records)).count(None) == count
+    )
 
 
 # A stored record without its topic, headers still msgpack: (partition, offset,

@@ -330,6 +330,12 @@ INSERT INTO txn_data (txn_id, topic_id, partition, position, timestamp_ms, key, 
                       producer_id, generation, epoch)
 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?);
 
+-- name: txn_data_insert_plain
+-- Records without key or headers (as record_insert_plain): nothing for sqlite3 to adapt.
+INSERT INTO txn_data (txn_id, topic_id, partition, position, timestamp_ms, key, value, headers,
+                      producer_id, generation, epoch)
+VALUES (?, ?, ?, ?, ?, NULL, ?, X'90', ?, ?, ?);
+
 -- name: txn_data_copy
 INSERT INTO records (topic_id, partition, offset, timestamp_ms, key, value, headers,
                      producer_id, generation, sequence, epoch, txn_id)

@@ -9,10 +9,12 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from itertools import repeat
 
 import msgpack
 
 from broker.storage.database import EMPTY_HEADERS, encode_headers
+from broker.storage.logs import VALUE, plain_records
 from broker.storage.queries import Q
 from broker.types import NewRecord, Record
 
@@ -144,6 +146,23 @@ def journal_records(
     """Append records to one partition's data journal, tagged with the transaction."""
     conn.execute(Q["txn_partition_touch"], (txn_id, topic_id, partition))
     start = int(conn.execute(Q["txn_data_end"], (txn_id, topic_id, partition)).fetchone()[0])
+    count = len(records)
+    if plain_records(records):
+        conn.executemany(
+            Q["txn_data_insert_plain"],
+            zip(
+                repeat(txn_id),
+                repeat(topic_id),
+                repeat(partition),
+                range(start, start + count),
+                repeat(now_ms),
+                map(bytearray, map(VALUE, records)),  # bound as is, see logs.Appends
+                repeat(producer_id),
+                repeat(generation),
+                repeat(epoch),
+            ),
+        )
+        return
     conn.executemany(
         Q["txn_data_insert"],
         (
