@@ -4,12 +4,13 @@ Shape:
 - One asyncio loop accepts connections (TCP on 127.0.0.1 by default, and a unix socket in
   the data directory). Each connection is a session: HELLO first (with the auth token
   when one is configured), then pipelined requests; replies go back in request order.
-- Two engines on the same data directory, each used by one thread: the writer (every
-  change) and the reader (fetch, list, describe, status). In WAL mode readers never wait
-  for the writer.
-- Group commit: produce requests queue up while the writer commits the previous group,
-  then go into one SQLite transaction together (each in its own SAVEPOINT). A request
-  is answered only after that COMMIT returns.
+- Two engines on the same data directory: the writer (every change) and the reader
+  (fetch, list, describe, status, on the reader thread). In WAL mode readers never wait
+  for the writer. Produce groups use the writer on the event loop itself; every other
+  change uses it on the writer thread; an asyncio lock keeps them one at a time.
+- Group commit: produce requests queue up (no task each) while the writer commits the
+  previous group, then go into one SQLite transaction together. A request is answered
+  only after that COMMIT returns; the replies of one group leave in one write.
 - Fetch long-polls: with nothing to return it waits, up to the request's wait_ms, for
   the writer to commit to that topic.
 - Sessions end on disconnect, on a protocol error, or after session_timeout_ms without
