@@ -241,7 +241,7 @@ class Client:
             raise BrokerError(ErrorCode.INVALID_ARGUMENT, f"wait_ms must be >= 0, not {wait_ms}")
         if max_records == 0:
             return []
-        limit = min(max_records or self.limits.read_records_max, self.limits.read_records_max)
+        limit = self._page(max_records)
         return self._transport.fetch(topic, positions, limit, wait_ms, fences)
 
     def fetch_rows(
@@ -258,7 +258,7 @@ class Client:
         Spark connector); `broker.storage.logs.records_of(topic, rows)` makes Records."""
         if max_records == 0:
             return []
-        limit = min(max_records or self.limits.read_records_max, self.limits.read_records_max)
+        limit = self._page(max_records)
         return self._transport.fetch_rows(topic, positions, limit, fences)
 
     def positions(
@@ -333,6 +333,10 @@ class Client:
                 ahead.prepare(positions, remaining, len(batch), stop_at)
             yield from taken
 
+    def _page(self, max_records: int | None) -> int:
+        """The most records one fetch asks for (None: as many as the broker gives)."""
+        return min(max_records or self.limits.read_records_max, self.limits.read_records_max)
+
     def _fetch_ahead(
         self,
         topic: str,
@@ -343,7 +347,7 @@ class Client:
     ) -> Callable[[], list[Record]]:
         """A fetch begun now, whose records the returned call gives (embedded: the fetch
         runs at that call; there is nothing to overlap with in one process)."""
-        limit = min(max_records or self.limits.read_records_max, self.limits.read_records_max)
+        limit = self._page(max_records)
         return self._transport.fetch_ahead(topic, positions, limit, wait_ms, fences)
 
     # idempotent producers and offsets -------------------------------------------------
@@ -619,9 +623,7 @@ class _FetchesAhead:
         if not self._queue or self._queue[0][0] != positions:
             self._queue.clear()
             self._begin(positions, remaining, 0)
-        page = self._client.limits.read_records_max
-        if remaining is not None:
-            page = min(page, remaining)
+        page = self._client._page(remaining)
         if len(positions) != 1 or len(self._queue) > 1 or last_page != page:
             return
         ((partition, offset),) = positions.items()

@@ -422,9 +422,8 @@ class AsyncClient:
         wait_ms: int,
         fences: Sequence[Fence] = (),
     ) -> list[Record]:
-        return codec.rows_from_wire(
-            topic, await self.fetch_rows(topic, positions, max_records, wait_ms, fences)
-        )
+        reply = await self._fetch(topic, positions, max_records, wait_ms, fences)
+        return codec.rows_from_wire(topic, reply.get("rows"))
 
     async def fetch_rows(
         self,
@@ -434,6 +433,17 @@ class AsyncClient:
         wait_ms: int = 0,
         fences: Sequence[Fence] = (),
     ) -> list[Row]:
+        reply = await self._fetch(topic, positions, max_records, wait_ms, fences)
+        return codec.rows_of_reply(reply)
+
+    async def _fetch(
+        self,
+        topic: str,
+        positions: dict[int, int],
+        max_records: int,
+        wait_ms: int,
+        fences: Sequence[Fence],
+    ) -> dict[str, Any]:
         args = {
             "topic": topic,
             "positions": codec.positions_to_wire(positions),
@@ -441,8 +451,7 @@ class AsyncClient:
             "wait_ms": wait_ms,
             "fences": codec.fences_to_wire(fences),
         }
-        reply = await self.request(Op.FETCH, args)
-        return codec.rows_of_reply(reply)
+        return await self.request(Op.FETCH, args)
 
     async def own(self, group: str, claims: Sequence[tuple[str, int]]) -> list[Claimed]:
         reply = await self.request(Op.OWN, {"group": group, "claims": list(claims)})

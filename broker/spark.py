@@ -261,9 +261,9 @@ def rows_to_arrow(topic: str, rows: Sequence[Row]) -> pa.RecordBatch:
         pa.array(key, pa.binary()),
         pa.array(value, pa.binary()),
         _headers_array(
-            [() if h == EMPTY_HEADERS else decode_headers(h) for h in headers]
-            if any(h != EMPTY_HEADERS for h in headers)
-            else [()] * len(rows)
+            [()] * len(rows)  # the common case, found without a loop in Python
+            if headers.count(EMPTY_HEADERS) == len(rows)
+            else [() if h == EMPTY_HEADERS else decode_headers(h) for h in headers]
         ),
         pa.array(pid, pa.int64()),
         pa.array(gen, pa.int32()),

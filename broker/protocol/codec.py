@@ -8,7 +8,7 @@ never sees a wrong type. Rows of records travel as arrays in Record's field orde
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, Final, TypeVar
+from typing import Any, Final, TypeVar, cast
 
 import msgpack
 
@@ -245,11 +245,9 @@ def rows_of_reply(reply: dict[str, Any]) -> list[Row]:
 
 
 def rows_from_wire(topic: str, rows: object) -> list[Record]:
-    """A fetch's rows as Records of the topic."""
-    if not isinstance(rows, tuple | list):
-        raise ProtocolError("field 'rows' must be an array")
+    """A fetch's rows as Records of the topic; anything malformed is a ProtocolError."""
     try:
-        return records_of(topic, rows)
+        return records_of(topic, cast(Sequence[Row], rows))
     except (TypeError, ValueError, msgpack.UnpackException) as exc:
         raise ProtocolError(f"a fetched row is malformed: {exc}") from exc
 

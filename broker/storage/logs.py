@@ -134,7 +134,7 @@ class Appends:
                     repeat(epoch),
                 )
             )
-        elif any(map(_HEADERS, records)) or any(t is not None for t in map(_TIMESTAMP, records)):
+        else:
             self.records.extend(
                 (
                     topic_id,
@@ -151,23 +151,6 @@ class Appends:
                     txn_id,
                 )
                 for index, record in enumerate(records)
-            )
-        else:
-            self.records.extend(
-                zip(
-                    repeat(topic_id),
-                    repeat(partition),
-                    range(base_offset, base_offset + count),
-                    repeat(now_ms),
-                    map(_KEY, records),
-                    map(_VALUE, records),
-                    repeat(EMPTY_HEADERS),
-                    repeat(pid),
-                    repeat(generation),
-                    range(first_sequence, first_sequence + count) if pid else repeat(0),
-                    repeat(epoch),
-                    repeat(txn_id),
-                )
             )
         end = self.ends.setdefault((topic_id, partition), [0, 0])
         end[0] += len(records)
@@ -259,12 +242,6 @@ def records_of(topic: str, rows: Sequence[Row]) -> list[Record]:
         )
         for p, o, t, k, v, h, pid, g, s, e, x in rows
     ]
-
-
-def read(
-    conn: sqlite3.Connection, topic: TopicRow, partition: int, offset: int, max_records: int
-) -> list[Record]:
-    return records_of(topic.name, read_rows(conn, topic, partition, offset, max_records))
 
 
 def read_compacted(conn: sqlite3.Connection, topic: TopicRow, partition: int) -> list[Record]:

@@ -53,14 +53,6 @@ WHERE topic_id = ? AND partition = ? AND offset >= ?
 ORDER BY offset
 LIMIT ?;
 
--- name: records_read
-SELECT ?, partition, offset, timestamp_ms, key, value, headers AS "headers [fencelog_headers]",
-       producer_id, generation, sequence, epoch, txn_id
-FROM records
-WHERE topic_id = ? AND partition = ? AND offset >= ?
-ORDER BY offset
-LIMIT ?;
-
 -- name: session_upsert
 INSERT INTO sessions (session_id, pid, started_ms, heartbeat_ms) VALUES (?, ?, ?, ?)
 ON CONFLICT (session_id) DO UPDATE SET heartbeat_ms = excluded.heartbeat_ms;
