@@ -47,6 +47,15 @@ def engine(data_dir: Path) -> Iterator[broker.Engine]:
 
 
 @pytest.fixture
+def opened() -> Iterator[list[broker.Engine]]:
+    """Engines a test opened (tests/producing.py open_engine); all closed at teardown."""
+    engines: list[broker.Engine] = []
+    yield engines
+    for engine in engines:
+        engine.close()
+
+
+@pytest.fixture
 def processes() -> Iterator[Processes]:
     started = Processes()
     try:

@@ -3,6 +3,8 @@ state a log's records imply, a checker of exactly-once delivery, and a TCP proxy
 127.0.0.1 that cuts a connection at a chosen frame.
 
 - `FakeClock`: the injectable clock (Engine.open(..., clock=...), connect(path, clock=...)).
+- `open_engine`: an engine on a data directory with that clock, remembered in the list of
+  the `opened` fixture (tests/conftest.py), which closes it at teardown.
 - `states_from_records`: what the producer table must hold, recomputed from nothing but
   the records' producer fields (pid, generation, sequence), their offsets and timestamps.
 - `delivery_faults`: counts lost, duplicated and out-of-order values; a test asserts 0.
@@ -21,9 +23,12 @@ import struct
 import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Literal
 
 from broker.core.producers import ProducerEntry
+from broker.engine import Engine
+from broker.limits import DEFAULT_LIMITS, Limits
 from broker.producer import Producer
 from broker.protocol.frames import decode_body
 from broker.protocol.messages import Message
@@ -46,6 +51,14 @@ class FakeClock:
     def advance(self, ms: int) -> int:
         self.now_ms += ms
         return self.now_ms
+
+
+def open_engine(
+    opened: list[Engine], data_dir: Path, clock: FakeClock, limits: Limits = DEFAULT_LIMITS
+) -> Engine:
+    engine = Engine.open(data_dir, durability="normal", clock=clock, limits=limits)
+    opened.append(engine)
+    return engine
 
 
 def send_within(

@@ -17,11 +17,12 @@ import shutil
 import sqlite3
 import tempfile
 from collections import OrderedDict
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+import producing
 import pytest
 from helpers import Process, Processes
 from hypothesis import Phase, event, settings
@@ -47,15 +48,6 @@ def clock() -> FakeClock:
     return FakeClock()
 
 
-@pytest.fixture
-def opened() -> Iterator[list[Engine]]:
-    """Every engine a test opens with open_engine(); all closed at teardown."""
-    engines: list[Engine] = []
-    yield engines
-    for engine in engines:
-        engine.close()
-
-
 def limits(**changes: int) -> Limits:
     return replace(DEFAULT_LIMITS, pid_lease_ms=LEASE_MS, **changes)
 
@@ -63,9 +55,7 @@ def limits(**changes: int) -> Limits:
 def open_engine(
     opened: list[Engine], data_dir: Path, clock: FakeClock, chosen: Limits | None = None
 ) -> Engine:
-    engine = Engine.open(data_dir, durability="normal", limits=chosen or limits(), clock=clock)
-    opened.append(engine)
-    return engine
+    return producing.open_engine(opened, data_dir, clock, chosen or limits())
 
 
 def reopen(opened: list[Engine], engine: Engine, clock: FakeClock) -> Engine:

@@ -23,7 +23,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from producing import FakeClock
+from producing import FakeClock, open_engine
 from servers import ServerThread
 
 from broker.client import Client, connect
@@ -887,23 +887,6 @@ def test_an_aborted_transaction_never_wakes_a_reader_with_records(
 
 
 # the engine: journal order and recovery ---------------------------------------------------
-
-
-@pytest.fixture
-def opened() -> Iterator[list[Engine]]:
-    """Engines a test opened; every one still open is closed at teardown."""
-    engines: list[Engine] = []
-    yield engines
-    for engine in engines:
-        engine.close()
-
-
-def open_engine(
-    opened: list[Engine], data_dir: Path, clock: FakeClock, limits: Limits = DEFAULT_LIMITS
-) -> Engine:
-    engine = Engine.open(data_dir, durability="normal", clock=clock, limits=limits)
-    opened.append(engine)
-    return engine
 
 
 def close(opened: list[Engine], engine: Engine) -> None:

@@ -16,11 +16,11 @@ skipped or reused offset, records written to a deleted topic, or a write let thr
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import pytest
-from producing import FakeClock
+from producing import FakeClock, open_engine
 
 from broker.core.exclusive import Access, Mode
 from broker.engine import Engine, ProduceOutcome, ProduceRequest
@@ -36,21 +36,6 @@ TOPIC = "t"
 @pytest.fixture
 def clock() -> FakeClock:
     return FakeClock()
-
-
-@pytest.fixture
-def opened() -> Iterator[list[Engine]]:
-    """Every engine a test opened; all closed at teardown."""
-    engines: list[Engine] = []
-    yield engines
-    for engine in engines:
-        engine.close()
-
-
-def open_engine(opened: list[Engine], data_dir: Path, clock: FakeClock) -> Engine:
-    engine = Engine.open(data_dir, durability="normal", clock=clock)
-    opened.append(engine)
-    return engine
 
 
 @pytest.fixture
