@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
+from click.testing import CliRunner
 from servers import HOST, ServerThread, served
 
 from broker.client import Client, connect
@@ -25,6 +26,7 @@ from broker.limits import DEFAULT_LIMITS
 from broker.protocol.messages import Op, Push
 from broker.remote import Address, AsyncClient, ServedTransport
 from broker.types import NO_PRODUCER, NewRecord
+from cli.main import command
 
 T = TypeVar("T")
 
@@ -498,3 +500,19 @@ def test_closing_a_client_while_a_fetch_waits_in_another_thread_is_clean(
     while len(client_threads()) > before and time.monotonic() < deadline:
         time.sleep(0.02)
     assert len(client_threads()) == before, "close() left the client's loop thread running"
+
+
+def test_a_server_of_another_protocol_version_is_refused_with_both_versions_named(
+    server: ServerThread, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import broker.server
+
+    monkeypatch.setattr(broker.server, "PROTOCOL_VERSION", 1)  # what an older server says
+    with pytest.raises(BrokerError) as caught:
+        connect(server.address)
+    assert caught.value.code is ErrorCode.PROTOCOL_ERROR
+    assert "speaks protocol 1; this client speaks 2" in caught.value.message
+    assert caught.value.hint == "run the same fencelog version on both sides"
+    shown = CliRunner().invoke(command(), ["--broker", server.address, "topic", "list"])
+    assert shown.exit_code == int(ErrorCode.PROTOCOL_ERROR)
+    assert "this client speaks 2 (run the same fencelog version" in shown.stderr
