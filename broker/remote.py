@@ -22,7 +22,7 @@ import os
 import threading
 from collections.abc import Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Final, TypeVar
+from typing import Any, Final, TypeVar, cast
 
 from broker import __version__
 from broker.core.ownership import Fence
@@ -51,7 +51,6 @@ from broker.types import (
 )
 
 T = TypeVar("T")
-_READ_CHUNK_BYTES: Final = 256 * 1024
 _BACKOFF_FIRST_S: Final = 0.02
 _BACKOFF_MAX_S: Final = 1.0
 RETRY_SAFE: Final = frozenset(
@@ -105,16 +104,13 @@ class Address:
         return f"unix://{self.path}" if self.scheme == "unix" else f"tcp://{self.host}:{self.port}"
 
 
-class AsyncConnection:
-    def __init__(
-        self,
-        reader: asyncio.StreamReader,
-        writer: asyncio.StreamWriter,
-        frame_bytes_max: int,
-        on_push: Callable[[Push], None] | None,
-    ) -> None:
-        self._reader = reader
-        self._writer = writer
+class AsyncConnection(asyncio.Protocol):
+    """One connection, driven by the loop's callbacks: replies are matched to their
+    requests in data_received, with no reader task between the socket and the caller."""
+
+    def __init__(self, frame_bytes_max: int, on_push: Callable[[Push], None] | None) -> None:
+        loop = asyncio.get_running_loop()
+        self._transport: asyncio.Transport | None = None
         self._frames = FrameConnection(frame_bytes_max)
         self._pending: collections.deque[tuple[int, asyncio.Future[dict[str, Any]]]] = (
             collections.deque()
@@ -122,9 +118,10 @@ class AsyncConnection:
         self._ids = itertools.count(1)
         self._on_push = on_push
         self._closed: BrokerError | None = None
+        self._gone: asyncio.Future[None] = loop.create_future()  # connection_lost ran
+        self._writable: asyncio.Future[None] | None = None  # set while writes are paused
         self._out = bytearray()  # frames of this turn of the loop, not yet written
-        self._last_sent = asyncio.get_running_loop().time()
-        self._receiver = asyncio.create_task(self._receive())
+        self._last_sent = loop.time()
         self._heartbeat: asyncio.Task[None] | None = None
         self.session_id = ""
         self.limits = DEFAULT_LIMITS
@@ -138,23 +135,20 @@ class AsyncConnection:
         timeout_s: float = 5.0,
         on_push: Callable[[Push], None] | None = None,
     ) -> AsyncConnection:
+        loop = asyncio.get_running_loop()
+        connection = cls(DEFAULT_LIMITS.frame_bytes_max, on_push)
         try:
             async with asyncio.timeout(timeout_s):
                 if address.scheme == "unix":
-                    reader, writer = await asyncio.open_unix_connection(
-                        address.path, limit=_READ_CHUNK_BYTES
-                    )
+                    await loop.create_unix_connection(lambda: connection, address.path)
                 else:
-                    reader, writer = await asyncio.open_connection(
-                        address.host, address.port, limit=_READ_CHUNK_BYTES
-                    )
+                    await loop.create_connection(lambda: connection, address.host, address.port)
         except (OSError, TimeoutError) as exc:
             raise BrokerError(
                 ErrorCode.CONNECTION_FAILED,
                 f"cannot connect to {address}: {exc}",
                 hint="is `fencelog serve` running there?",
             ) from exc
-        connection = cls(reader, writer, DEFAULT_LIMITS.frame_bytes_max, on_push)
         try:
             hello = await connection.request(
                 Op.HELLO, {"client": f"fencelog-py {__version__}", "token": token}
@@ -198,15 +192,13 @@ class AsyncConnection:
         if len(self._out) == len(frame):
             loop.call_soon(self._flush)
         self._last_sent = loop.time()
-        try:
-            await self._writer.drain()
-        except (ConnectionError, OSError) as exc:
-            self._fail_all(_lost(exc))
+        if self._writable is not None:  # the socket's send buffer is full: wait for room
+            await asyncio.shield(self._writable)
         return await future
 
     def _flush(self) -> None:
-        if self._out and self._closed is None:
-            self._writer.write(bytes(self._out))
+        if self._out and self._closed is None and self._transport is not None:
+            self._transport.write(bytes(self._out))
         self._out.clear()
 
     def _start_heartbeats(self) -> None:
@@ -224,21 +216,53 @@ class AsyncConnection:
 
         self._heartbeat = asyncio.create_task(beat())
 
-    async def _receive(self) -> None:
+    # asyncio.Protocol ---------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        # a stream transport (uvloop's do not subclass asyncio.Transport)
+        self._transport = cast(asyncio.Transport, transport)
+
+    def data_received(self, data: bytes) -> None:
+        self._frames.receive_data(data)
+        self._deliver_all()
+
+    def eof_received(self) -> bool:
+        self._frames.receive_data(b"")
+        self._deliver_all()
+        return False
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._fail_all(
+            _lost(exc)
+            if exc is not None
+            else BrokerError(ErrorCode.CONNECTION_FAILED, "the broker closed the connection")
+        )
+        self._wake_writers()
+        if not self._gone.done():
+            self._gone.set_result(None)
+
+    def pause_writing(self) -> None:
+        if self._writable is None:
+            self._writable = asyncio.get_running_loop().create_future()
+
+    def resume_writing(self) -> None:
+        self._wake_writers()
+
+    def _wake_writers(self) -> None:
+        writable, self._writable = self._writable, None
+        if writable is not None and not writable.done():
+            writable.set_result(None)
+
+    # replies --------------------------------------------------------------------------
+
+    def _deliver_all(self) -> None:
         try:
-            while True:
-                data = await self._reader.read(_READ_CHUNK_BYTES)
-                self._frames.receive_data(data)
-                while not isinstance(message := self._frames.next_message(), Sentinel):
-                    self._deliver(message)
-                if message is not NEED_DATA:
-                    raise BrokerError(
-                        ErrorCode.CONNECTION_FAILED, "the broker closed the connection"
-                    )
+            while not isinstance(message := self._frames.next_message(), Sentinel):
+                self._deliver(message)
+            if message is not NEED_DATA:
+                raise BrokerError(ErrorCode.CONNECTION_FAILED, "the broker closed the connection")
         except BrokerError as error:
             self._fail_all(error)
-        except (ConnectionError, OSError) as exc:
-            self._fail_all(_lost(exc))
 
     def _deliver(self, message: object) -> None:
         if isinstance(message, Push):
@@ -271,7 +295,8 @@ class AsyncConnection:
                 future.set_exception(error)
         if self._heartbeat is not None and self._heartbeat is not asyncio.current_task():
             self._heartbeat.cancel()
-        self._writer.close()
+        if self._transport is not None:
+            self._transport.close()
 
     async def close(self) -> None:
         if self._closed is None and not self._pending:
@@ -280,13 +305,13 @@ class AsyncConnection:
             with contextlib.suppress(BrokerError, TimeoutError):
                 await asyncio.wait_for(self.request(Op.GOODBYE, {}), 1.0)
         self._fail_all(BrokerError(ErrorCode.CONNECTION_FAILED, "the connection is closed"))
-        for task in (self._receiver, self._heartbeat):
-            if task is not None:
-                task.cancel()
-                with contextlib.suppress(asyncio.CancelledError, BrokerError):
-                    await task
-        with contextlib.suppress(ConnectionError, OSError):
-            await self._writer.wait_closed()
+        if self._heartbeat is not None:
+            self._heartbeat.cancel()
+            with contextlib.suppress(asyncio.CancelledError, BrokerError):
+                await self._heartbeat
+        if self._transport is not None:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(asyncio.shield(self._gone), 1.0)
 
 
 def _ignore_outcome(task: asyncio.Future[Any]) -> None:

@@ -22,6 +22,7 @@ Shape:
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import hmac
 import ipaddress
@@ -32,10 +33,10 @@ import os
 import random
 from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
-from typing import Any, Final, TypeVar
+from typing import Any, Final, Protocol, TypeVar, cast
 
 from broker import __version__
 from broker.core.exclusive import Mode, parse_access, wait_timeout
@@ -51,32 +52,67 @@ from broker.storage.database import Durability
 
 log = logging.getLogger("fencelog.server")
 T = TypeVar("T")
-_READ_CHUNK_BYTES: Final = 256 * 1024
 _UNIX_PATH_BYTES_MAX: Final = 100
 Handler = Callable[["Session", dict[str, Any]], Awaitable[dict[str, Any]]]
-_Pending = tuple[int, Op, asyncio.Future[dict[str, Any]]]
+_Pending = tuple[int, Op, "_Answer"]
 
 
 @dataclass(eq=False)
 class Session:
     session_id: str
     peer: str
-    writer: asyncio.StreamWriter
+    transport: asyncio.Transport
     last_seen: float
+    answered: Callable[[], None]  # a request of this session's has its answer
     authenticated: bool = False
     said_hello: bool = False
     inflight: int = 0  # requests read and not yet answered: a waiting session is not idle
-    tasks: set[asyncio.Task[Any]] = field(default_factory=set)
 
     def close(self) -> None:
-        self.writer.close()
+        self.transport.close()
+
+
+class _Answer(Protocol):
+    """What a connection waits on for each request, in order: an asyncio future (a
+    handler's task) or a produce's place in the group commit."""
+
+    def done(self) -> bool: ...
+    def cancelled(self) -> bool: ...
+    def exception(self) -> BaseException | None: ...
+    def result(self) -> dict[str, Any]: ...
 
 
 @dataclass(slots=True)
 class _PendingProduce:
-    request: ProduceRequest
+    """A produce waiting for its group commit: an _Answer with no future, no callback
+    and no task; the commit loop fills in the outcome and wakes the connection."""
+
+    request: ProduceRequest | None
     size: int
-    future: asyncio.Future[dict[str, Any]]
+    session: Session
+    outcome: dict[str, Any] | BrokerError | None = None
+
+    def done(self) -> bool:
+        return self.outcome is not None
+
+    def cancelled(self) -> bool:
+        return False
+
+    def exception(self) -> BaseException | None:
+        return self.outcome if isinstance(self.outcome, BrokerError) else None
+
+    def result(self) -> dict[str, Any]:
+        if isinstance(self.outcome, BrokerError):
+            raise self.outcome
+        assert self.outcome is not None
+        return self.outcome
+
+    def answer(self, outcome: dict[str, Any] | BrokerError, now: float) -> None:
+        self.outcome = outcome
+        session = self.session
+        session.inflight -= 1
+        session.last_seen = now
+        session.answered()
 
 
 class Server:
@@ -105,7 +141,8 @@ class Server:
         self._servers: list[asyncio.Server] = []
         self._stopping = asyncio.Event()
         self._stopped = asyncio.Event()
-        self._connection_tasks: set[asyncio.Task[None]] = set()
+        self._connections: set[_Connection] = set()
+        self._ending: set[asyncio.Future[None]] = set()  # sessions being ended in the engine
         self._produce_pending: list[_PendingProduce] = []
         self._produce_ready = asyncio.Event()
         # The writer engine's one connection: produce groups run on the event loop, every
@@ -171,8 +208,9 @@ class Server:
         )
         for engine in (self._writer, self._reader):
             engine.owners.served_sessions = self.sessions.keys
+        loop = asyncio.get_running_loop()
         try:
-            tcp = await asyncio.start_server(self._connection, host, port, limit=_READ_CHUNK_BYTES)
+            tcp = await loop.create_server(partial(_Connection, self), host, port)
         except OSError as exc:
             self._release_start()
             raise BrokerError(
@@ -188,7 +226,9 @@ class Server:
                 unix_path.unlink()
             old_umask = os.umask(0o077)
             try:
-                self._servers.append(await asyncio.start_unix_server(self._connection, unix_path))
+                self._servers.append(
+                    await loop.create_unix_server(partial(_Connection, self), unix_path)
+                )
             finally:
                 os.umask(old_umask)
         self.info = ServerInfo(
@@ -230,10 +270,17 @@ class Server:
         for event in self._topic_events.values():
             event.set()
         grace_s = self.limits.shutdown_grace_ms / 1000
-        for task in list(self._connection_tasks):
-            task.cancel()
-        if self._connection_tasks:
-            await asyncio.wait(self._connection_tasks, timeout=grace_s)
+        connections = list(self._connections)
+        for connection in connections:
+            connection.finish()  # answer what was read, then close
+        if connections:
+            await asyncio.wait([c.closed for c in connections], timeout=grace_s)
+        for connection in connections:
+            connection.abort()
+        while self._ending or any(not c.closed.done() for c in connections):
+            await asyncio.sleep(0)
+            if self._ending:
+                await asyncio.gather(*self._ending, return_exceptions=True)
         for task in self._background:
             task.cancel()
         await asyncio.gather(*self._background, return_exceptions=True)
@@ -255,80 +302,37 @@ class Server:
 
     # connections --------------------------------------------------------------------
 
-    async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        task = asyncio.current_task()
-        assert task is not None
+    def _connection_made(
+        self, transport: asyncio.Transport, answered: Callable[[], None]
+    ) -> Session | None:
+        """A new connection becomes a session, or is refused (at the limit, stopping)."""
         if len(self.sessions) >= self.limits.connections_max or self._stopping.is_set():
-            await _refuse(
-                writer,
-                ErrorCode.TOO_MANY_REQUESTS,
-                f"the server holds its limit of {self.limits.connections_max} connections",
-            )
-            return
-        loop = asyncio.get_running_loop()
+            with contextlib.suppress(ConnectionError, OSError):
+                transport.write(
+                    FrameConnection(1).send(
+                        ErrorReply(
+                            0,
+                            int(ErrorCode.TOO_MANY_REQUESTS),
+                            f"the server holds its limit of {self.limits.connections_max}"
+                            " connections",
+                            {},
+                        )
+                    )
+                )
+            transport.close()
+            return None
         session = Session(
             connection_session_id(self._run, next(self._session_ids)),
-            _peer(writer),
-            writer,
-            loop.time(),
+            _peer(transport),
+            transport,
+            asyncio.get_running_loop().time(),
+            answered,
             authenticated=self._auth_token is None,
         )
         self.sessions[session.session_id] = session
-        self._connection_tasks.add(task)
-        replies: asyncio.Queue[_Pending | None] = asyncio.Queue(self.limits.inflight_requests_max)
-        sender = asyncio.create_task(self._send_replies(replies, writer))
-        peer_gone = False  # True: the peer closed or dropped; nobody reads replies
-        try:
-            peer_gone = await self._read_requests(session, reader, replies)
-        except BrokerError as error:  # malformed input or failed authentication
-            log.info("session %s (%s): %s", session.session_id, session.peer, error.message)
-            await replies.put((0, Op.NONE, _failed(error)))
-        except asyncio.CancelledError:
-            pass  # stopping: answer what was read, then close
-        except (ConnectionError, OSError):
-            peer_gone = True
-        finally:
-            if peer_gone:
-                # Nobody will read the replies: end the session first, so what it holds
-                # (a place in a wait-exclusive queue, claims) is released now, not when
-                # its slowest request would have finished.
-                await self._end_session(session)
-            with contextlib.suppress(asyncio.CancelledError):
-                await replies.put(None)
-                await sender
-            self._connection_tasks.discard(task)
-            if not peer_gone:
-                await self._end_session(session)
+        return session
 
-    async def _read_requests(
-        self,
-        session: Session,
-        reader: asyncio.StreamReader,
-        replies: asyncio.Queue[_Pending | None],
-    ) -> bool:
-        """Read and start requests until the peer closes (True) or says GOODBYE (False)."""
-        frames = FrameConnection(self.limits.frame_bytes_max)
-        loop = asyncio.get_running_loop()
-        while True:
-            data = await reader.read(_READ_CHUNK_BYTES)
-            frames.receive_data(data)
-            while True:
-                message = frames.next_message()
-                if isinstance(message, Sentinel):
-                    if message is NEED_DATA:
-                        break
-                    return True  # the peer closed its side
-                if not isinstance(message, Request):
-                    raise ProtocolError("a client sends requests only")
-                session.last_seen = loop.time()
-                future = self._start(session, message)
-                await replies.put((message.request_id, message.op, future))
-                if message.op is Op.GOODBYE:
-                    return False
-            if frames.buffered_bytes > self.limits.connection_buffer_bytes_max:
-                raise ProtocolError("connection buffer limit exceeded")
-
-    def _start(self, session: Session, request: Request) -> asyncio.Future[dict[str, Any]]:
+    def _start(self, session: Session, request: Request) -> _Answer:
         if request.op is Op.HELLO:
             return _done(self._hello(session, request.args))
         if not session.said_hello or not session.authenticated:
@@ -353,50 +357,21 @@ class Server:
             session.inflight -= 1
             session.last_seen = asyncio.get_running_loop().time()
 
-    async def _send_replies(
-        self,
-        replies: asyncio.Queue[_Pending | None],
-        writer: asyncio.StreamWriter,
-    ) -> None:
-        """Answer in request order. Replies that are ready together (a group commit
-        answers many at once) leave in one write."""
-        frames = FrameConnection(self.limits.frame_bytes_max)
-        out = bytearray()
-        while True:
-            if out and replies.empty():
-                await self._flush(writer, out)
-            item = await replies.get()
-            if item is None:
-                break
-            request_id, op, future = item
-            if out and not future.done():
-                await self._flush(writer, out)  # what is ready goes now, not after this
-            message = await _reply_of(request_id, future)
-            if op is Op.PRODUCE and isinstance(message, Reply) and self._drop_ack():
-                log.info("dropping the acknowledgement of request %d (--drop-acks)", request_id)
-                break  # appended, never acknowledged: the client sees the connection drop
-            out += frames.send(message)
-            # FENCELOG_FAILPOINT=ack: die once a commit's reply has left
-            if (
-                op is Op.TXN_COMMIT
-                and isinstance(message, Reply)
-                and self._writer.txns.failpoints.step == "ack"
-            ):
-                await self._flush(writer, out)
-                self._writer.txns.failpoints.reached("ack")
-            if isinstance(message, ErrorReply) and request_id == 0:
-                break  # a connection-level error: nothing more on this connection
-        await self._flush(writer, out)
-        with contextlib.suppress(ConnectionError, OSError):
-            writer.close()
+    def _replied(self, op: Op, message: Reply | ErrorReply) -> bool:
+        """After a reply is queued: False drops the connection here (--drop-acks)."""
+        if op is Op.PRODUCE and isinstance(message, Reply) and self._drop_ack():
+            log.info("dropping the acknowledgement of request %d (--drop-acks)", message.request_id)
+            return False
+        return True
 
-    @staticmethod
-    async def _flush(writer: asyncio.StreamWriter, out: bytearray) -> None:
-        with contextlib.suppress(ConnectionError, OSError):
-            if out:
-                writer.write(bytes(out))
-                out.clear()
-            await writer.drain()
+    def _connection_ended(self, session: Session) -> None:
+        """The peer is gone: the session ends now, and what it held (claims, a place in
+        a wait-exclusive queue) is released, before its slowest request finishes."""
+        if self.sessions.get(session.session_id) is session:
+            del self.sessions[session.session_id]
+        task = asyncio.ensure_future(self._end_session(session))
+        self._ending.add(task)
+        task.add_done_callback(self._ending.discard)
 
     async def _end_session(self, session: Session) -> None:
         self.sessions.pop(session.session_id, None)
@@ -433,8 +408,8 @@ class Server:
         session = self.sessions.pop(session_id, None)  # no longer live, from this instant
         if session is None:
             return
-        with contextlib.suppress(ConnectionError, OSError):
-            session.writer.write(
+        with contextlib.suppress(ConnectionError, OSError, RuntimeError):
+            session.transport.write(
                 FrameConnection(self.limits.frame_bytes_max).send(
                     Push("session_closed", {"reason": reason})
                 )
@@ -493,13 +468,9 @@ class Server:
     async def _status(self, session: Session, args: dict[str, Any]) -> dict[str, Any]:
         return codec.status_to_wire(await self._read(self._reader.status))
 
-    def _enqueue_produce(
-        self, session: Session, args: dict[str, Any]
-    ) -> asyncio.Future[dict[str, Any]]:
+    def _enqueue_produce(self, session: Session, args: dict[str, Any]) -> _PendingProduce:
         """A produce joins the next group commit at once, with no task of its own: the
         group's COMMIT answers it (in _commit_loop)."""
-        loop = asyncio.get_running_loop()
-        future: asyncio.Future[dict[str, Any]] = loop.create_future()
         try:
             if self.sessions.get(session.session_id) is not session:
                 raise _closed_before_run()
@@ -511,13 +482,12 @@ class Server:
                 codec.field(args, "attachment", int, optional=True),
             )
         except BrokerError as error:
-            future.set_exception(error)
-            return future
+            return _PendingProduce(None, 0, session, error)
         session.inflight += 1
-        future.add_done_callback(partial(_answered, session, loop))
-        self._produce_pending.append(_PendingProduce(request, _value_bytes(request), future))
+        pending = _PendingProduce(request, _value_bytes(request), session)
+        self._produce_pending.append(pending)
         self._produce_ready.set()
-        return future
+        return pending
 
     async def _fetch(self, session: Session, args: dict[str, Any]) -> dict[str, Any]:
         topic = codec.field(args, "topic", str)
@@ -735,25 +705,27 @@ class Server:
         a hand-off to a thread and back would cost more than a small group's COMMIT.
         While it runs, new requests wait in the sockets; they make the next group."""
         limits = self.limits
+        loop = asyncio.get_running_loop()
         while True:
             await self._produce_ready.wait()
             self._produce_ready.clear()
             async with self._writer_lock:
                 while self._produce_pending:
                     group = self._take_group(limits)
-                    requests = [pending.request for pending in group]
+                    requests = [pending.request for pending in group if pending.request]
                     try:
                         outcomes = self._writer.produce_group(requests)
                     except BrokerError as error:
                         outcomes = [error] * len(group)
+                    now = loop.time()
                     for pending, outcome in zip(group, outcomes, strict=True):
-                        if pending.future.done():
-                            continue
-                        if isinstance(outcome, BrokerError):
-                            pending.future.set_exception(outcome)
-                        else:
-                            pending.future.set_result({"results": codec.results_to_wire(outcome)})
-                    for topic in {pending.request.topic for pending in group}:
+                        pending.answer(
+                            outcome
+                            if isinstance(outcome, BrokerError)
+                            else {"results": codec.results_to_wire(outcome)},
+                            now,
+                        )
+                    for topic in {request.topic for request in requests}:
                         self._wake(topic)
 
     def _take_group(self, limits: Limits) -> list[_PendingProduce]:
@@ -785,19 +757,194 @@ def _is_loopback(host: str) -> bool:
         return False
 
 
-def _peer(writer: asyncio.StreamWriter) -> str:
-    peer = writer.get_extra_info("peername")
+def _peer(transport: asyncio.BaseTransport) -> str:
+    peer = transport.get_extra_info("peername")
     return f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else "unix"
 
 
-async def _reply_of(request_id: int, future: asyncio.Future[dict[str, Any]]) -> Reply | ErrorReply:
-    try:
-        return Reply(request_id, await future)
-    except BrokerError as error:
+def _reply_of(request_id: int, future: _Answer) -> Reply | ErrorReply:
+    """The reply to a finished request."""
+    if future.cancelled():
+        return ErrorReply(
+            request_id, int(ErrorCode.BROKER_SHUTTING_DOWN), "the server stopped first", {}
+        )
+    error = future.exception()
+    if error is None:
+        return Reply(request_id, future.result())
+    if isinstance(error, BrokerError):
         return ErrorReply(request_id, int(error.code), error.message, dict(error.details))
-    except Exception as error:  # a bug of ours: the session still gets an answer
-        log.exception("request %d failed", request_id)
-        return ErrorReply(request_id, int(ErrorCode.INTERNAL), repr(error), {})
+    # a bug of ours: the session still gets an answer
+    log.error("request %d failed", request_id, exc_info=error)
+    return ErrorReply(request_id, int(ErrorCode.INTERNAL), repr(error), {})
+
+
+class _Connection(asyncio.Protocol):
+    """One connection's bytes, with no task of its own: data_received parses frames and
+    starts their requests; as requests finish, their replies leave in request order,
+    those ready together in one write.
+
+    Back pressure: at inflight_requests_max unanswered requests, or while the socket's
+    send buffer is full, frames wait undecoded and the socket is not read.
+    """
+
+    def __init__(self, server: Server) -> None:
+        self._server = server
+        self._frames = FrameConnection(server.limits.frame_bytes_max)
+        self._pending: collections.deque[_Pending] = collections.deque()
+        self._transport: asyncio.Transport | None = None
+        self._session: Session | None = None
+        self._reading = True  # False once no more requests will be taken
+        self._paused = False  # the transport is not being read
+        self._write_blocked = False
+        self._pump_scheduled = False
+        self._eof = False
+        self._ended = False
+        self.closed: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+    # asyncio.Protocol ---------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        # a stream transport (uvloop's do not subclass asyncio.Transport)
+        self._transport = stream = cast(asyncio.Transport, transport)
+        self._session = self._server._connection_made(stream, self._schedule_pump)
+        if self._session is None:
+            self._reading = False
+        else:
+            self._server._connections.add(self)
+
+    def data_received(self, data: bytes) -> None:
+        if not self._reading:
+            return
+        self._frames.receive_data(data)
+        self._take_requests()
+
+    def eof_received(self) -> bool:
+        # The peer closed its side: what it sent is still answered, then we close.
+        self._eof = True
+        if self._reading:
+            self._frames.receive_data(b"")
+            self._take_requests()
+        return True
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._reading = False
+        self._server._connections.discard(self)
+        self._end_session()
+        if not self.closed.done():
+            self.closed.set_result(None)
+
+    def pause_writing(self) -> None:
+        self._write_blocked = True
+        self._pause()
+
+    def resume_writing(self) -> None:
+        self._write_blocked = False
+        self._take_requests()
+
+    # requests in, replies out -------------------------------------------------------
+
+    def finish(self) -> None:
+        """Take no more requests; close once those already taken are answered."""
+        self._reading = False
+        self._pause()
+        self._schedule_pump()
+
+    def abort(self) -> None:
+        if self._transport is not None:
+            self._transport.abort()
+
+    def _end_session(self) -> None:
+        if self._session is not None and not self._ended:
+            self._ended = True
+            self._server._connection_ended(self._session)
+
+    def _take_requests(self) -> None:
+        session, server = self._session, self._server
+        if session is None:
+            return
+        room = server.limits.inflight_requests_max
+        loop_time = asyncio.get_running_loop().time
+        try:
+            while self._reading and len(self._pending) < room and not self._write_blocked:
+                message = self._frames.next_message()
+                if message is NEED_DATA:
+                    if self._frames.buffered_bytes > server.limits.connection_buffer_bytes_max:
+                        raise ProtocolError("connection buffer limit exceeded")
+                    self._resume()
+                    break
+                if isinstance(message, Sentinel):  # the peer closed cleanly
+                    self._reading = False
+                    self._end_session()
+                    break
+                if not isinstance(message, Request):
+                    raise ProtocolError("a client sends requests only")
+                session.last_seen = loop_time()
+                answer = server._start(session, message)
+                self._pending.append((message.request_id, message.op, answer))
+                if isinstance(answer, asyncio.Future):  # a produce wakes us itself
+                    answer.add_done_callback(self._finished)
+                if message.op is Op.GOODBYE:
+                    self._reading = False
+            else:
+                self._pause()
+        except BrokerError as error:  # malformed input or failed authentication
+            log.info("session %s (%s): %s", session.session_id, session.peer, error.message)
+            self._reading = False
+            self._pending.append((0, Op.NONE, _failed(error)))
+        self._schedule_pump()
+
+    def _finished(self, _future: asyncio.Future[dict[str, Any]]) -> None:
+        self._schedule_pump()
+
+    def _schedule_pump(self) -> None:
+        # Every request finished in one turn of the loop (a group commit) is answered
+        # by one pump, in one write.
+        if not self._pump_scheduled:
+            self._pump_scheduled = True
+            asyncio.get_running_loop().call_soon(self._pump)
+
+    def _pump(self) -> None:
+        self._pump_scheduled = False
+        transport = self._transport
+        assert transport is not None
+        pending, frames, out = self._pending, self._frames, bytearray()
+        close = False
+        while pending and pending[0][2].done():
+            request_id, op, future = pending.popleft()
+            message = _reply_of(request_id, future)
+            if not self._server._replied(op, message):
+                close = True
+                break
+            out += frames.send(message)
+            # FENCELOG_FAILPOINT=ack: die once a commit's reply has left
+            if op is Op.TXN_COMMIT and isinstance(message, Reply):
+                failpoints = self._server._writer.txns.failpoints
+                if failpoints.step == "ack":
+                    transport.write(bytes(out))
+                    out.clear()
+                    failpoints.reached("ack")
+            if (isinstance(message, ErrorReply) and request_id == 0) or op is Op.GOODBYE:
+                close = True  # nothing more on this connection
+                break
+        if out and not transport.is_closing():
+            transport.write(bytes(out))
+        if close or (not self._reading and not pending):
+            self._reading = False
+            transport.close()
+        elif self._reading and self._paused:
+            self._take_requests()
+
+    def _pause(self) -> None:
+        if not self._paused and self._transport is not None and not self._eof:
+            self._paused = True
+            with contextlib.suppress(RuntimeError):  # already closing
+                self._transport.pause_reading()
+
+    def _resume(self) -> None:
+        if self._paused and self._transport is not None:
+            self._paused = False
+            with contextlib.suppress(RuntimeError):
+                self._transport.resume_reading()
 
 
 def _closed_before_run() -> BrokerError:
@@ -815,13 +962,6 @@ def _value_bytes(request: ProduceRequest) -> int:
 _VALUE = operator.itemgetter(0)
 
 
-def _answered(
-    session: Session, loop: asyncio.AbstractEventLoop, _future: asyncio.Future[Any]
-) -> None:
-    session.inflight -= 1
-    session.last_seen = loop.time()
-
-
 def _done(result: dict[str, Any]) -> asyncio.Future[dict[str, Any]]:
     future: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
     future.set_result(result)
@@ -832,10 +972,3 @@ def _failed(error: BrokerError) -> asyncio.Future[dict[str, Any]]:
     future: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
     future.set_exception(error)
     return future
-
-
-async def _refuse(writer: asyncio.StreamWriter, code: ErrorCode, message: str) -> None:
-    with contextlib.suppress(ConnectionError, OSError):
-        writer.write(FrameConnection(1).send(ErrorReply(0, int(code), message, {})))
-        await writer.drain()
-    writer.close()

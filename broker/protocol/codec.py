@@ -185,6 +185,16 @@ def producer_to_wire(producer: ProducerFields) -> tuple[Any, ...]:
 
 
 def producer_from_wire(wire: object) -> ProducerFields:
+    if type(wire) is tuple and len(wire) == 5:  # the usual case, checked without a loop
+        pid, generation, sequence, epoch, txn = wire
+        if (
+            type(pid) is int
+            and type(generation) is int
+            and type(sequence) is int
+            and type(epoch) is int
+            and (txn is None or type(txn) is int)
+        ):
+            return ProducerFields(pid, generation, sequence, epoch, txn)
     if not (isinstance(wire, tuple | list) and len(wire) == 5):
         raise ProtocolError("field 'producer' is not [pid, generation, sequence, epoch, txn]")
     if not all(isinstance(v, int) and not isinstance(v, bool) for v in wire[:4]):

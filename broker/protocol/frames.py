@@ -46,16 +46,20 @@ class ProtocolError(BrokerError):
 
 def encode(message: Message) -> bytes:
     """The frame for one message."""
-    match message:
-        case Request(request_id, op, args):
-            body = (Kind.REQUEST, request_id, op, args)
-        case Reply(request_id, result):
-            body = (Kind.REPLY, request_id, Op.NONE, result)
-        case ErrorReply(request_id, code, text, details):
-            payload = {"code": code, "message": text, "details": details}
-            body = (Kind.ERROR, request_id, Op.NONE, payload)
-        case Push(event, data):
-            body = (Kind.PUSH, 0, Op.NONE, {"event": event, "data": data})
+    # the usual two first: a dispatch by type, not a match
+    if type(message) is Reply:
+        body: tuple[Any, ...] = (Kind.REPLY, message.request_id, Op.NONE, message.result)
+    elif type(message) is Request:
+        body = (Kind.REQUEST, message.request_id, message.op, message.args)
+    else:
+        match message:
+            case ErrorReply(request_id, code, text, details):
+                payload = {"code": code, "message": text, "details": details}
+                body = (Kind.ERROR, request_id, Op.NONE, payload)
+            case Push(event, data):
+                body = (Kind.PUSH, 0, Op.NONE, {"event": event, "data": data})
+            case _:
+                raise TypeError(f"not a message: {message!r}")
     packed: bytes = msgpack.packb(body, use_bin_type=True)
     return _LENGTH.pack(len(packed)) + packed
 
@@ -69,16 +73,22 @@ def decode_body(body: bytes) -> Message:
     if not (isinstance(decoded, tuple) and len(decoded) == 4):
         raise ProtocolError("frame body is not [kind, request_id, op, payload]")
     kind, request_id, op, payload = decoded
-    if not isinstance(request_id, int) or isinstance(request_id, bool) or request_id < 0:
+    if type(request_id) is not int or request_id < 0:  # a bool is not a request id
         raise ProtocolError(f"bad request id {request_id!r}")
-    if not isinstance(payload, dict):
+    if type(payload) is not dict:
         raise ProtocolError("frame payload is not a map")
     try:
-        kind = Kind(kind)
-        op = Op(op)
-    except ValueError as exc:
-        raise ProtocolError(f"unknown kind or op: {kind!r}, {op!r}") from exc
-    return _message(kind, request_id, op, payload)
+        known_kind, known_op = _KINDS.get(kind), _OPS.get(op)
+    except TypeError:  # an unhashable kind or op (a map) is no kind or op
+        known_kind = known_op = None
+    if known_kind is None or known_op is None:
+        raise ProtocolError(f"unknown kind or op: {kind!r}, {op!r}")
+    return _message(known_kind, request_id, known_op, payload)
+
+
+# by value, for a dict lookup instead of an enum call; keys are exact ints (not bools)
+_KINDS: Final[dict[object, Kind]] = {int(kind): kind for kind in Kind}
+_OPS: Final[dict[object, Op]] = {int(op): op for op in Op}
 
 
 def _message(kind: Kind, request_id: int, op: Op, payload: dict[str, Any]) -> Message:
