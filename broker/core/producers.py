@@ -13,14 +13,20 @@ sequence s and n records:
 - a pid with no state on the partition starts at H = 0, so its first batch has s = 1.
 - a pid's lease lasts pid_lease_ms from its first record on the partition; a batch after
   that gets PID_EXPIRED, never a silent accept.
+- an entry remembers where its last few batches went (`recent`), so the usual duplicate,
+  a retry of a batch still in flight, is answered without reading the log.
 """
 
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from broker.errors import BrokerError, ErrorCode
+from broker.limits import DEFAULT_LIMITS
+
+# Where a batch went: (first sequence, last sequence, base offset).
+Placed = tuple[int, int, int]
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,6 +38,9 @@ class ProducerEntry:
     high_water_sequence: int
     first_record_ms: int
     last_offset: int
+    # The newest batches this process saw appended, oldest first: facts about the log,
+    # never its state (not compared, not snapshotted), at most recent_batches_max.
+    recent: tuple[Placed, ...] = field(default=(), compare=False)
 
     def expires_ms(self, pid_lease_ms: int) -> int:
         return self.first_record_ms + pid_lease_ms
@@ -127,10 +136,38 @@ def decide(entry: ProducerEntry | None, batch: Batch, now_ms: int, pid_lease_ms:
 
 
 def after_append(
-    entry: ProducerEntry | None, batch: Batch, now_ms: int, last_offset: int
+    entry: ProducerEntry | None,
+    batch: Batch,
+    now_ms: int,
+    last_offset: int,
+    recent_batches_max: int = DEFAULT_LIMITS.producer_recent_batches_max,
 ) -> ProducerEntry:
-    """The entry once the batch is in the log (also used to replay the log)."""
-    first_record_ms = entry.first_record_ms if entry else now_ms
+    """The entry once the batch is in the log, ending at last_offset."""
+    placed = (batch.first_sequence, batch.last_sequence, last_offset - batch.count + 1)
+    if entry is None:
+        return ProducerEntry(
+            batch.producer_id, batch.generation, batch.last_sequence, now_ms, last_offset, (placed,)
+        )
+    kept = entry.recent[1:] if len(entry.recent) >= recent_batches_max else entry.recent
     return ProducerEntry(
-        batch.producer_id, batch.generation, batch.last_sequence, first_record_ms, last_offset
+        batch.producer_id,
+        batch.generation,
+        batch.last_sequence,
+        entry.first_record_ms,
+        last_offset,
+        (*kept, placed),
     )
+
+
+def duplicate_offsets(entry: ProducerEntry, batch: Batch) -> list[int] | None:
+    """A duplicate batch's original offsets, record by record, from the entry's recent
+    batches; None when one of its sequences is older than they reach (ask the log)."""
+    offsets = []
+    for sequence in range(batch.first_sequence, batch.last_sequence + 1):
+        for first, last, base_offset in reversed(entry.recent):
+            if first <= sequence <= last:
+                offsets.append(base_offset + sequence - first)
+                break
+        else:
+            return None
+    return offsets
