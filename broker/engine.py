@@ -307,27 +307,26 @@ class Engine:
         producer_rules.check_batch_fields(batch)
         topic_id = row.topic_id
         end = self._hot.end(conn, row, partition)
-        staged.catch_up(conn, topic_id, partition, end)
         key = (topic_id, partition, batch.producer_id)
-        entry = staged.get(key)
+        entry = staged.entry(conn, key, end)
         if entry is None:  # never wrote here, or evicted from memory: ask the log
             entry = self.producers.entry_from_log(conn, topic_id, partition, batch.producer_id)
             if entry is None:
                 self._check_new_pid(conn, batch)
         verdict = producer_rules.decide(entry, batch, now_ms, self.limits.pid_lease_ms)
-        if verdict is Verdict.DUPLICATE:
+        if verdict is _DUPLICATE:
             assert entry is not None, "only a pid with state has duplicates"
             return self._duplicates(conn, row, partition, entry, batch, appends)
         appends.add(topic_id, partition, end, records, now_ms, producer)
         if entry is None:
             appends.add_lease(topic_id, partition, batch.producer_id, end, now_ms)
-        self._hot.appended(topic_id, partition, end + batch.count)
-        after = producer_rules.after_append(
-            entry, batch, now_ms, end + batch.count - 1, self.limits.producer_recent_batches_max
-        )
-        staged.appended(key, after, batch.count, now_ms)
+        count = batch.record_count
+        self._hot.appended(topic_id, partition, end + count)
+        staged.appended(key, entry, batch, end, now_ms)
+        if count == 1:
+            return [AppendResult(row.name, partition, end)]
         name = row.name
-        return [AppendResult(name, partition, offset) for offset in range(end, end + batch.count)]
+        return [AppendResult(name, partition, offset) for offset in range(end, end + count)]
 
     def _check_new_pid(self, conn: sqlite3.Connection, batch: Batch) -> None:
         """A pid's first batch on a partition: it must have been leased."""
@@ -349,12 +348,11 @@ class Engine:
         batch: Batch,
         appends: logs.Appends,
     ) -> list[AppendResult]:
-        """The original offsets of a batch that is already in the log: from the pid's
-        recent batches, or else from the records (the rare, older duplicate)."""
-        offsets = producer_rules.duplicate_offsets(entry, batch)
-        if offsets is None:
-            appends.flush(conn)  # the original may be earlier in this transaction
-            offsets = self.producers.original_offsets(conn, row.topic_id, partition, entry, batch)
+        """The original offsets of a batch that is already in the log, found in the
+        records (a duplicate is the rare path: it pays for a search so that an append
+        keeps nothing in memory but the pid's state)."""
+        appends.flush(conn)  # the original may be earlier in this transaction
+        offsets = self.producers.original_offsets(conn, row.topic_id, partition, entry, batch)
         return [AppendResult(row.name, partition, offset, duplicate=True) for offset in offsets]
 
     # producers ----------------------------------------------------------------------
@@ -670,6 +668,7 @@ class Engine:
 
 
 _PENDING = AppendResult("", -1, -1)
+_DUPLICATE = Verdict.DUPLICATE
 
 
 def _bounded(max_records: int | None, records_max: int) -> int:

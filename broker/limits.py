@@ -30,8 +30,6 @@ class Limits:
     pid_block_size: int = 100
     producer_snapshot_every_records: int = 100_000
     producer_snapshots_kept: int = 3
-    # batches per pid and partition whose offsets memory keeps for duplicates (as Kafka's 5)
-    producer_recent_batches_max: int = 5
     # ownership
     ownership_audit_rows_max: int = 100_000
     own_resources_max: int = 1_000

@@ -10,9 +10,9 @@ sequence, derived from the log's records (their producer fields) and the lease r
 - An idempotent commit writes nothing but its records, except a pid's first batch on a
   partition, which also writes the pid's lease row (when its lease began and its first
   offset): the records cannot say when the broker appended them.
-- A duplicate is answered from the pid's last few batches in memory; an older one is
-  looked up in the records, between the pid's first offset and the highest offset its
-  sequence can have (see `original_offsets`).
+- A duplicate's original offsets are looked up in the records, between the pid's first
+  offset and the highest offset its sequences can have (see `original_offsets`). That
+  search is the price of the rare path; an append keeps nothing in memory but state.
 - Changes are staged (`Staged`) during the transaction, per request with savepoints,
   and reach the table only after COMMIT returns.
 - At most producer_ids_max entries are kept in memory; the one that entered first goes
@@ -35,7 +35,7 @@ from dataclasses import dataclass
 
 import msgpack
 
-from broker.core.producers import Batch, ProducerEntry
+from broker.core.producers import Batch, ProducerEntry, after_append
 from broker.errors import BrokerError, ErrorCode
 from broker.limits import Limits
 from broker.storage import producers as store
@@ -214,7 +214,9 @@ class ProducerTable:
             (batch.first_sequence, batch.last_sequence),
             (lease.first_offset, highest),
         )
-        assert len(found) == batch.count, "every sequence up to the high-water mark is logged"
+        assert len(found) == batch.record_count, (
+            "every sequence up to the high-water mark is logged"
+        )
         return [found[s] for s in range(batch.first_sequence, batch.last_sequence + 1)]
 
     # changes --------------------------------------------------------------------------
@@ -223,15 +225,17 @@ class ProducerTable:
         return Staged(self)
 
     def _commit(self, staged: Staged) -> None:
+        entries = self.entries
         for key, entry in staged.changes.items():
-            if key not in self.entries:  # enters the table now (first seen, or came back)
+            if key not in entries:  # enters the table now (first seen, or came back)
                 entered_ms = staged.last_ms.get(key, entry.first_record_ms)
                 self._last_ms[key] = entered_ms
                 heapq.heappush(self._by_age, (entered_ms, next(self._order), key))
-            self.entries[key] = entry
-        self.replayed.update(staged.replayed)
+            entries[key] = entry
+        if staged.replayed:
+            self.replayed.update(staged.replayed)
         self.records_since_snapshot += staged.appended_records
-        while len(self.entries) > self.limits.producer_ids_max:
+        while len(entries) > self.limits.producer_ids_max:
             self._evict_oldest()
 
     def _evict_oldest(self) -> None:
@@ -274,6 +278,15 @@ class Staged:
     def get(self, key: Key) -> ProducerEntry | None:
         return self.changes.get(key) or self.table.entries.get(key)
 
+    def entry(self, conn: sqlite3.Connection, key: Key, end: int) -> ProducerEntry | None:
+        """The pid's entry once the table has replayed its partition up to end (the log
+        end); None if the table does not hold it (new here, or evicted)."""
+        part = (key[0], key[1])
+        replayed = self.replayed.get(part)
+        if (self.table.replayed.get(part, 0) if replayed is None else replayed) != end:
+            self.catch_up(conn, key[0], key[1], end)
+        return self.changes.get(key) or self.table.entries.get(key)
+
     def catch_up(self, conn: sqlite3.Connection, topic_id: int, partition: int, end: int) -> None:
         """Replay the records of this partition that the table has not seen: each pid's
         newest one is its state."""
@@ -290,23 +303,28 @@ class Staged:
         key = (topic_id, partition, last.producer_id)
         entry = self.get(key)
         if entry is not None:
-            first_ms, recent = entry.first_record_ms, entry.recent
+            first_ms = entry.first_record_ms
         else:  # new here, or evicted earlier: its lease began at its first record
             lease = store.lease_of(conn, topic_id, partition, last.producer_id)
-            first_ms, recent = (last.timestamp_ms if lease is None else lease.first_ms), ()
+            # (no lease row: a log written without one; its newest record's time is all)
+            first_ms = last.timestamp_ms if lease is None else lease.first_ms
         self.changes[key] = ProducerEntry(
-            last.producer_id, last.generation, last.sequence, first_ms, last.offset, recent
+            last.producer_id, last.generation, last.sequence, first_ms, last.offset
         )
         if key not in self.table.entries:
             self.last_ms.setdefault(key, last.timestamp_ms)  # when it enters the table
 
-    def appended(self, key: Key, entry: ProducerEntry, count: int, now_ms: int) -> None:
-        """A batch of count records this transaction appends; entry is the pid's state
-        after it (its partition's log now ends after entry.last_offset)."""
-        self.changes[key] = entry
+    def appended(
+        self, key: Key, entry: ProducerEntry | None, batch: Batch, base_offset: int, now_ms: int
+    ) -> None:
+        """A batch this transaction appends at base_offset, the log end; entry is the
+        pid's state before it."""
+        count = batch.record_count
+        end = base_offset + count
+        self.changes[key] = after_append(entry, batch, now_ms, end - 1)
         if key not in self.table.entries:
             self.last_ms.setdefault(key, now_ms)  # when it enters the table
-        self.replayed[(key[0], key[1])] = entry.last_offset + 1
+        self.replayed[(key[0], key[1])] = end
         self.appended_records += count
 
     def advanced(self, topic_id: int, partition: int, base_offset: int, end: int) -> None:

@@ -20,7 +20,6 @@ from broker.core.producers import (
     after_append,
     check_batch_fields,
     decide,
-    duplicate_offsets,
 )
 from broker.errors import BrokerError, ErrorCode
 
@@ -201,7 +200,7 @@ def reference(  # noqa: PLR0911 - one return per rule, on purpose
         return ErrorCode.FENCED
     if sent.generation > entry.generation + 1:
         return ErrorCode.INVALID_GENERATION
-    last = sent.first_sequence + sent.count - 1
+    last = sent.first_sequence + sent.record_count - 1
     if sent.first_sequence == entry.high_water_sequence + 1:
         return Verdict.APPEND
     if last <= entry.high_water_sequence:
@@ -244,28 +243,7 @@ def test_decide_agrees_with_the_rules_written_out(
     assert verdict == expected
     if verdict is Verdict.APPEND:
         after = after_append(entry, sent, now_ms, last_offset=500)
-        assert after.high_water_sequence == sent.first_sequence + sent.count - 1
+        assert after.high_water_sequence == sent.first_sequence + sent.record_count - 1
         assert after.generation == sent.generation
         assert after.first_record_ms == (entry.first_record_ms if entry else now_ms)
         assert decide(after, sent, now_ms, LEASE_MS) is Verdict.DUPLICATE  # a retry
-
-
-# the recent batches: a duplicate answered from memory ------------------------------------
-
-
-def test_recent_batches_answer_a_duplicate_record_by_record_and_only_the_newest_are_kept() -> None:
-    entry = None
-    for first, count, last_offset in ((1, 2, 11), (3, 1, 20), (4, 3, 32), (7, 1, 40)):
-        entry = after_append(entry, batch(5, first, count), NOW, last_offset, 3)
-    assert entry is not None
-    assert entry.recent == ((3, 3, 20), (4, 6, 30), (7, 7, 40))
-    assert duplicate_offsets(entry, batch(5, 3, count=3)) == [20, 30, 31]  # cut differently
-    assert duplicate_offsets(entry, batch(5, 7)) == [40]
-    assert duplicate_offsets(entry, batch(5, 2, count=2)) is None  # 2 is older: ask the log
-    assert duplicate_offsets(stored(), batch(5, 10)) is None  # rebuilt from the log: no memory
-
-
-def test_recent_batches_are_no_part_of_the_state() -> None:
-    appended = after_append(None, batch(9, 1, count=3), NOW, last_offset=42)
-    assert appended.recent == ((1, 3, 40),)
-    assert appended == ProducerEntry(PID, 9, 3, NOW, 42)  # equal to the same state rebuilt

@@ -2,10 +2,11 @@
 
 An idempotent commit writes only its records (and a pid's lease row with its first batch
 on a partition). These tests hold the broker to DESIGN.md section 4 where that could go
-wrong: a duplicate older than the pid's recent batches still gets its original offsets,
-in the same process and after a restart with or without snapshots; a producer's own
-record timestamps never move its lease; and a data directory written by schema 005
-(batch headers) opens in place with its producer state and its duplicates intact.
+wrong: a duplicate, old or new and cut into batches as the originals were or not, gets
+its original offsets from the records, in the same process and after a restart with or
+without snapshots; a producer's own record timestamps never move its lease; and a data
+directory written by schema 005 (batch headers) opens in place with its producer state
+and its duplicates intact.
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ from broker.types import NewRecord, ProducerFields
 
 LEASE_MS = 60_000
 TOPIC = "orders"
-LIMITS: Limits = replace(DEFAULT_LIMITS, pid_lease_ms=LEASE_MS, producer_recent_batches_max=2)
+LIMITS: Limits = replace(DEFAULT_LIMITS, pid_lease_ms=LEASE_MS)
 
 
 def send(
@@ -91,7 +92,7 @@ def interleaved_history(engine: Engine) -> tuple[Lease, dict[int, int]]:
 
 
 @pytest.mark.parametrize("when", ["running", "restarted", "restarted-without-snapshots"])
-def test_a_duplicate_older_than_the_recent_batches_gets_its_original_offsets(
+def test_a_duplicate_of_any_batch_gets_its_original_offsets(
     opened: list[Engine], data_dir: Path, when: str
 ) -> None:
     clock = FakeClock()
@@ -102,7 +103,7 @@ def test_a_duplicate_older_than_the_recent_batches_gets_its_original_offsets(
         engine = restart(opened, engine, clock, snapshots=when == "restarted")
     before = values(engine)
     # the oldest batch, a batch cut differently from the originals (it spans three), and
-    # the newest (in memory when running; from the log after a restart)
+    # the newest
     assert send(engine, lease, 1, ["s1", "s2"]) == [(where[1], True), (where[2], True)]
     assert send(engine, lease, 2, ["s2", "s3", "s4"]) == [(where[s], True) for s in (2, 3, 4)]
     assert send(engine, lease, 9, ["s9"]) == [(where[9], True)]

@@ -4,8 +4,7 @@
 -- header per idempotent batch repeated the log, at the price of two more B-tree inserts
 -- (the header and its index) in every commit. From here on producer state is replayed
 -- from the records after the newest producer snapshot's offset vector, and a duplicate's
--- original offsets come from the pid's last few batches in memory or, for an older one,
--- from a bounded search of the partition's records.
+-- original offsets come from a bounded search of the partition's records.
 --
 -- What the records cannot say is when the broker appended a pid's first record on a
 -- partition (a record may carry the producer's own timestamp), and the lease runs from
