@@ -2,7 +2,7 @@
 
 A copy is made with SQLite's `VACUUM INTO`, which writes a consistent snapshot of the
 database as of one read transaction while writers go on (WAL mode), never a file copy
-of a live database. It holds everything: logs, batch headers, producer snapshots,
+of a live database. It holds everything: logs, lease rows, producer snapshots,
 ownership generations, consumer offsets. Restoring checks that the file is a fencelog
 database this version can open, and refuses to replace a non-empty data directory
 unless asked to, or one a running server owns.

@@ -36,7 +36,6 @@ from broker.producers import Lease, ProducerTable, Staged, write_snapshot
 from broker.storage import logs
 from broker.storage import producers as producer_store
 from broker.storage.database import SCHEMA_VERSION, Database, Durability
-from broker.storage.producers import BatchHeader
 from broker.txns import Transactions, TxnDetail, TxnInfo, TxnMember
 from broker.types import (
     NO_PRODUCER,
@@ -290,9 +289,12 @@ class Engine:
         appends: logs.Appends,
         now_ms: int,
     ) -> list[AppendResult]:
-        """One partition's batch from an idempotent producer: append or duplicate."""
-        producer = request.producer
-        if len(by_partition) != 1 or any(r.partition is None for r in request.records):
+        """One partition's batch from an idempotent producer: append or duplicate.
+
+        An append writes only its records (and, for a pid's first batch on the
+        partition, its lease row); the producer state is in memory and in the records."""
+        producer, records = request.producer, request.records
+        if len(by_partition) != 1 or None in map(_PARTITION, records):
             raise BrokerError(
                 ErrorCode.INVALID_ARGUMENT,
                 "an idempotent batch goes to one named partition (sequences are per partition)",
@@ -300,45 +302,31 @@ class Engine:
             )
         (partition,) = by_partition
         batch = Batch(
-            producer.producer_id, producer.generation, producer.first_sequence, len(request.records)
+            producer.producer_id, producer.generation, producer.first_sequence, len(records)
         )
         producer_rules.check_batch_fields(batch)
+        topic_id = row.topic_id
         end = self._hot.end(conn, row, partition)
-        staged.catch_up(conn, row.topic_id, partition, end)
-        entry = staged.get((row.topic_id, partition, batch.producer_id))
+        key = (topic_id, partition, batch.producer_id)
+        entry = staged.entry(conn, key, end)
         if entry is None:  # never wrote here, or evicted from memory: ask the log
-            entry = self._entry_from_log(conn, row.topic_id, partition, batch.producer_id)
-        if entry is None:
-            self._check_new_pid(conn, batch)
+            entry = self.producers.entry_from_log(conn, topic_id, partition, batch.producer_id)
+            if entry is None:
+                self._check_new_pid(conn, batch)
         verdict = producer_rules.decide(entry, batch, now_ms, self.limits.pid_lease_ms)
-        if verdict is Verdict.DUPLICATE:
-            appends.flush(conn)  # the original may be earlier in this transaction
-            return self._duplicates(conn, row, partition, batch)
-        base_offset = end
-        appends.add(row.topic_id, partition, base_offset, request.records, now_ms, producer)
-        self._hot.appended(row.topic_id, partition, base_offset + batch.count)
-        header = BatchHeader(
-            base_offset,
-            batch.producer_id,
-            batch.generation,
-            batch.first_sequence,
-            batch.last_sequence,
-            now_ms,
-        )
-        appends.add_batch(row.topic_id, partition, header)
-        staged.appended(conn, row.topic_id, partition, header)
-        return [AppendResult(row.name, partition, base_offset + i) for i in range(batch.count)]
-
-    def _entry_from_log(
-        self, conn: sqlite3.Connection, topic_id: int, partition: int, producer_id: int
-    ) -> ProducerEntry | None:
-        """A pid's state rebuilt from its batch headers: eviction from memory never makes
-        the broker forget what a pid wrote, so a late retry is still a duplicate."""
-        found = producer_store.entry_from_headers(conn, topic_id, partition, producer_id)
-        if found is None:
-            return None
-        generation, last_sequence, first_ms, last_offset = found
-        return ProducerEntry(producer_id, generation, last_sequence, first_ms, last_offset)
+        if verdict is _DUPLICATE:
+            assert entry is not None, "only a pid with state has duplicates"
+            return self._duplicates(conn, row, partition, entry, batch, appends)
+        appends.add(topic_id, partition, end, records, now_ms, producer)
+        if entry is None:
+            appends.add_lease(topic_id, partition, batch.producer_id, end, now_ms)
+        count = batch.record_count
+        self._hot.appended(topic_id, partition, end + count)
+        staged.appended(key, entry, batch, end, now_ms)
+        if count == 1:
+            return [AppendResult(row.name, partition, end)]
+        name = row.name
+        return [AppendResult(name, partition, offset) for offset in range(end, end + count)]
 
     def _check_new_pid(self, conn: sqlite3.Connection, batch: Batch) -> None:
         """A pid's first batch on a partition: it must have been leased."""
@@ -352,17 +340,20 @@ class Engine:
             )
 
     def _duplicates(
-        self, conn: sqlite3.Connection, row: logs.TopicRow, partition: int, batch: Batch
+        self,
+        conn: sqlite3.Connection,
+        row: logs.TopicRow,
+        partition: int,
+        entry: ProducerEntry,
+        batch: Batch,
+        appends: logs.Appends,
     ) -> list[AppendResult]:
-        """The original offsets of a batch that is already in the log."""
-        results = []
-        for sequence in range(batch.first_sequence, batch.last_sequence + 1):
-            offset = producer_store.offset_of_sequence(
-                conn, row.topic_id, partition, batch.producer_id, sequence
-            )
-            assert offset is not None, "a duplicate's batch header is in the log"
-            results.append(AppendResult(row.name, partition, offset, duplicate=True))
-        return results
+        """The original offsets of a batch that is already in the log, found in the
+        records (a duplicate is the rare path: it pays for a search so that an append
+        keeps nothing in memory but the pid's state)."""
+        appends.flush(conn)  # the original may be earlier in this transaction
+        offsets = self.producers.original_offsets(conn, row.topic_id, partition, entry, batch)
+        return [AppendResult(row.name, partition, offset, duplicate=True) for offset in offsets]
 
     # producers ----------------------------------------------------------------------
 
@@ -677,6 +668,7 @@ class Engine:
 
 
 _PENDING = AppendResult("", -1, -1)
+_DUPLICATE = Verdict.DUPLICATE
 
 
 def _bounded(max_records: int | None, records_max: int) -> int:

@@ -1,16 +1,24 @@
 """The engine's producer state: which (pid, partition) is at which generation and
-sequence, derived from the log's batch headers only.
+sequence, derived from the log's records (their producer fields) and the lease rows.
 
 - The state lives in memory (`ProducerTable`) together with the offset each partition
   has been replayed to. Before every decision on a partition, inside the writer
-  transaction, the table replays the batch headers it has not seen yet; that is how a
-  start rebuilds it (from the newest snapshot, or from offset 0) and how a process sees
-  what other processes sharing the data directory appended.
+  transaction, the table replays the records it has not seen yet (one row per pid: its
+  newest record is its state); that is how a start rebuilds it (from the newest
+  snapshot, or from offset 0) and how a process sees what other processes sharing the
+  data directory appended.
+- An idempotent commit writes nothing but its records, except a pid's first batch on a
+  partition, which also writes the pid's lease row (when its lease began and its first
+  offset): the records cannot say when the broker appended them.
+- A duplicate's original offsets are looked up in the records, between the pid's first
+  offset and the highest offset its sequences can have (see `original_offsets`). That
+  search is the price of the rare path; an append keeps nothing in memory but state.
 - Changes are staged (`Staged`) during the transaction, per request with savepoints,
   and reach the table only after COMMIT returns.
 - At most producer_ids_max entries are kept in memory; the one that entered first goes
   first, and every eviction is counted (fencelog status shows it). Eviction bounds
-  memory, not what the broker knows: an evicted pid is rebuilt from its batch headers.
+  memory, not what the broker knows: an evicted pid is rebuilt from its lease row and
+  its newest record.
 - A snapshot stores the table with its offset vector; losing every snapshot costs only
   replay time.
 """
@@ -32,7 +40,6 @@ from broker.errors import BrokerError, ErrorCode
 from broker.limits import Limits
 from broker.storage import producers as store
 from broker.storage.database import Database
-from broker.storage.producers import BatchHeader
 
 Key = tuple[int, int, int]  # topic_id, partition, producer_id
 Part = tuple[int, int]  # topic_id, partition
@@ -142,10 +149,8 @@ class ProducerTable:
             lease_end = now_ms + self.limits.pid_lease_ms
             return Lease(self.new_pid(conn), generation, 0, lease_end, now_ms)
         entry = staged.get((topic_id, partition, pid))
-        if entry is None:  # evicted from memory? the batch headers still know it
-            found = store.entry_from_headers(conn, topic_id, partition, pid)
-            if found is not None:
-                entry = ProducerEntry(pid, found[0], found[1], found[2], found[3])
+        if entry is None:  # evicted from memory? the log still knows it
+            entry = self.entry_from_log(conn, topic_id, partition, pid)
         if entry is None:
             code = ErrorCode.PID_EXPIRED if self.known_pid(conn, pid) else ErrorCode.UNKNOWN_PID
             raise BrokerError(
@@ -170,21 +175,67 @@ class ProducerTable:
             )
         return Lease(pid, entry.generation, entry.high_water_sequence, expire_ms, now_ms)
 
+    # the log ----------------------------------------------------------------------------
+
+    def entry_from_log(
+        self, conn: sqlite3.Connection, topic_id: int, partition: int, pid: int
+    ) -> ProducerEntry | None:
+        """A pid's state rebuilt from its lease row and newest record, or None if it never
+        wrote to the partition: eviction from memory never makes the broker forget what a
+        pid wrote, so a late retry is still a duplicate. A rare path: the search runs back
+        from the log end, at worst to the pid's first record."""
+        lease = store.lease_of(conn, topic_id, partition, pid)
+        if lease is None:
+            return None
+        last = store.last_record_of(conn, topic_id, partition, pid, lease.first_offset)
+        assert last is not None, "a lease row is written with the pid's first records"
+        return ProducerEntry(pid, last.generation, last.sequence, lease.first_ms, last.offset)
+
+    def original_offsets(
+        self,
+        conn: sqlite3.Connection,
+        topic_id: int,
+        partition: int,
+        entry: ProducerEntry,
+        batch: Batch,
+    ) -> list[int]:
+        """A duplicate batch's original offsets, found in the records. A pid's sequences
+        1..H sit at increasing offsets from its first offset to entry.last_offset (H's),
+        one offset each, so sequence s is no later than last_offset - (H - s): the search
+        runs from there down and stops once it has every sequence of the batch."""
+        lease = store.lease_of(conn, topic_id, partition, batch.producer_id)
+        assert lease is not None, "a pid with state on a partition has a lease row there"
+        highest = entry.last_offset - (entry.high_water_sequence - batch.last_sequence)
+        found = store.offsets_of_sequences(
+            conn,
+            topic_id,
+            partition,
+            batch.producer_id,
+            (batch.first_sequence, batch.last_sequence),
+            (lease.first_offset, highest),
+        )
+        assert len(found) == batch.record_count, (
+            "every sequence up to the high-water mark is logged"
+        )
+        return [found[s] for s in range(batch.first_sequence, batch.last_sequence + 1)]
+
     # changes --------------------------------------------------------------------------
 
     def stage(self) -> Staged:
         return Staged(self)
 
     def _commit(self, staged: Staged) -> None:
+        entries = self.entries
         for key, entry in staged.changes.items():
-            if key not in self.entries:  # enters the table now (first seen, or came back)
+            if key not in entries:  # enters the table now (first seen, or came back)
                 entered_ms = staged.last_ms.get(key, entry.first_record_ms)
                 self._last_ms[key] = entered_ms
                 heapq.heappush(self._by_age, (entered_ms, next(self._order), key))
-            self.entries[key] = entry
-        self.replayed.update(staged.replayed)
+            entries[key] = entry
+        if staged.replayed:
+            self.replayed.update(staged.replayed)
         self.records_since_snapshot += staged.appended_records
-        while len(self.entries) > self.limits.producer_ids_max:
+        while len(entries) > self.limits.producer_ids_max:
             self._evict_oldest()
 
     def _evict_oldest(self) -> None:
@@ -227,38 +278,53 @@ class Staged:
     def get(self, key: Key) -> ProducerEntry | None:
         return self.changes.get(key) or self.table.entries.get(key)
 
+    def entry(self, conn: sqlite3.Connection, key: Key, end: int) -> ProducerEntry | None:
+        """The pid's entry once the table has replayed its partition up to end (the log
+        end); None if the table does not hold it (new here, or evicted)."""
+        part = (key[0], key[1])
+        replayed = self.replayed.get(part)
+        if (self.table.replayed.get(part, 0) if replayed is None else replayed) != end:
+            self.catch_up(conn, key[0], key[1], end)
+        return self.changes.get(key) or self.table.entries.get(key)
+
     def catch_up(self, conn: sqlite3.Connection, topic_id: int, partition: int, end: int) -> None:
-        """Replay the batch headers of this partition that the table has not seen."""
+        """Replay the records of this partition that the table has not seen: each pid's
+        newest one is its state."""
         part = (topic_id, partition)
         start = self.replayed.get(part, self.table.replayed.get(part, 0))
         if start < end:
-            for header in store.batches_after(conn, topic_id, partition, start):
-                self._apply(conn, topic_id, partition, header)
+            for last in store.last_records_after(conn, topic_id, partition, start):
+                self._replay(conn, topic_id, partition, last)
         self.replayed[part] = max(start, end)
 
-    def _apply(
-        self, conn: sqlite3.Connection, topic_id: int, partition: int, header: BatchHeader
+    def _replay(
+        self, conn: sqlite3.Connection, topic_id: int, partition: int, last: store.LastRecord
     ) -> None:
-        key = (topic_id, partition, header.producer_id)
-        count = header.last_sequence - header.first_sequence + 1
-        batch = Batch(header.producer_id, header.generation, header.first_sequence, count)
+        key = (topic_id, partition, last.producer_id)
         entry = self.get(key)
-        first_ms = header.append_ms
-        if entry is None:  # new here, or evicted earlier: its lease began at its first record
-            first_ms = (
-                store.first_append_ms(conn, topic_id, partition, header.producer_id) or first_ms
-            )
-        self.changes[key] = after_append(entry, batch, first_ms, header.base_offset + count - 1)
+        if entry is not None:
+            first_ms = entry.first_record_ms
+        else:  # new here, or evicted earlier: its lease began at its first record
+            lease = store.lease_of(conn, topic_id, partition, last.producer_id)
+            # (no lease row: a log written without one; its newest record's time is all)
+            first_ms = last.timestamp_ms if lease is None else lease.first_ms
+        self.changes[key] = ProducerEntry(
+            last.producer_id, last.generation, last.sequence, first_ms, last.offset
+        )
         if key not in self.table.entries:
-            self.last_ms.setdefault(key, header.append_ms)  # when it enters the table
+            self.last_ms.setdefault(key, last.timestamp_ms)  # when it enters the table
 
     def appended(
-        self, conn: sqlite3.Connection, topic_id: int, partition: int, header: BatchHeader
+        self, key: Key, entry: ProducerEntry | None, batch: Batch, base_offset: int, now_ms: int
     ) -> None:
-        """A batch this transaction appends (its header is written with the records)."""
-        self._apply(conn, topic_id, partition, header)
-        count = header.last_sequence - header.first_sequence + 1
-        self.replayed[(topic_id, partition)] = header.base_offset + count
+        """A batch this transaction appends at base_offset, the log end; entry is the
+        pid's state before it."""
+        count = batch.record_count
+        end = base_offset + count
+        self.changes[key] = after_append(entry, batch, now_ms, end - 1)
+        if key not in self.table.entries:
+            self.last_ms.setdefault(key, now_ms)  # when it enters the table
+        self.replayed[(key[0], key[1])] = end
         self.appended_records += count
 
     def advanced(self, topic_id: int, partition: int, base_offset: int, end: int) -> None:

@@ -200,7 +200,7 @@ def reference(  # noqa: PLR0911 - one return per rule, on purpose
         return ErrorCode.FENCED
     if sent.generation > entry.generation + 1:
         return ErrorCode.INVALID_GENERATION
-    last = sent.first_sequence + sent.count - 1
+    last = sent.first_sequence + sent.record_count - 1
     if sent.first_sequence == entry.high_water_sequence + 1:
         return Verdict.APPEND
     if last <= entry.high_water_sequence:
@@ -243,7 +243,7 @@ def test_decide_agrees_with_the_rules_written_out(
     assert verdict == expected
     if verdict is Verdict.APPEND:
         after = after_append(entry, sent, now_ms, last_offset=500)
-        assert after.high_water_sequence == sent.first_sequence + sent.count - 1
+        assert after.high_water_sequence == sent.first_sequence + sent.record_count - 1
         assert after.generation == sent.generation
         assert after.first_record_ms == (entry.first_record_ms if entry else now_ms)
         assert decide(after, sent, now_ms, LEASE_MS) is Verdict.DUPLICATE  # a retry

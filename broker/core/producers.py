@@ -13,18 +13,20 @@ sequence s and n records:
 - a pid with no state on the partition starts at H = 0, so its first batch has s = 1.
 - a pid's lease lasts pid_lease_ms from its first record on the partition; a batch after
   that gets PID_EXPIRED, never a silent accept.
+
+ProducerEntry and Batch are NamedTuples, as NewRecord is: one of each is built for every
+idempotent append, and a frozen dataclass costs about a microsecond more to build.
 """
 
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from broker.errors import BrokerError, ErrorCode
 
 
-@dataclass(frozen=True, slots=True)
-class ProducerEntry:
+class ProducerEntry(NamedTuple):
     """The state of one pid on one partition, as rebuilt from the log."""
 
     producer_id: int
@@ -42,16 +44,18 @@ class Verdict(enum.Enum):
     DUPLICATE = "duplicate"
 
 
-@dataclass(frozen=True, slots=True)
-class Batch:
+APPEND, DUPLICATE = Verdict.APPEND, Verdict.DUPLICATE  # module globals: no enum lookup
+
+
+class Batch(NamedTuple):
     producer_id: int
     generation: int
     first_sequence: int
-    count: int
+    record_count: int
 
     @property
     def last_sequence(self) -> int:
-        return self.first_sequence + self.count - 1
+        return self.first_sequence + self.record_count - 1
 
 
 def check_batch_fields(batch: Batch) -> None:
@@ -73,23 +77,24 @@ def check_batch_fields(batch: Batch) -> None:
 
 def decide(entry: ProducerEntry | None, batch: Batch, now_ms: int, pid_lease_ms: int) -> Verdict:
     """Append, or a duplicate; anything else raises the BrokerError to answer with."""
-    generation = entry.generation if entry else batch.generation
-    high_water = entry.high_water_sequence if entry else 0
-    details = {"producer_id": batch.producer_id}
-    if entry is not None and now_ms >= entry.expires_ms(pid_lease_ms):
+    if entry is None:
+        generation, high_water = batch.generation, 0
+    elif now_ms >= entry.first_record_ms + pid_lease_ms:
         raise BrokerError(
             ErrorCode.PID_EXPIRED,
             f"producer id {batch.producer_id}'s lease ended at {entry.expires_ms(pid_lease_ms)}",
-            **details,
+            producer_id=batch.producer_id,
             expired_ms=entry.expires_ms(pid_lease_ms),
             hint="lease a new pid (fencelog lease-pid) and start again at sequence 1",
         )
+    else:
+        generation, high_water = entry.generation, entry.high_water_sequence
     if batch.generation < generation:
         raise BrokerError(
             ErrorCode.FENCED,
             f"producer {batch.producer_id} generation {batch.generation} is older than the "
             f"stored {generation}: a newer instance of this producer took over",
-            **details,
+            producer_id=batch.producer_id,
             stored_generation=generation,
             received_generation=batch.generation,
         )
@@ -98,28 +103,28 @@ def decide(entry: ProducerEntry | None, batch: Batch, now_ms: int, pid_lease_ms:
             ErrorCode.INVALID_GENERATION,
             f"producer {batch.producer_id} generation {batch.generation} skips ahead of the "
             f"stored {generation} (at most {generation + 1})",
-            **details,
+            producer_id=batch.producer_id,
             stored_generation=generation,
             received_generation=batch.generation,
         )
     expected = high_water + 1
     if batch.first_sequence == expected:
-        return Verdict.APPEND
+        return APPEND
     if batch.first_sequence < expected:
         if batch.last_sequence > high_water:
             raise BrokerError(
                 ErrorCode.OUT_OF_ORDER_SEQUENCE,
                 f"batch {batch.first_sequence}..{batch.last_sequence} straddles the "
                 f"high-water mark {high_water}",
-                **details,
+                producer_id=batch.producer_id,
                 expected_sequence=expected,
                 received_sequence=batch.first_sequence,
             )
-        return Verdict.DUPLICATE
+        return DUPLICATE
     raise BrokerError(
         ErrorCode.OUT_OF_ORDER_SEQUENCE,
         f"producer {batch.producer_id} sent sequence {batch.first_sequence}, expected {expected}",
-        **details,
+        producer_id=batch.producer_id,
         expected_sequence=expected,
         received_sequence=batch.first_sequence,
         hint="resend every unacknowledged batch in order",
@@ -129,7 +134,7 @@ def decide(entry: ProducerEntry | None, batch: Batch, now_ms: int, pid_lease_ms:
 def after_append(
     entry: ProducerEntry | None, batch: Batch, now_ms: int, last_offset: int
 ) -> ProducerEntry:
-    """The entry once the batch is in the log (also used to replay the log)."""
+    """The entry once the batch is in the log, ending at last_offset."""
     first_record_ms = entry.first_record_ms if entry else now_ms
     return ProducerEntry(
         batch.producer_id, batch.generation, batch.last_sequence, first_record_ms, last_offset

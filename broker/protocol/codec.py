@@ -380,7 +380,7 @@ def entries_to_wire(entries: Sequence[tuple[int, ProducerEntry]]) -> list[tuple[
 
 
 def entries_from_wire(wire: Sequence[Sequence[int]]) -> list[tuple[int, ProducerEntry]]:
-    return [(row[0], ProducerEntry(*row[1:])) for row in wire]
+    return [(p, ProducerEntry(pid, g, s, ms, o)) for p, pid, g, s, ms, o in wire]
 
 
 def snapshots_to_wire(rows: Sequence[SnapshotRow]) -> list[tuple[int, ...]]:

@@ -13,8 +13,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from itertools import repeat
 
+from broker.storage import producers as producer_store
 from broker.storage.database import EMPTY_HEADERS, decode_headers, encode_headers
-from broker.storage.producers import BatchHeader
 from broker.storage.queries import Q
 from broker.types import NewRecord, PartitionInfo, ProducerFields, Record
 
@@ -59,7 +59,7 @@ def all_topics(conn: sqlite3.Connection) -> list[TopicRow]:
 def delete_topic(conn: sqlite3.Connection, topic: TopicRow) -> None:
     conn.execute(Q["records_delete_topic"], (topic.topic_id,))
     conn.execute(Q["txn_data_delete_topic"], (topic.topic_id,))
-    conn.execute(Q["batches_delete_topic"], (topic.topic_id,))
+    conn.execute(Q["leases_delete_topic"], (topic.topic_id,))
     conn.execute(Q["offsets_delete_topic"], (topic.topic_id,))
     conn.execute(Q["access_delete_topic"], (topic.topic_id,))
     conn.execute(Q["attachments_delete_topic"], (topic.topic_id,))
@@ -84,20 +84,20 @@ def end_offset(conn: sqlite3.Connection, topic: TopicRow, partition: int) -> int
 
 class Appends:
     """The appends of one write transaction, held back and written by flush() in a few
-    statements: one insert of every record row, one of every batch header, one update
-    per partition. Whoever reads the log or the batch headers inside the transaction
-    flushes first."""
+    statements: one insert of every record row, one update per partition, and the lease
+    row of any pid writing its first batch to a partition. Whoever reads the log or the
+    lease rows inside the transaction flushes first."""
 
-    __slots__ = ("batches", "ends", "plain", "records")
+    __slots__ = ("ends", "leases", "plain", "records")
 
     def __init__(self) -> None:
         self.records: list[tuple[object, ...]] = []
         self.plain: list[tuple[object, ...]] = []  # no key, headers or transaction
-        self.batches: list[tuple[int, ...]] = []
+        self.leases: list[tuple[int, int, int, int, int]] = []
         self.ends: dict[tuple[int, int], list[int]] = {}  # part: [records, bytes]
 
     def __len__(self) -> int:
-        return len(self.records) + len(self.plain) + len(self.batches)
+        return len(self.records) + len(self.plain) + len(self.leases)
 
     def add(
         self,
@@ -156,19 +156,11 @@ class Appends:
         end[0] += len(records)
         end[1] += _stored_bytes(records)
 
-    def add_batch(self, topic_id: int, partition: int, header: BatchHeader) -> None:
-        self.batches.append(
-            (
-                topic_id,
-                partition,
-                header.base_offset,
-                header.producer_id,
-                header.generation,
-                header.first_sequence,
-                header.last_sequence,
-                header.append_ms,
-            )
-        )
+    def add_lease(
+        self, topic_id: int, partition: int, producer_id: int, first_offset: int, now_ms: int
+    ) -> None:
+        """A pid's first batch on the partition starts at first_offset: its lease starts."""
+        self.leases.append((topic_id, partition, producer_id, first_offset, now_ms))
 
     def flush(self, conn: sqlite3.Connection) -> None:
         if self.records:
@@ -177,9 +169,9 @@ class Appends:
         if self.plain:
             conn.executemany(Q["record_insert_plain"], self.plain)
             self.plain.clear()
-        if self.batches:
-            conn.executemany(Q["batch_insert"], self.batches)
-            self.batches.clear()
+        if self.leases:
+            producer_store.insert_leases(conn, self.leases)
+            self.leases.clear()
         if self.ends:
             conn.executemany(
                 Q["partition_advance"],

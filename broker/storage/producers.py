@@ -1,4 +1,5 @@
-"""Producer batch headers, id counters, producer snapshots and consumer offsets: rows."""
+"""Producer state as the records hold it, lease rows, id counters, producer snapshots and
+consumer offsets: rows."""
 
 from __future__ import annotations
 
@@ -9,13 +10,22 @@ from broker.storage.queries import Q
 
 
 @dataclass(frozen=True, slots=True)
-class BatchHeader:
-    base_offset: int
+class LeaseRow:
+    """Where and when a pid's first record on a partition was appended."""
+
+    first_offset: int
+    first_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class LastRecord:
+    """A pid's newest record in a stretch of a partition's log."""
+
     producer_id: int
+    offset: int
     generation: int
-    first_sequence: int
-    last_sequence: int
-    append_ms: int
+    sequence: int
+    timestamp_ms: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,21 +45,52 @@ class OffsetRow:
     committed_ms: int
 
 
-def batches_after(
+def last_records_after(
     conn: sqlite3.Connection, topic_id: int, partition: int, offset: int
-) -> list[BatchHeader]:
-    rows = conn.execute(Q["batches_after"], (topic_id, partition, offset))
-    return [BatchHeader(*row) for row in rows]
+) -> list[LastRecord]:
+    """Each idempotent pid's newest record at or after offset, oldest first."""
+    rows = conn.execute(Q["records_last_of_producers"], (topic_id, partition, offset))
+    return [LastRecord(*row) for row in rows]
 
 
-def offset_of_sequence(
-    conn: sqlite3.Connection, topic_id: int, partition: int, producer_id: int, sequence: int
-) -> int | None:
-    """The offset the record with this (pid, sequence) was appended at, if known."""
+def last_record_of(
+    conn: sqlite3.Connection, topic_id: int, partition: int, producer_id: int, first_offset: int
+) -> LastRecord | None:
+    """A pid's newest record, searched from the log end back to first_offset."""
     row = conn.execute(
-        Q["batch_with_sequence"], (topic_id, partition, producer_id, sequence)
+        Q["record_last_of_producer"], (topic_id, partition, first_offset, producer_id)
     ).fetchone()
-    return None if row is None else int(row[0]) + sequence - int(row[1])
+    return None if row is None else LastRecord(producer_id, *row)
+
+
+def offsets_of_sequences(
+    conn: sqlite3.Connection,
+    topic_id: int,
+    partition: int,
+    producer_id: int,
+    sequences: tuple[int, int],
+    offsets: tuple[int, int],
+) -> dict[int, int]:
+    """{sequence: offset} of a pid's records with sequences in the closed range, searched
+    between the offsets given (both included), from the higher one down."""
+    first, last = sequences
+    rows = conn.execute(
+        Q["records_of_sequences"],
+        (topic_id, partition, *offsets, producer_id, first, last, last - first + 1),
+    )
+    return dict(rows.fetchall())
+
+
+def insert_leases(conn: sqlite3.Connection, rows: list[tuple[int, int, int, int, int]]) -> None:
+    """(topic_id, partition, producer_id, first_offset, first_ms) of pids' first batches."""
+    conn.executemany(Q["lease_insert"], rows)
+
+
+def lease_of(
+    conn: sqlite3.Connection, topic_id: int, partition: int, producer_id: int
+) -> LeaseRow | None:
+    row = conn.execute(Q["lease_of_producer"], (topic_id, partition, producer_id)).fetchone()
+    return None if row is None else LeaseRow(*row)
 
 
 def counter(conn: sqlite3.Connection, name: str) -> int:
@@ -99,26 +140,6 @@ def commit_offset(
 
 def offsets_of(conn: sqlite3.Connection, group: str, topic_id: int) -> list[OffsetRow]:
     return [OffsetRow(*row) for row in conn.execute(Q["offsets_of_group"], (group, topic_id))]
-
-
-def entry_from_headers(
-    conn: sqlite3.Connection, topic_id: int, partition: int, producer_id: int
-) -> tuple[int, int, int, int] | None:
-    """(generation, last sequence, first append_ms, last offset) of a pid on a partition,
-    from its batch headers alone, or None if it never wrote there."""
-    first_ms = first_append_ms(conn, topic_id, partition, producer_id)
-    if first_ms is None:
-        return None
-    last = conn.execute(Q["batch_last_of_producer"], (topic_id, partition, producer_id)).fetchone()
-    return int(last[0]), int(last[1]), first_ms, int(last[2])
-
-
-def first_append_ms(
-    conn: sqlite3.Connection, topic_id: int, partition: int, producer_id: int
-) -> int | None:
-    """When a pid's first record on a partition was appended: its lease starts there."""
-    row = conn.execute(Q["batch_first_append_ms"], (topic_id, partition, producer_id)).fetchone()
-    return None if row is None else int(row[0])
 
 
 def set_group_state(

@@ -106,25 +106,45 @@ LIMIT ?2;
 -- name: group_holdings
 SELECT resource, generation, holder FROM ownership WHERE group_name = ? ORDER BY resource;
 
--- name: batch_insert
-INSERT INTO producer_batches (topic_id, partition, base_offset, producer_id, generation,
-                              first_sequence, last_sequence, append_ms)
-VALUES (?, ?, ?, ?, ?, ?, ?, ?);
+-- name: lease_insert
+INSERT INTO producer_leases (topic_id, partition, producer_id, first_offset, first_ms)
+VALUES (?, ?, ?, ?, ?);
 
--- name: batches_after
-SELECT base_offset, producer_id, generation, first_sequence, last_sequence, append_ms
-FROM producer_batches
-WHERE topic_id = ? AND partition = ? AND base_offset >= ?
-ORDER BY base_offset;
+-- name: lease_of_producer
+SELECT first_offset, first_ms FROM producer_leases
+WHERE topic_id = ? AND partition = ? AND producer_id = ?;
 
--- name: batch_with_sequence
-SELECT base_offset, first_sequence FROM producer_batches
-WHERE topic_id = ? AND partition = ? AND producer_id = ? AND first_sequence <= ?
-ORDER BY first_sequence DESC
+-- name: leases_delete_topic
+DELETE FROM producer_leases WHERE topic_id = ?;
+
+-- name: records_last_of_producers
+-- Each idempotent pid's newest record from an offset on: its generation, sequence and
+-- offset are its state. sequence > 0 marks an idempotent append (a plain record has
+-- pid 0, a transaction's has sequence 0). SQLite takes the bare columns of a max()
+-- aggregate from the row holding the maximum.
+SELECT producer_id, max(offset), generation, sequence, timestamp_ms
+FROM records
+WHERE topic_id = ? AND partition = ? AND offset >= ? AND sequence > 0
+GROUP BY producer_id
+ORDER BY 2;
+
+-- name: record_last_of_producer
+-- An evicted pid's newest record: a scan back from the log end to its first record.
+SELECT offset, generation, sequence, timestamp_ms
+FROM records
+WHERE topic_id = ?1 AND partition = ?2 AND offset >= ?3 AND producer_id = ?4 AND sequence > 0
+ORDER BY offset DESC
 LIMIT 1;
 
--- name: batches_delete_topic
-DELETE FROM producer_batches WHERE topic_id = ?;
+-- name: records_of_sequences
+-- A duplicate's originals: a pid's sequences ?6..?7 between offsets ?3..?4, from the
+-- higher offset down, stopping once all ?8 are found.
+SELECT sequence, offset
+FROM records
+WHERE topic_id = ?1 AND partition = ?2 AND offset BETWEEN ?3 AND ?4
+  AND producer_id = ?5 AND sequence BETWEEN ?6 AND ?7
+ORDER BY offset DESC
+LIMIT ?8;
 
 -- name: offsets_delete_topic
 DELETE FROM consumer_offsets WHERE topic_id = ?;
@@ -207,12 +227,6 @@ WHERE topic_id = ?2 AND partition = ?3 AND offset IN (
     GROUP BY key)
 ORDER BY offset;
 
--- name: batch_last_of_producer
-SELECT generation, last_sequence, base_offset + last_sequence - first_sequence
-FROM producer_batches
-WHERE topic_id = ? AND partition = ? AND producer_id = ?
-ORDER BY first_sequence DESC LIMIT 1;
-
 -- name: topic_insert_with_id
 INSERT INTO topics (topic_id, name, partitions, created_ms, owner_group) VALUES (?, ?, ?, ?, ?);
 
@@ -229,11 +243,6 @@ VALUES (?, ?, ?, ?, ?, ?, ?);
 
 -- name: offsets_state_put
 UPDATE consumer_offsets SET producer_state = ? WHERE group_name = ? AND topic_id = ?;
-
--- name: batch_first_append_ms
-SELECT append_ms FROM producer_batches
-WHERE topic_id = ? AND partition = ? AND producer_id = ?
-ORDER BY first_sequence LIMIT 1;
 
 -- name: txn_insert
 INSERT INTO txns (txn_id, group_name, txn_key, journal, state, began_ms, deadline_ms)
