@@ -276,11 +276,11 @@ class Server:
         if connections:
             await asyncio.wait([c.closed for c in connections], timeout=grace_s)
         for connection in connections:
-            connection.abort()
-        while self._ending or any(not c.closed.done() for c in connections):
-            await asyncio.sleep(0)
-            if self._ending:
-                await asyncio.gather(*self._ending, return_exceptions=True)
+            connection.abort()  # past the grace period; connection_lost follows
+        if connections:
+            await asyncio.wait([c.closed for c in connections], timeout=grace_s)
+        if self._ending:  # the sessions those connections held end in the engine first
+            await asyncio.wait(self._ending, timeout=grace_s)
         for task in self._background:
             task.cancel()
         await asyncio.gather(*self._background, return_exceptions=True)
