@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import cast
+from typing import TYPE_CHECKING, Final, cast
 
 from broker import backup
 from broker.core import ownership as ownership_rules
@@ -48,7 +48,13 @@ from broker.types import (
     TopicInfo,
 )
 
+if TYPE_CHECKING:  # pyarrow comes with the spark extra; fetch_arrow imports it
+    import pyarrow as pa
+
 Clock = Callable[[], int]
+# A columnar page is concatenated inside SQLite up to this many times read_bytes_max;
+# a larger one is read as rows (broker/storage/columnar.py).
+COLUMNAR_CONCAT: Final = 2
 
 
 @dataclass(frozen=True, slots=True)
@@ -507,17 +513,41 @@ class Engine:
             row = self._topic(conn, topic)
             for partition, offset in positions.items():
                 record_rules.check_partition(topic, partition, row.partitions)
-                if offset < 0:
-                    raise BrokerError(
-                        ErrorCode.INVALID_ARGUMENT,
-                        f"offsets start at 0, not {offset}",
-                        offset=offset,
-                    )
+                _check_offset(offset)
                 rows = logs.read_rows(conn, row, partition, offset, limit - len(found))
                 found += _within_bytes(rows, self.limits.read_bytes_max)
                 if len(found) >= limit:
                     break
         return found
+
+    def fetch_arrow(
+        self,
+        topic: str,
+        partition: int,
+        offset: int,
+        max_records: int | None,
+        fences: Sequence[Fence] = (),
+    ) -> pa.RecordBatch:
+        """fetch_rows() of one partition as an Arrow record batch
+        (broker/storage/columnar.py ARROW_SCHEMA), built by SQLite without a Python
+        object per record; no rows past the end. Needs pyarrow (the spark extra)."""
+        from broker.storage import columnar  # pyarrow: only for columnar readers
+
+        limit = _bounded(max_records, self.limits.read_records_max)
+        bytes_max = self.limits.read_bytes_max
+        with self.database.read() as conn:
+            if fences:
+                self.owners.check_fences(conn, fences)
+            row = self._topic(conn, topic)
+            record_rules.check_partition(topic, partition, row.partitions)
+            _check_offset(offset)
+            batch = columnar.read_page(
+                conn, row, partition, offset, limit, bytes_max, COLUMNAR_CONCAT * bytes_max
+            )
+            if batch is not None:
+                return batch
+            rows = logs.read_rows(conn, row, partition, offset, limit)
+            return columnar.rows_to_arrow(topic, _within_bytes(rows, bytes_max))
 
     # transactions -------------------------------------------------------------------
 
@@ -687,6 +717,13 @@ def _bounded(max_records: int | None, records_max: int) -> int:
             ErrorCode.INVALID_ARGUMENT, f"max_records must be >= 0, not {max_records}"
         )
     return min(max_records, records_max)
+
+
+def _check_offset(offset: int) -> None:
+    if offset < 0:
+        raise BrokerError(
+            ErrorCode.INVALID_ARGUMENT, f"offsets start at 0, not {offset}", offset=offset
+        )
 
 
 def _within_bytes(found: list[logs.Row], bytes_max: int) -> list[logs.Row]:
