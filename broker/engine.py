@@ -70,6 +70,7 @@ ProduceOutcome = list[AppendResult] | BrokerError
 _ROW_KEY = operator.itemgetter(logs.ROW_KEY)
 _ROW_VALUE = operator.itemgetter(logs.ROW_VALUE)
 _PARTITION = operator.itemgetter(3)
+_KEY = operator.itemgetter(1)
 
 
 def wall_clock_ms() -> int:
@@ -688,6 +689,8 @@ class Engine:
     def _route(self, row: logs.TopicRow, records: Sequence[NewRecord]) -> dict[int, Sequence[int]]:
         """Each record's partition, as {partition: [indexes into records]}."""
         named = set(map(_PARTITION, records))
+        if named == {None} and list(map(_KEY, records)).count(None) == len(records):
+            return self._round_robin_ranges(row.partitions, len(records))
         if len(named) == 1 and (partition := named.pop()) is not None:  # all to one
             if not 0 <= partition < row.partitions:
                 record_rules.check_partition(row.name, partition, row.partitions)
@@ -703,6 +706,17 @@ class Engine:
             elif not 0 <= partition < row.partitions:
                 record_rules.check_partition(row.name, partition, row.partitions)
             by_partition.setdefault(partition, []).append(index)
+        return cast(dict[int, Sequence[int]], by_partition)
+
+    def _round_robin_ranges(self, partitions: int, count: int) -> dict[int, Sequence[int]]:
+        """Records without key or partition, each to the next partition in turn (as
+        choose_partition would send them one by one), as ranges of indexes."""
+        first = self._round_robin
+        self._round_robin += count
+        by_partition = {
+            (first + start) % partitions: range(start, count, partitions)
+            for start in range(min(partitions, count))
+        }
         return cast(dict[int, Sequence[int]], by_partition)
 
 

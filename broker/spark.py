@@ -41,6 +41,7 @@ import json
 import os
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from itertools import repeat
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
@@ -382,6 +383,9 @@ def check_write_schema(schema: StructType) -> None:
 
 def records_of(batch: pa.RecordBatch, default_topic: str | None) -> dict[str, list[NewRecord]]:
     """A record batch's rows as records, by topic."""
+    names = batch.schema.names
+    if "topic" not in names and "headers" not in names and default_topic is not None:
+        return {default_topic: _column_records(batch)}
     columns = {name: batch.column(name).to_pylist() for name in batch.schema.names}
     rows = batch.num_rows
     values = columns["value"]
@@ -407,6 +411,25 @@ def records_of(batch: pa.RecordBatch, default_topic: str | None) -> dict[str, li
             )
         )
     return by_topic
+
+
+def _column_records(batch: pa.RecordBatch) -> list[NewRecord]:
+    """The usual batch (value, and maybe key and partition) as records, made column by
+    column in C: no Python code runs per row."""
+    names = batch.schema.names
+    values = batch.column("value")
+    if values.null_count:
+        raise _option_error("a row has a null value; fencelog records need one")
+    keys = _binary_list(batch.column("key")) if "key" in names else repeat(None)
+    partitions = batch.column("partition").to_pylist() if "partition" in names else repeat(None)
+    fields = zip(_binary_list(values), keys, repeat(()), partitions, repeat(None))
+    return list(map(tuple.__new__, repeat(NewRecord), fields))
+
+
+def _binary_list(column: pa.Array) -> list[bytes | None]:
+    """A binary or string column's items as bytes (strings as their UTF-8)."""
+    binary: list[bytes | None] = column.cast(pa.binary()).to_pylist()
+    return binary
 
 
 def _bytes(value: bytes | str) -> bytes:
