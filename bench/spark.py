@@ -22,13 +22,13 @@ Rules:
   every micro-batch after the first over the sum of their triggerExecution times.
 - Ceilings, in the same rounds: `bench_memory`, a Python data source that re-yields one
   pre-built Arrow batch of 10,000 rows shaped exactly like the connector's (the same
-  12 columns, built by broker.spark.rows_to_arrow) -> noop, and the same as a stream with the
-  same cap; `bench_count`, a Python Arrow sink that only counts rows (batch and stream).
-  In each round the ceiling and fencelog take turns, rotating which goes first; a
-  figure is the median of the rounds, the ratio median over median.
+  12 columns, built by broker.storage.columnar.rows_to_arrow) -> noop, and the same as
+  a stream with the same cap; `bench_count`, a Python Arrow sink that only counts rows
+  (batch and stream). In each round the ceiling and fencelog take turns, rotating which
+  goes first; a figure is the median of the rounds, the ratio median over median.
 - Every run is checked: the read counted once in the warm-up, the written topics' end
   offsets, the streams' input rows, the counting sinks' totals.
-- Profile, without Spark: the connector's own functions (read_range, rows_to_arrow,
+- Profile, without Spark: the connector's own functions (read_range, fetch_arrow,
   records_of, journal_rows) in this process, against the same broker, each stage timed
   alone, then under cProfile, as one Spark task would run them.
 """
@@ -72,6 +72,7 @@ from bench.measures import interleaved, median
 from bench.processes import ServerProcess, fencelog_server
 from bench.sections import Row, Section, rate, series, verdict
 from broker.client import Client, connect
+from broker.storage import columnar
 from broker.storage.database import EMPTY_HEADERS
 from broker.storage.logs import Row as StoredRow
 from broker.types import NewRecord
@@ -141,7 +142,7 @@ def memory_batch(shape: str) -> pa.RecordBatch:
         )
         for i in range(MEMORY_BATCH)
     ]
-    batch = connector.rows_to_arrow(INPUT, rows)
+    batch = columnar.rows_to_arrow(INPUT, rows)
     return batch if shape == "fencelog" else batch.select(["value"])
 
 
@@ -550,8 +551,10 @@ _PARTS: Final = {
     ("broker/spark.py", "read_range"): "read_range",
     ("broker/client.py", "Client.fetch_rows"): "client.fetch_rows",
     ("broker/storage/logs.py", "read_rows"): "SQLite SELECT",
-    ("broker/spark.py", "rows_to_arrow"): "rows_to_arrow",
-    ("broker/spark.py", "rows_to_arrow.<locals>.<listcomp>"): TO_ARROW_COMPS,
+    ("broker/client.py", "Client.fetch_arrow"): "client.fetch_arrow",
+    ("broker/storage/columnar.py", "read_page"): "columnar read_page",
+    ("broker/storage/columnar.py", "rows_to_arrow"): "rows_to_arrow",
+    ("broker/storage/columnar.py", "rows_to_arrow.<locals>.<listcomp>"): TO_ARROW_COMPS,
     ("broker/spark.py", "journal_rows"): "journal_rows",
     ("broker/spark.py", "records_of"): "records_of",
     ("broker/client.py", "Client.produce"): "client.produce",
@@ -637,13 +640,29 @@ class _Stages:
 PROFILE_PASSES: Final = 3  # each stage's figure is its fastest pass
 
 
+def _read_pages(client: Client, part: connector.OffsetRange, stages: _Stages) -> None:
+    """A range page by page: the columnar fetch, then the row path in its two parts."""
+    for low in range(part.start, part.end, connector.FETCH_RECORDS):
+        with stages.clock("client.fetch_arrow"):
+            client.fetch_arrow(INPUT, part.partition, low, max_records=connector.FETCH_RECORDS)
+    position = part.start
+    while position < part.end:
+        with stages.clock("client.fetch_rows"):
+            page = client.fetch_rows(
+                INPUT, {part.partition: position}, max_records=connector.FETCH_RECORDS
+            )
+        with stages.clock("rows_to_arrow"):
+            columnar.rows_to_arrow(INPUT, page)
+        position = page[-1][1] + 1
+
+
 def profile_connector(
     deployment: str, target: str, records: int, server: ServerProcess | None
 ) -> Profile:
     """One task's read of `records` records of partition 0 and write of as many rows,
     and the commit of those rows: each stage timed in PROFILE_PASSES passes (the
-    fastest counts), then once more under cProfile. A stage split in two (fetch /
-    rows_to_arrow, records_of / produce) is timed page by page, as the task runs it."""
+    fastest counts), then once more under cProfile. A stage split in parts (fetch_arrow;
+    fetch_rows / rows_to_arrow; records_of / produce) is timed page by page."""
     options = connector.Options.parse({"broker": target, "topic": INPUT})
     part = connector.OffsetRange(INPUT, 0, 0, records)
     batches = _value_batches(records, seed=89)
@@ -663,13 +682,7 @@ def profile_connector(
     def timed_pass(client: Client, index: int) -> dict[str, Stage]:
         stages = _Stages(records, server)
         stages.run("read_range", read_range)
-        position = part.start
-        while position < part.end:
-            with stages.clock("client.fetch_rows"):
-                page = client.fetch_rows(INPUT, {0: position}, max_records=connector.FETCH_RECORDS)
-            with stages.clock("rows_to_arrow"):
-                connector.rows_to_arrow(INPUT, page)
-            position = page[-1][1] + 1
+        _read_pages(client, part, stages)
         # records_of, then produce into a joined transaction (aborted afterwards)
         topic = f"profile-produce-{index}"
         client.create_topic(topic, PARTITIONS)
@@ -1062,14 +1075,15 @@ def _method(results: SparkResults) -> list[str]:
         "  `durationMs.triggerExecution`.",
         "- Ceilings: `bench_memory` (bench/spark.py), a Python data source of 2 partitions",
         f"  re-yielding one pre-built {MEMORY_BATCH:,}-row Arrow batch with the connector's",
-        "  12 columns (built by `broker.spark.rows_to_arrow`), -> noop, batch and stream (same",
+        "  12 columns (built by `columnar.rows_to_arrow`), -> noop, batch and stream (same",
         "  cap); `bench_count`, a `DataSourceArrowWriter` / `DataSourceStreamArrowWriter`",
         "  that only counts rows, fed the same `spark.range` values (batch) or the",
         "  memory stream's key, value, partition (stream). Ratio: fencelog's median over",
         f"  the ceiling's median, {sizes.rounds} rounds, turns rotating which goes first.",
         "- Profile (no Spark), one task's work in this process: `read_range` over one",
-        f"  partition's first {sizes.profile_records:,} records whole, then split into",
-        "  `client.fetch_rows` and `rows_to_arrow` timed page by page; `records_of` and the",
+        f"  partition's first {sizes.profile_records:,} records whole, then page by page",
+        "  `client.fetch_arrow` (what read_range calls), and the row path `client.fetch_rows`",
+        "  and `rows_to_arrow` (a served broker's, for now); `records_of` and the",
         "  produce of its records into a joined transaction, timed batch by batch (10,000-row",
         "  Arrow batches of 100-byte values); `journal_rows` whole into a fresh",
         f"  transaction and its `txn_commit` (the copy into the log). {PROFILE_PASSES} passes,",

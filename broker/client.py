@@ -19,6 +19,7 @@ from __future__ import annotations
 import collections
 import contextlib
 import dataclasses
+import importlib
 import os
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -53,6 +54,10 @@ from broker.types import (
 )
 
 if TYPE_CHECKING:  # imported when used: a one-shot embedded command needs neither
+    from types import ModuleType
+
+    import pyarrow as pa
+
     from broker.producer import Producer, ProducerState
     from broker.transaction import Transaction
 
@@ -260,6 +265,32 @@ class Client:
             return []
         limit = self._page(max_records)
         return self._transport.fetch_rows(topic, positions, limit, fences)
+
+    def fetch_arrow(
+        self,
+        topic: str,
+        partition: int,
+        offset: int,
+        *,
+        max_records: int | None = None,
+        fences: Sequence[Fence] = (),
+    ) -> pa.RecordBatch:
+        """fetch_rows() of one partition as one Arrow record batch (the columns of
+        broker.storage.columnar.ARROW_SCHEMA; no rows: nothing from that offset yet).
+        Embedded, SQLite builds the columns without a Python object per record; a
+        transport without a columnar fetch (a served broker, for now) fetches rows and
+        converts them here. Needs pyarrow: install fencelog[spark]."""
+        columnar = _columnar()
+        if max_records == 0:
+            return columnar.empty_batch()
+        limit = self._page(max_records)
+        fetch_arrow: Callable[..., pa.RecordBatch] | None = getattr(
+            self._transport, "fetch_arrow", None
+        )
+        if fetch_arrow is None:
+            rows = self._transport.fetch_rows(topic, {partition: offset}, limit, fences)
+            return columnar.rows_to_arrow(topic, rows)
+        return fetch_arrow(topic, partition, offset, limit, fences)
 
     def positions(
         self, topic: str, partitions: int | Sequence[int] | None, start: Start
@@ -658,6 +689,19 @@ def _start_offset(start: Start, end_offset: int) -> int:
         ErrorCode.INVALID_ARGUMENT,
         f"start must be 'beginning', 'end' or an offset >= 0, not {start!r}",
     )
+
+
+def _columnar() -> ModuleType:
+    """broker.storage.columnar, or a clear error where pyarrow is not installed."""
+    try:
+        columnar = importlib.import_module("broker.storage.columnar")
+    except ImportError as exc:
+        raise BrokerError(
+            ErrorCode.INVALID_ARGUMENT,
+            f"fetch_arrow needs pyarrow, which this Python cannot import ({exc})",
+            hint="install fencelog's spark extra: pip install 'fencelog[spark]'",
+        ) from exc
+    return columnar
 
 
 def _as_bytes(value: bytes | str) -> bytes:

@@ -84,6 +84,7 @@ class EmbeddedTransport:
         self.backup = engine.backup
         self.topic_access = engine.topic_access
         self.read_compacted = engine.read_compacted
+        self.fetch_arrow = engine.fetch_arrow  # columnar; Client.fetch_arrow looks for it
         self.broker_now_ms = engine.clock
         self.txn_begin = engine.txn_begin
         self.txn_join = engine.txn_join

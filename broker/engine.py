@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import cast
+from typing import TYPE_CHECKING, Final, cast
 
 from broker import backup
 from broker.core import ownership as ownership_rules
@@ -47,7 +47,13 @@ from broker.types import (
     TopicInfo,
 )
 
+if TYPE_CHECKING:  # pyarrow comes with the spark extra; fetch_arrow imports it
+    import pyarrow as pa
+
 Clock = Callable[[], int]
+# A columnar page is concatenated inside SQLite up to this many times read_bytes_max;
+# a larger one is read as rows (broker/storage/columnar.py).
+COLUMNAR_CONCAT: Final = 2
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,6 +69,7 @@ ProduceOutcome = list[AppendResult] | BrokerError
 _ROW_KEY = operator.itemgetter(logs.ROW_KEY)
 _ROW_VALUE = operator.itemgetter(logs.ROW_VALUE)
 _PARTITION = operator.itemgetter(3)
+_KEY = operator.itemgetter(1)
 
 
 def wall_clock_ms() -> int:
@@ -498,17 +505,41 @@ class Engine:
             row = self._topic(conn, topic)
             for partition, offset in positions.items():
                 record_rules.check_partition(topic, partition, row.partitions)
-                if offset < 0:
-                    raise BrokerError(
-                        ErrorCode.INVALID_ARGUMENT,
-                        f"offsets start at 0, not {offset}",
-                        offset=offset,
-                    )
+                _check_offset(offset)
                 rows = logs.read_rows(conn, row, partition, offset, limit - len(found))
                 found += _within_bytes(rows, self.limits.read_bytes_max)
                 if len(found) >= limit:
                     break
         return found
+
+    def fetch_arrow(
+        self,
+        topic: str,
+        partition: int,
+        offset: int,
+        max_records: int | None,
+        fences: Sequence[Fence] = (),
+    ) -> pa.RecordBatch:
+        """fetch_rows() of one partition as an Arrow record batch
+        (broker/storage/columnar.py ARROW_SCHEMA), built by SQLite without a Python
+        object per record; no rows past the end. Needs pyarrow (the spark extra)."""
+        from broker.storage import columnar  # pyarrow: only for columnar readers
+
+        limit = _bounded(max_records, self.limits.read_records_max)
+        bytes_max = self.limits.read_bytes_max
+        with self.database.read() as conn:
+            if fences:
+                self.owners.check_fences(conn, fences)
+            row = self._topic(conn, topic)
+            record_rules.check_partition(topic, partition, row.partitions)
+            _check_offset(offset)
+            batch = columnar.read_page(
+                conn, row, partition, offset, limit, bytes_max, COLUMNAR_CONCAT * bytes_max
+            )
+            if batch is not None:
+                return batch
+            rows = logs.read_rows(conn, row, partition, offset, limit)
+            return columnar.rows_to_arrow(topic, _within_bytes(rows, bytes_max))
 
     # transactions -------------------------------------------------------------------
 
@@ -649,6 +680,8 @@ class Engine:
     def _route(self, row: logs.TopicRow, records: Sequence[NewRecord]) -> dict[int, Sequence[int]]:
         """Each record's partition, as {partition: [indexes into records]}."""
         named = set(map(_PARTITION, records))
+        if named == {None} and list(map(_KEY, records)).count(None) == len(records):
+            return self._round_robin_ranges(row.partitions, len(records))
         if len(named) == 1 and (partition := named.pop()) is not None:  # all to one
             if not 0 <= partition < row.partitions:
                 record_rules.check_partition(row.name, partition, row.partitions)
@@ -666,6 +699,17 @@ class Engine:
             by_partition.setdefault(partition, []).append(index)
         return cast(dict[int, Sequence[int]], by_partition)
 
+    def _round_robin_ranges(self, partitions: int, count: int) -> dict[int, Sequence[int]]:
+        """Records without key or partition, each to the next partition in turn (as
+        choose_partition would send them one by one), as ranges of indexes."""
+        first = self._round_robin
+        self._round_robin += count
+        by_partition = {
+            (first + start) % partitions: range(start, count, partitions)
+            for start in range(min(partitions, count))
+        }
+        return cast(dict[int, Sequence[int]], by_partition)
+
 
 _PENDING = AppendResult("", -1, -1)
 _DUPLICATE = Verdict.DUPLICATE
@@ -679,6 +723,13 @@ def _bounded(max_records: int | None, records_max: int) -> int:
             ErrorCode.INVALID_ARGUMENT, f"max_records must be >= 0, not {max_records}"
         )
     return min(max_records, records_max)
+
+
+def _check_offset(offset: int) -> None:
+    if offset < 0:
+        raise BrokerError(
+            ErrorCode.INVALID_ARGUMENT, f"offsets start at 0, not {offset}", offset=offset
+        )
 
 
 def _within_bytes(found: list[logs.Row], bytes_max: int) -> list[logs.Row]:

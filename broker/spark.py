@@ -41,11 +41,11 @@ import json
 import os
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from itertools import repeat
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
 import pyarrow as pa
-import pyarrow.compute as pc
 from pyspark import TaskContext
 from pyspark.sql.datasource import (
     DataSource,
@@ -65,8 +65,7 @@ from pyspark.sql.streaming.datasource import (
 
 from broker.client import Client, connect
 from broker.errors import BrokerError, ErrorCode
-from broker.storage.database import EMPTY_HEADERS, decode_headers
-from broker.storage.logs import Row
+from broker.storage.columnar import ARROW_SCHEMA
 from broker.types import NewRecord
 
 if TYPE_CHECKING:
@@ -79,22 +78,6 @@ SCHEMA: Final = (
     "value BINARY, headers ARRAY<STRUCT<key: STRING, value: BINARY>>, producer_id BIGINT, "
     "generation INT, sequence INT, epoch INT, txn_id BIGINT"
 )
-ARROW_SCHEMA: Final = pa.schema(
-    [
-        ("topic", pa.string()),
-        ("partition", pa.int32()),
-        ("offset", pa.int64()),
-        ("timestamp", pa.timestamp("us", tz="UTC")),
-        ("key", pa.binary()),
-        ("value", pa.binary()),
-        ("headers", pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))),
-        ("producer_id", pa.int64()),
-        ("generation", pa.int32()),
-        ("sequence", pa.int32()),
-        ("epoch", pa.int32()),
-        ("txn_id", pa.int64()),
-    ]
-)
 EARLIEST: Final = -2
 LATEST: Final = -1
 # The columns a write takes, as Spark's Kafka sink does: value required, the rest optional.
@@ -106,7 +89,7 @@ WRITE_COLUMNS: Final = {
     "topic": ("string",),
 }
 FETCH_RECORDS: Final = 10_000
-_OFFSET: Final = 1  # in a Row
+_OFFSET: Final = ARROW_SCHEMA.get_field_index("offset")
 TXN_TIMEOUT_MS: Final = 15 * 60 * 1000
 
 
@@ -226,16 +209,18 @@ def split_ranges(
 
 
 def read_range(options: Options, part: OffsetRange) -> Iterator[pa.RecordBatch]:
-    """The records of one offset range as Arrow record batches."""
+    """The records of one offset range as Arrow record batches (Client.fetch_arrow:
+    built by SQLite, embedded; from fetched rows, served)."""
     with options.connect() as client:
         position = part.start
         while position < part.end:
-            rows = client.fetch_rows(
+            batch = client.fetch_arrow(
                 part.topic,
-                {part.partition: position},
+                part.partition,
+                position,
                 max_records=min(FETCH_RECORDS, part.end - position),
             )
-            if not rows:
+            if batch.num_rows == 0:
                 raise BrokerError(
                     ErrorCode.UNKNOWN_PARTITION,
                     f"{part.topic}/{part.partition} ends before offset {position}: "
@@ -243,43 +228,8 @@ def read_range(options: Options, part: OffsetRange) -> Iterator[pa.RecordBatch]:
                     topic=part.topic,
                     partition=part.partition,
                 )
-            yield rows_to_arrow(part.topic, rows)
-            position = rows[-1][_OFFSET] + 1
-
-
-def rows_to_arrow(topic: str, rows: Sequence[Row]) -> pa.RecordBatch:
-    """Fetched rows (broker/storage/logs.py Row) as one record batch, column by column."""
-    (partition, offset, ts, key, value, headers, pid, gen, seq, epoch, txn) = zip(
-        *rows, strict=True
-    )
-    millis = pa.array(ts, pa.int64())
-    arrays = [
-        pa.repeat(pa.scalar(topic, pa.string()), len(rows)),
-        pa.array(partition, pa.int32()),
-        pa.array(offset, pa.int64()),
-        pc.multiply(millis, 1000).cast(pa.timestamp("us", tz="UTC")),
-        pa.array(key, pa.binary()),
-        pa.array(value, pa.binary()),
-        _headers_array(
-            [()] * len(rows)  # the common case, found without a loop in Python
-            if headers.count(EMPTY_HEADERS) == len(rows)
-            else [() if h == EMPTY_HEADERS else decode_headers(h) for h in headers]
-        ),
-        pa.array(pid, pa.int64()),
-        pa.array(gen, pa.int32()),
-        pa.array(seq, pa.int32()),
-        pa.array(epoch, pa.int32()),
-        pa.array(txn, pa.int64()),
-    ]
-    return pa.RecordBatch.from_arrays(arrays, schema=ARROW_SCHEMA)
-
-
-def _headers_array(headers: Sequence[tuple[tuple[str, bytes], ...]]) -> pa.Array:
-    kind = ARROW_SCHEMA.field("headers").type
-    if not any(headers):  # the common case: no row has headers, built without a loop
-        zeros = pa.nulls(len(headers) + 1, pa.int32()).fill_null(0)
-        return pa.ListArray.from_arrays(zeros, pa.array([], kind.value_type))
-    return pa.array([[{"key": k, "value": v} for k, v in h] for h in headers], kind)
+            yield batch
+            position = batch.column(_OFFSET)[-1].as_py() + 1
 
 
 class BatchReader(DataSourceReader):
@@ -433,6 +383,9 @@ def check_write_schema(schema: StructType) -> None:
 
 def records_of(batch: pa.RecordBatch, default_topic: str | None) -> dict[str, list[NewRecord]]:
     """A record batch's rows as records, by topic."""
+    names = batch.schema.names
+    if "topic" not in names and "headers" not in names and default_topic is not None:
+        return {default_topic: _column_records(batch)}
     columns = {name: batch.column(name).to_pylist() for name in batch.schema.names}
     rows = batch.num_rows
     values = columns["value"]
@@ -458,6 +411,25 @@ def records_of(batch: pa.RecordBatch, default_topic: str | None) -> dict[str, li
             )
         )
     return by_topic
+
+
+def _column_records(batch: pa.RecordBatch) -> list[NewRecord]:
+    """The usual batch (value, and maybe key and partition) as records, made column by
+    column in C: no Python code runs per row."""
+    names = batch.schema.names
+    values = batch.column("value")
+    if values.null_count:
+        raise _option_error("a row has a null value; fencelog records need one")
+    keys = _binary_list(batch.column("key")) if "key" in names else repeat(None)
+    partitions = batch.column("partition").to_pylist() if "partition" in names else repeat(None)
+    fields = zip(_binary_list(values), keys, repeat(()), partitions, repeat(None))
+    return list(map(tuple.__new__, repeat(NewRecord), fields))
+
+
+def _binary_list(column: pa.Array) -> list[bytes | None]:
+    """A binary or string column's items as bytes (strings as their UTF-8)."""
+    binary: list[bytes | None] = column.cast(pa.binary()).to_pylist()
+    return binary
 
 
 def _bytes(value: bytes | str) -> bytes:

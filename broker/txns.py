@@ -236,14 +236,18 @@ class Transactions:
                 txn_id,
                 topic.topic_id,
                 partition,
-                [records[i] for i in indexes],
+                _pick(records, indexes),
                 now_ms,
                 producer.producer_id,
                 producer.generation,
                 producer.epoch,
             )
-            for index in indexes:
-                results[index] = AppendResult(topic.name, partition, -1)
+            pending = AppendResult(topic.name, partition, -1)  # offsets come at commit
+            if isinstance(indexes, range):
+                results[indexes.start : indexes.stop : indexes.step] = [pending] * len(indexes)
+            else:
+                for index in indexes:
+                    results[index] = pending
         return results
 
     def add_offsets(
@@ -496,3 +500,10 @@ class Transactions:
 
 
 _PENDING = AppendResult("", -1, -1)
+
+
+def _pick(records: Sequence[NewRecord], indexes: Sequence[int]) -> Sequence[NewRecord]:
+    """records[i] for i in indexes; a range of them (records routed in turn) in one slice."""
+    if isinstance(indexes, range):
+        return records[indexes.start : indexes.stop : indexes.step]
+    return [records[i] for i in indexes]

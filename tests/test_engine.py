@@ -14,7 +14,7 @@ import broker
 from broker.errors import BrokerError, ErrorCode
 from broker.limits import Limits
 from broker.storage.database import DB_FILE
-from broker.types import NewRecord
+from broker.types import NewRecord, ProducerFields
 
 
 def values(records: list[broker.Record]) -> list[bytes]:
@@ -155,6 +155,35 @@ def test_records_without_key_spread_round_robin(engine: broker.Engine) -> None:
     results = engine.produce("orders", [NewRecord(b"v")] * 8)
     assert sorted(engine.end_offsets("orders")) == [2, 2, 2, 2]
     assert len({r.partition for r in results[:4]}) == 4
+
+
+@pytest.mark.parametrize("transactional", [False, True], ids=["plain", "in-a-transaction"])
+def test_each_record_without_key_goes_to_the_next_partition(
+    engine: broker.Engine, transactional: bool
+) -> None:
+    """Record by record in turn, across batches, and in each partition in batch order."""
+    engine.create_topic("orders", partitions=3)
+    values = [b"%d" % i for i in range(11)]
+    if transactional:
+        txn_id = engine.txn_begin("g").txn_id
+        for chunk in (values[:5], values[5:]):
+            engine.produce(
+                "orders", [NewRecord(v) for v in chunk], producer=ProducerFields(txn_id=txn_id)
+            )
+        engine.txn_commit(txn_id)
+    else:
+        engine.produce("orders", [NewRecord(v) for v in values[:5]])
+        engine.produce("orders", [NewRecord(v) for v in values[5:]])
+    where = {
+        record.value: record.partition
+        for partition in range(3)
+        for record in engine.read("orders", partition=partition, offset=0)
+    }
+    first = where[b"0"]
+    assert [where[v] for v in values] == [(first + i) % 3 for i in range(11)]
+    for partition in range(3):
+        stored = [r.value for r in engine.read("orders", partition=partition, offset=0)]
+        assert stored == [v for v in values if where[v] == partition]
 
 
 @pytest.mark.parametrize(

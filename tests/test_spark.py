@@ -46,6 +46,7 @@ from servers import served
 
 import broker.spark
 from broker.client import Client, connect
+from broker.errors import BrokerError
 from broker.txns import TxnInfo
 from broker.types import NewRecord, Record
 
@@ -1025,3 +1026,33 @@ def test_kill_9_driver_mid_stream_then_restart(embedded: Broker, tmp_path: Path)
         assert sum(len(vs) for vs in output.values()) == total
         assert duplicates(output) == []
         assert client.txn_list() == []
+
+
+@pytest.mark.parametrize("as_text", [False, True], ids=["binary", "string"])
+def test_write_rows_become_records_column_by_column(as_text: bool) -> None:
+    """What a write task journals for value / key / partition columns (no Spark needed):
+    strings as their UTF-8 bytes, null keys and partitions as none, a null value refused."""
+    kind = pa.string() if as_text else pa.binary()
+    values: list[Any] = ["é", "b", ""] if as_text else [b"\xff", b"b", b""]
+    keys: list[Any] = ["k", None, ""] if as_text else [b"k", None, b""]
+    batch = pa.RecordBatch.from_pydict(
+        {
+            "value": pa.array(values, kind),
+            "key": pa.array(keys, kind),
+            "partition": pa.array([1, None, 0], pa.int32()),
+        }
+    )
+    assert broker.spark.records_of(batch, "t") == {
+        "t": [
+            NewRecord("é".encode() if as_text else b"\xff", b"k", (), 1),
+            NewRecord(b"b", None, (), None),
+            NewRecord(b"", b"", (), 0),
+        ]
+    }
+    only_values = batch.select(["value"])
+    assert broker.spark.records_of(only_values, "t")["t"][0] == NewRecord(
+        "é".encode() if as_text else b"\xff"
+    )
+    nulls = pa.RecordBatch.from_pydict({"value": pa.array([b"a", None], pa.binary())})
+    with pytest.raises(BrokerError, match="null value"):
+        broker.spark.records_of(nulls, "t")

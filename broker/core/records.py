@@ -136,10 +136,15 @@ def split_batches(records: Sequence[NewRecord], limits: Limits) -> list[Sequence
     """Consecutive batches within append_records_max records and append_bytes_max bytes
     (as check_records counts them); a record too large on its own is its own batch, for
     check_records to refuse."""
+    if not any(map(_KEY, records)) and not any(map(_HEADERS, records)):
+        sizes = list(map(len, map(_VALUE, records)))  # the usual batch: values only
+    else:
+        sizes = list(map(_stored_size, records))
+    if 0 < len(records) <= limits.append_records_max and sum(sizes) <= limits.append_bytes_max:
+        return [records]
     batches: list[Sequence[NewRecord]] = []
     start, size = 0, 0
-    for index, record in enumerate(records):
-        record_size = _stored_size(record)
+    for index, record_size in enumerate(sizes):
         full = index - start >= limits.append_records_max
         if index > start and (full or size + record_size > limits.append_bytes_max):
             batches.append(records[start:index])

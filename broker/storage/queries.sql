@@ -44,6 +44,61 @@ INSERT INTO records (topic_id, partition, offset, timestamp_ms, key, value, head
                      producer_id, generation, sequence, epoch, txn_id)
 VALUES (?, ?, ?, ?, NULL, ?, X'90', ?, ?, ?, ?, NULL);
 
+-- name: records_page_first
+-- The first record of a page, which records_page_summary compares every row with.
+SELECT timestamp_ms, length(value), producer_id, generation, sequence, epoch, txn_id, value
+FROM records
+WHERE topic_id = ? AND partition = ? AND offset = ?;
+
+-- name: records_page_summary
+-- One page as a few values instead of rows (broker/storage/columnar.py): the values
+-- concatenated in offset order, sizes, and how many rows differ from the first row
+-- (?5..?11) in each column. The aggregate walks the primary key in order.
+SELECT count(*), max(offset), CAST(group_concat(value, '') AS BLOB),
+       sum(length(value)) + ifnull(sum(length(key)), 0), count(key), sum(headers != X'90'),
+       sum(timestamp_ms != ?5), sum(length(value) != ?6),
+       sum(producer_id != ?7 OR generation != ?8 OR sequence != ?9 OR epoch != ?10
+           OR txn_id IS NOT ?11)
+FROM records
+WHERE topic_id = ?1 AND partition = ?2 AND offset >= ?3 AND offset < ?4;
+
+-- name: records_page_last_value
+SELECT value FROM records WHERE topic_id = ? AND partition = ? AND offset = ?;
+
+-- name: records_page_timestamps
+SELECT CAST(group_concat(timestamp_ms, char(10)) AS BLOB)
+FROM records
+WHERE topic_id = ?1 AND partition = ?2 AND offset >= ?3 AND offset <= ?4;
+
+-- name: records_page_value_lengths
+SELECT CAST(group_concat(length(value), char(10)) AS BLOB)
+FROM records
+WHERE topic_id = ?1 AND partition = ?2 AND offset >= ?3 AND offset <= ?4;
+
+-- name: records_page_keys
+-- Key lengths (-1: no key) and the keys concatenated, in offset order.
+SELECT CAST(group_concat(ifnull(length(key), -1), char(10)) AS BLOB),
+       CAST(group_concat(key, '') AS BLOB)
+FROM records
+WHERE topic_id = ?1 AND partition = ?2 AND offset >= ?3 AND offset <= ?4;
+
+-- name: records_page_producers
+-- producer_id, generation, sequence, epoch, txn_id (-1: none), one line per record.
+SELECT CAST(group_concat(producer_id, char(10)) AS BLOB),
+       CAST(group_concat(generation, char(10)) AS BLOB),
+       CAST(group_concat(sequence, char(10)) AS BLOB),
+       CAST(group_concat(epoch, char(10)) AS BLOB),
+       CAST(group_concat(ifnull(txn_id, -1), char(10)) AS BLOB)
+FROM records
+WHERE topic_id = ?1 AND partition = ?2 AND offset >= ?3 AND offset <= ?4;
+
+-- name: records_page_headers
+-- The page's records that have headers (most have none: X'90', msgpack's empty array).
+SELECT offset, headers
+FROM records
+WHERE topic_id = ?1 AND partition = ?2 AND offset >= ?3 AND offset <= ?4
+  AND headers != X'90';
+
 -- name: records_read_rows
 -- A Row: a record without its topic, headers as stored (msgpack).
 SELECT partition, offset, timestamp_ms, key, value, headers,

@@ -1,0 +1,292 @@
+"""Client.fetch_arrow (broker/storage/columnar.py): a page of a partition as one Arrow
+record batch, built by SQLite.
+
+What a user sees: exactly the records fetch_rows gives (offsets, timestamps, keys or
+none, values, headers, producer fields, transaction ids), as the Spark connector's
+columns, cut at the same record and byte limits; committed records only; consistent
+pages while another process appends; the same batch through a transport that has no
+columnar fetch; a clear error where pyarrow is missing.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import random
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from broker.client import Client, connect
+from broker.embedded import EmbeddedTransport
+from broker.engine import Engine
+from broker.errors import BrokerError, ErrorCode
+from broker.limits import DEFAULT_LIMITS, Limits
+from broker.storage import columnar, logs
+from broker.types import NewRecord
+
+TOPIC = "t"
+PAGE = 7  # records per fetch: pages end inside produce batches
+
+
+def rows_batch(client: Client, partition: int, offset: int, max_records: int) -> pa.RecordBatch:
+    """What fetch_arrow must equal: fetch_rows' page, converted row by row."""
+    rows = client.fetch_rows(TOPIC, {partition: offset}, max_records=max_records)
+    return columnar.rows_to_arrow(TOPIC, rows)
+
+
+def columnar_page(
+    client: Client, partition: int, offset: int, max_records: int
+) -> pa.RecordBatch | None:
+    """read_page itself (None: it would leave the page to the row path)."""
+    engine = client._transport.engine  # type: ignore[attr-defined]
+    limits = engine.limits
+    with engine.database.read() as conn:
+        topic = logs.topic_by_name(conn, TOPIC)
+        assert topic is not None
+        return columnar.read_page(
+            conn, topic, partition, offset, max_records, limits.read_bytes_max, 1 << 30
+        )
+
+
+def assert_same_pages(client: Client, partitions: int, page: int, built: bool = False) -> int:
+    """Every page of every partition: fetch_arrow equals fetch_rows (built: and SQLite
+    built it, not the row path); records read."""
+    total = 0
+    for partition, end in zip(range(partitions), client.end_offsets(TOPIC), strict=True):
+        offset = 0
+        while offset <= end:
+            batch = client.fetch_arrow(TOPIC, partition, offset, max_records=page)
+            expected = rows_batch(client, partition, offset, page)
+            if built:
+                direct = columnar_page(client, partition, offset, page)
+                assert direct is not None and direct.equals(batch), (partition, offset)
+            assert batch.schema == columnar.ARROW_SCHEMA
+            assert batch.to_pylist() == expected.to_pylist(), (partition, offset)
+            if batch.num_rows == 0:
+                assert offset == end
+                break
+            offsets = batch.column("offset").to_pylist()
+            assert offsets == list(range(offset, offset + batch.num_rows))
+            offset += batch.num_rows
+            total += batch.num_rows
+    return total
+
+
+# produce operations: (kind, partition, count, seed)
+OPERATIONS = st.lists(
+    st.tuples(
+        st.sampled_from(["plain", "keyed", "mixed", "idempotent", "txn", "aborted"]),
+        st.integers(0, 1),
+        st.integers(1, 12),
+        st.integers(0, 2**32),
+    ),
+    min_size=1,
+    max_size=8,
+)
+
+
+def new_records(kind: str, partition: int, count: int, rng: random.Random) -> list[NewRecord]:
+    records = []
+    for _ in range(count):
+        value = rng.randbytes(rng.choice([0, 1, 5, 100]) if kind != "plain" else 10)
+        if kind == "plain":
+            records.append(NewRecord(value, partition=partition))
+            continue
+        key = rng.choice([None, b"", rng.randbytes(rng.randint(1, 9))])
+        headers = rng.choice([(), (("h", rng.randbytes(3)),), (("a", b""), ("b", b"\x00"))])
+        timestamp = rng.choice([None, rng.randint(0, 2**41)])
+        records.append(NewRecord(value, key, headers, partition, timestamp))
+    return records
+
+
+def apply(client: Client, operations: list[tuple[str, int, int, int]]) -> None:
+    producer = client.producer(TOPIC)
+    for kind, partition, count, seed in operations:
+        records = new_records(kind, partition, count, random.Random(seed))
+        if kind == "idempotent":
+            producer.send(records)
+        elif kind in ("txn", "aborted"):
+            with client.transaction("g") as txn:
+                txn.produce(TOPIC, records)
+                if kind == "aborted":
+                    txn.abort()
+        else:
+            client.produce(TOPIC, records)
+
+
+@settings(
+    max_examples=40,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
+)
+@given(operations=OPERATIONS, page=st.sampled_from([1, PAGE, 10_000]))
+def test_fetch_arrow_equals_fetch_rows(
+    tmp_path_factory: pytest.TempPathFactory, operations: list[Any], page: int
+) -> None:
+    with connect(tmp_path_factory.mktemp("data"), durability="normal") as client:
+        client.create_topic(TOPIC, 2)
+        apply(client, operations)
+        committed = sum(count for kind, _, count, _ in operations if kind != "aborted")
+        assert assert_same_pages(client, 2, page, built=True) == committed
+
+
+@pytest.fixture
+def client(data_dir: Path) -> Iterator[Client]:
+    with connect(data_dir, durability="normal") as opened:
+        opened.create_topic(TOPIC, 1)
+        yield opened
+
+
+def test_a_page_of_uniform_records_has_every_column(client: Client) -> None:
+    client.produce(TOPIC, [NewRecord(b"v%d" % i, timestamp_ms=5_000) for i in range(3)])
+    batch = client.fetch_arrow(TOPIC, 0, 1)
+    assert batch.to_pylist() == [
+        {
+            "topic": TOPIC,
+            "partition": 0,
+            "offset": offset,
+            "timestamp": pa.scalar(
+                5_000_000, columnar.ARROW_SCHEMA.field("timestamp").type
+            ).as_py(),
+            "key": None,
+            "value": b"v%d" % offset,
+            "headers": [],
+            "producer_id": 0,
+            "generation": 0,
+            "sequence": 0,
+            "epoch": 0,
+            "txn_id": None,
+        }
+        for offset in (1, 2)
+    ]
+
+
+def test_past_the_end_and_bad_requests(client: Client) -> None:
+    client.produce(TOPIC, [b"a", b"b"])
+    assert client.fetch_arrow(TOPIC, 0, 2).num_rows == 0
+    assert client.fetch_arrow(TOPIC, 0, 99).num_rows == 0
+    assert client.fetch_arrow(TOPIC, 0, 0, max_records=0).num_rows == 0
+    with pytest.raises(BrokerError) as negative:
+        client.fetch_arrow(TOPIC, 0, -1)
+    assert negative.value.code is ErrorCode.INVALID_ARGUMENT
+    with pytest.raises(BrokerError) as partition:
+        client.fetch_arrow(TOPIC, 1, 0)
+    assert partition.value.code is ErrorCode.UNKNOWN_PARTITION
+    with pytest.raises(BrokerError) as topic:
+        client.fetch_arrow("missing", 0, 0)
+    assert topic.value.code is ErrorCode.UNKNOWN_TOPIC
+
+
+def test_an_open_transaction_is_invisible_until_it_commits(client: Client) -> None:
+    client.produce(TOPIC, [b"before"])
+    with client.transaction("g") as txn:
+        txn.produce(TOPIC, [b"in-1", b"in-2"])
+        assert client.fetch_arrow(TOPIC, 0, 0).column("value").to_pylist() == [b"before"]
+    batch = client.fetch_arrow(TOPIC, 0, 0)
+    assert batch.column("value").to_pylist() == [b"before", b"in-1", b"in-2"]
+    assert batch.column("txn_id").to_pylist() == [None, txn.txn_id, txn.txn_id]
+
+
+@pytest.mark.parametrize("value_bytes", [60, 300, 5_000])
+def test_the_bytes_limit_cuts_where_fetch_rows_does(data_dir: Path, value_bytes: int) -> None:
+    """read_bytes_max 1,000: pages cut after the records within it (at least one). With
+    values up to 60 bytes SQLite builds the cut page; a page past twice the limit (300)
+    or a record past it (5,000) is read as rows: the same records either way."""
+    limits = Limits(read_bytes_max=1_000)
+    with connect(data_dir, durability="normal", limits=limits) as client:
+        client.create_topic(TOPIC, 1)
+        rng = random.Random(value_bytes)
+        client.produce(
+            TOPIC,
+            [
+                NewRecord(rng.randbytes(rng.randint(1, value_bytes)), rng.choice([None, b"kk"]))
+                for _ in range(40)
+            ],
+        )
+        assert assert_same_pages(client, 1, 10_000, built=value_bytes == 60) == 40
+        first = client.fetch_arrow(TOPIC, 0, 0).to_pydict()
+        sizes = [len(v) + len(k or b"") for v, k in zip(first["value"], first["key"], strict=True)]
+        assert 0 < len(sizes) < 40
+        assert sum(sizes) <= 1_000 or len(sizes) == 1
+
+
+def _append_forever(data_dir: Path, batches: int, ready: Any) -> None:
+    with connect(data_dir, durability="normal") as client:
+        ready.set()
+        for index in range(batches):
+            start = index * 50
+            client.produce(
+                TOPIC,
+                [NewRecord(b"%08d" % offset, b"k") for offset in range(start, start + 50)],
+            )
+
+
+def test_pages_stay_whole_while_another_process_appends(data_dir: Path) -> None:
+    """Each page is one snapshot: contiguous offsets, every value the one written at
+    that offset, and fetch_rows' page once the writer is done."""
+    batches = 200
+    with connect(data_dir, durability="normal") as client:
+        client.create_topic(TOPIC, 1)
+        context = multiprocessing.get_context("spawn")
+        ready = context.Event()
+        writer = context.Process(target=_append_forever, args=(data_dir, batches, ready))
+        writer.start()
+        try:
+            assert ready.wait(60)
+            offset, pages = 0, 0
+            while offset < batches * 50:
+                batch = client.fetch_arrow(TOPIC, 0, offset, max_records=120)
+                values = batch.column("value").to_pylist()
+                assert values == [b"%08d" % o for o in range(offset, offset + batch.num_rows)]
+                offset += batch.num_rows
+                pages += batch.num_rows > 0
+        finally:
+            writer.join(60)
+        assert writer.exitcode == 0
+        assert pages > 1
+        assert assert_same_pages(client, 1, 120) == batches * 50
+
+
+class _RowsOnly:
+    """A transport without fetch_arrow (as a served broker is for now)."""
+
+    def __init__(self, inner: EmbeddedTransport) -> None:
+        self._inner = inner
+
+    def __getattr__(self, name: str) -> Any:
+        if name == "fetch_arrow":
+            raise AttributeError(name)
+        return getattr(self._inner, name)
+
+
+def test_a_transport_without_columnar_fetch_gives_the_same_batch(data_dir: Path) -> None:
+    engine = Engine.open(data_dir, durability="normal", limits=DEFAULT_LIMITS)
+    embedded = EmbeddedTransport(engine)
+    rows_only = Client(_RowsOnly(embedded), str(data_dir))
+    columns = Client(embedded, str(data_dir))
+    try:
+        columns.create_topic(TOPIC, 1)
+        columns.produce(TOPIC, [NewRecord(b"x", b"k", (("h", b"v"),)), NewRecord(b"y")])
+        assert not hasattr(rows_only._transport, "fetch_arrow")
+        assert rows_only.fetch_arrow(TOPIC, 0, 0).equals(columns.fetch_arrow(TOPIC, 0, 0))
+        assert rows_only.fetch_arrow(TOPIC, 0, 2).num_rows == 0
+    finally:
+        columns.close()
+
+
+def test_without_pyarrow_fetch_arrow_says_what_to_install(
+    client: Client, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setitem(sys.modules, "pyarrow", None)  # as if never installed
+    monkeypatch.delitem(sys.modules, "broker.storage.columnar")
+    with pytest.raises(BrokerError) as missing:
+        client.fetch_arrow(TOPIC, 0, 0)
+    assert missing.value.code is ErrorCode.INVALID_ARGUMENT
+    assert "pyarrow" in missing.value.message
+    assert "fencelog[spark]" in (missing.value.hint or "")
