@@ -22,7 +22,7 @@ import os
 import threading
 from collections.abc import Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Final, TypeVar, cast
+from typing import TYPE_CHECKING, Any, Final, TypeVar, cast
 
 from broker import __version__
 from broker.core.ownership import Fence
@@ -35,7 +35,15 @@ from broker.owners import Claimed, OwnershipInfo
 from broker.producers import Lease
 from broker.protocol import codec
 from broker.protocol.frames import NEED_DATA, FrameConnection, Sentinel
-from broker.protocol.messages import PROTOCOL_VERSION, ErrorReply, Op, Push, Reply, Request
+from broker.protocol.messages import (
+    ARROW_FEATURE,
+    PROTOCOL_VERSION,
+    ErrorReply,
+    Op,
+    Push,
+    Reply,
+    Request,
+)
 from broker.storage.logs import Row
 from broker.storage.ownership import AuditRow
 from broker.storage.producers import OffsetRow, SnapshotRow
@@ -49,6 +57,9 @@ from broker.types import (
     Record,
     TopicInfo,
 )
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 T = TypeVar("T")
 _BACKOFF_FIRST_S: Final = 0.02
@@ -125,6 +136,7 @@ class AsyncConnection(asyncio.Protocol):
         self._heartbeat: asyncio.Task[None] | None = None
         self.session_id = ""
         self.limits = DEFAULT_LIMITS
+        self.features: frozenset[str] = frozenset()  # what the server announced in HELLO
 
     @classmethod
     async def open(
@@ -166,6 +178,9 @@ class AsyncConnection(asyncio.Protocol):
             )
         connection.session_id = str(hello.get("session_id", ""))
         connection.limits = limits_from_server(dict(hello.get("limits", {})))
+        features = hello.get("features", ())
+        if isinstance(features, list | tuple):
+            connection.features = frozenset(f for f in features if isinstance(f, str))
         connection._start_heartbeats()
         return connection
 
@@ -461,6 +476,33 @@ class AsyncClient:
         reply = await self._fetch(topic, positions, max_records, wait_ms, fences)
         return codec.rows_of_reply(reply)
 
+    async def fetch_arrow(
+        self,
+        topic: str,
+        partition: int,
+        offset: int,
+        max_records: int,
+        wait_ms: int = 0,
+        fences: Sequence[Fence] = (),
+    ) -> bytes | None:
+        """One partition's page as an Arrow IPC stream, or None: this server does not
+        answer FETCH_ARROW (it has no pyarrow), fetch rows instead."""
+        if ARROW_FEATURE not in (await self.connection()).features:
+            return None
+        args = {
+            "topic": topic,
+            "partition": partition,
+            "offset": offset,
+            "max_records": max_records,
+            "wait_ms": wait_ms,
+            "fences": codec.fences_to_wire(fences),
+        }
+        reply = await self.request(Op.FETCH_ARROW, args)
+        ipc = reply.get("arrow")
+        if not isinstance(ipc, bytes):
+            raise BrokerError(ErrorCode.PROTOCOL_ERROR, "a FETCH_ARROW reply without its batch")
+        return ipc
+
     async def _fetch(
         self,
         topic: str,
@@ -687,6 +729,27 @@ class ServedTransport:
         fences: Sequence[Fence],
     ) -> list[Row]:
         return self._call(self.client.fetch_rows(topic, positions, max_records, 0, fences))
+
+    def fetch_arrow(
+        self,
+        topic: str,
+        partition: int,
+        offset: int,
+        max_records: int,
+        fences: Sequence[Fence],
+    ) -> pa.RecordBatch:
+        """The server builds the batch when it can (FETCH_ARROW); otherwise rows are
+        fetched and converted here."""
+        from broker.storage import columnar  # pyarrow: only for columnar readers
+
+        ipc = self._call(self.client.fetch_arrow(topic, partition, offset, max_records, 0, fences))
+        if ipc is None:
+            rows = self.fetch_rows(topic, {partition: offset}, max_records, fences)
+            return columnar.rows_to_arrow(topic, rows)
+        try:
+            return columnar.batch_from_ipc(ipc)
+        except ValueError as exc:
+            raise BrokerError(ErrorCode.PROTOCOL_ERROR, f"a FETCH_ARROW reply: {exc}") from exc
 
     def fetch_ahead(
         self,

@@ -24,7 +24,9 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import functools
 import hmac
+import importlib.util
 import ipaddress
 import itertools
 import logging
@@ -46,7 +48,15 @@ from broker.errors import BrokerError, ErrorCode
 from broker.limits import DEFAULT_LIMITS, Limits, limits_for_client
 from broker.protocol import codec
 from broker.protocol.frames import NEED_DATA, FrameConnection, ProtocolError, Sentinel
-from broker.protocol.messages import PROTOCOL_VERSION, ErrorReply, Op, Push, Reply, Request
+from broker.protocol.messages import (
+    ARROW_FEATURE,
+    PROTOCOL_VERSION,
+    ErrorReply,
+    Op,
+    Push,
+    Reply,
+    Request,
+)
 from broker.sessions import connection_session_id, new_server_run
 from broker.storage.database import Durability
 
@@ -163,6 +173,7 @@ class Server:
             Op.DESCRIBE_TOPIC: self._describe_topic,
             Op.STATUS: self._status,
             Op.FETCH: self._fetch,
+            Op.FETCH_ARROW: self._fetch_arrow,
             Op.OWN: self._own,
             Op.RELEASE: self._release,
             Op.OWNERSHIP: self._ownership,
@@ -437,6 +448,7 @@ class Server:
             "server": f"fencelog {__version__}",
             "protocol": PROTOCOL_VERSION,
             "limits": limits_for_client(self.limits),
+            "features": sorted(_features()),
         }
 
     async def _heartbeat(self, session: Session, args: dict[str, Any]) -> dict[str, Any]:
@@ -507,6 +519,42 @@ class Server:
             remaining = deadline - loop.time()
             if found or remaining <= 0 or self._stopping.is_set():
                 return {"rows": found}
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(appended.wait(), remaining)
+
+    async def _fetch_arrow(self, session: Session, args: dict[str, Any]) -> dict[str, Any]:
+        """FETCH of one partition, answered as one Arrow record batch in IPC stream
+        format, built on the reader thread without a Python object per record."""
+        if ARROW_FEATURE not in _features():
+            raise BrokerError(
+                ErrorCode.INVALID_ARGUMENT,
+                "this server cannot answer FETCH_ARROW: pyarrow is not installed here",
+                hint="install fencelog's spark extra where the server runs",
+            )
+        topic = codec.field(args, "topic", str)
+        partition = codec.field(args, "partition", int)  # range checks: the engine's
+        offset = codec.field(args, "offset", int)
+        max_records = max(
+            1, min(codec.non_negative(args, "max_records"), self.limits.read_records_max)
+        )
+        wait_ms = min(codec.non_negative(args, "wait_ms"), self.limits.fetch_wait_ms_max)
+        fences = codec.fences_from_wire(args.get("fences"))
+        reader = self._reader
+
+        def page() -> tuple[int, bytes]:
+            from broker.storage import columnar  # pyarrow: only for columnar readers
+
+            batch = reader.fetch_arrow(topic, partition, offset, max_records, fences)
+            return batch.num_rows, columnar.batch_to_ipc(batch)
+
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + wait_ms / 1000
+        while True:
+            appended = self._topic_events.setdefault(topic, asyncio.Event())
+            count, ipc = await self._read(page)
+            remaining = deadline - loop.time()
+            if count or remaining <= 0 or self._stopping.is_set():
+                return {"arrow": ipc}
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(appended.wait(), remaining)
 
@@ -746,6 +794,13 @@ class Server:
         event = self._topic_events.pop(topic, None)
         if event is not None:
             event.set()
+
+
+@functools.cache
+def _features() -> frozenset[str]:
+    """What this server can answer beyond the protocol version: FETCH_ARROW needs pyarrow
+    (the spark extra), which a server without it does not announce."""
+    return frozenset({ARROW_FEATURE}) if importlib.util.find_spec("pyarrow") else frozenset()
 
 
 def _is_loopback(host: str) -> bool:

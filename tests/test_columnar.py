@@ -10,6 +10,8 @@ columnar fetch; a clear error where pyarrow is missing.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import multiprocessing
 import random
 import sys
@@ -21,12 +23,15 @@ import pyarrow as pa
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from servers import served
 
+from broker import server as server_module
 from broker.client import Client, connect
 from broker.embedded import EmbeddedTransport
 from broker.engine import Engine
 from broker.errors import BrokerError, ErrorCode
 from broker.limits import DEFAULT_LIMITS, Limits
+from broker.remote import ServedTransport
 from broker.storage import columnar, logs
 from broker.types import NewRecord
 
@@ -136,9 +141,15 @@ def test_fetch_arrow_equals_fetch_rows(
         assert assert_same_pages(client, 2, page, built=True) == committed
 
 
-@pytest.fixture
-def client(data_dir: Path) -> Iterator[Client]:
-    with connect(data_dir, durability="normal") as opened:
+@pytest.fixture(params=["embedded", "served"])
+def client(data_dir: Path, request: pytest.FixtureRequest) -> Iterator[Client]:
+    """A client of one single-partition topic: embedded, or through a server that
+    builds the batches itself (FETCH_ARROW)."""
+    with contextlib.ExitStack() as stack:
+        target: str | Path = data_dir
+        if request.param == "served":
+            target = stack.enter_context(served(data_dir)).address
+        opened = stack.enter_context(connect(target, durability="normal"))
         opened.create_topic(TOPIC, 1)
         yield opened
 
@@ -290,3 +301,74 @@ def test_without_pyarrow_fetch_arrow_says_what_to_install(
     assert missing.value.code is ErrorCode.INVALID_ARGUMENT
     assert "pyarrow" in missing.value.message
     assert "fencelog[spark]" in (missing.value.hint or "")
+
+
+def mixed_records(rng: random.Random) -> list[NewRecord]:
+    """Keys, no keys, headers and producer timestamps mixed in one page."""
+    return [
+        NewRecord(
+            rng.randbytes(rng.randrange(0, 40)),
+            rng.choice([None, b"", b"k%d" % i]),
+            (("h", b"%d" % i),) if i % 3 == 0 else (),
+            timestamp_ms=rng.choice([None, 1_000 + i]),
+        )
+        for i in range(300)
+    ]
+
+
+def test_a_served_batch_equals_the_embedded_one(data_dir: Path) -> None:
+    """FETCH_ARROW: the server builds the batch and sends it as Arrow IPC; it is the
+    batch the engine builds in process, page for page."""
+    with connect(data_dir, durability="normal") as embedded:
+        embedded.create_topic(TOPIC, 1)
+        for _ in range(3):
+            embedded.produce(TOPIC, mixed_records(random.Random(7)), partition=0)
+        pages = [
+            embedded.fetch_arrow(TOPIC, 0, offset, max_records=250) for offset in (0, 250, 800)
+        ]
+    with served(data_dir) as server, connect(server.address) as remote:
+        got = [remote.fetch_arrow(TOPIC, 0, offset, max_records=250) for offset in (0, 250, 800)]
+    assert [page.num_rows for page in got] == [250, 250, 100]
+    for want, have in zip(pages, got, strict=True):
+        assert have.equals(want)
+
+
+def test_a_server_without_pyarrow_is_answered_by_rows(
+    data_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A server that cannot build batches does not announce fetch_arrow; the client
+    fetches rows and converts them itself: the same batch."""
+    records = mixed_records(random.Random(11))
+    with served(data_dir) as server, connect(server.address) as remote:
+        remote.create_topic(TOPIC, 1)
+        remote.produce(TOPIC, records, partition=0)
+        columns = remote.fetch_arrow(TOPIC, 0, 5)
+    monkeypatch.setattr(server_module, "_features", frozenset)
+    with served(data_dir) as server, connect(server.address) as remote:
+        rows = remote.fetch_arrow(TOPIC, 0, 5)
+    assert columns.num_rows == len(records) - 5
+    assert rows.equals(columns)
+
+
+def test_a_served_fetch_arrow_long_polls_for_new_records(data_dir: Path) -> None:
+    with served(data_dir) as server, connect(server.address) as remote:
+        remote.create_topic(TOPIC, 1)
+        transport = remote._transport
+        assert isinstance(transport, ServedTransport)
+        work = transport.client.fetch_arrow(TOPIC, 0, 0, 10, wait_ms=10_000)
+        waiting = asyncio.run_coroutine_threadsafe(work, transport._loop)
+        with connect(server.address) as producer:
+            producer.produce(TOPIC, [b"late"])
+        ipc = waiting.result(timeout=10)
+    assert ipc is not None
+    assert columnar.batch_from_ipc(ipc).column("value").to_pylist() == [b"late"]
+
+
+@pytest.mark.parametrize(
+    "data",
+    [b"", b"garbage", columnar.batch_to_ipc(pa.record_batch({"x": [1]}))],
+    ids=["empty", "garbage", "another schema"],
+)
+def test_a_malformed_arrow_reply_is_refused(data: bytes) -> None:
+    with pytest.raises(ValueError, match="Arrow"):
+        columnar.batch_from_ipc(data)

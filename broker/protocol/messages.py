@@ -19,6 +19,10 @@ from typing import Any, Final
 PROTOCOL_VERSION: Final = 2  # 2: fetch replies carry rows without the topic
 
 
+# HELLO's "features": what a server answers beyond its protocol version
+ARROW_FEATURE: Final = "fetch_arrow"  # FETCH_ARROW (the server has pyarrow)
+
+
 class Kind(enum.IntEnum):
     REQUEST = 0
     REPLY = 1
@@ -38,6 +42,7 @@ class Op(enum.IntEnum):
     STATUS = 14
     PRODUCE = 20
     FETCH = 21
+    FETCH_ARROW = 22  # one partition's page as an Arrow IPC stream (feature fetch_arrow)
     OWN = 30
     RELEASE = 31
     OWNERSHIP = 32

@@ -36,6 +36,7 @@ from typing import Final
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.csv as pa_csv
+import pyarrow.ipc as pa_ipc
 
 from broker.storage.database import EMPTY_HEADERS, decode_headers
 from broker.storage.logs import Row, TopicRow
@@ -253,7 +254,7 @@ def _headers_array(headers: Sequence[tuple[tuple[str, bytes], ...]]) -> pa.Array
 
 def rows_to_arrow(topic: str, rows: Sequence[Row]) -> pa.RecordBatch:
     """Stored rows (broker/storage/logs.py Row) as one record batch, column by column:
-    what a transport without a columnar read gives (a served broker, for now)."""
+    what a page SQLite cannot aggregate, or a server without pyarrow, gives."""
     if not rows:
         return empty_batch()
     (partition, offset, ts, key, value, headers, pid, gen, seq, epoch, txn) = zip(
@@ -279,3 +280,27 @@ def rows_to_arrow(topic: str, rows: Sequence[Row]) -> pa.RecordBatch:
         pa.array(txn, pa.int64()),
     ]
     return pa.RecordBatch.from_arrays(arrays, schema=ARROW_SCHEMA)
+
+
+def batch_to_ipc(batch: pa.RecordBatch) -> bytes:
+    """One batch as an Arrow IPC stream (how FETCH_ARROW carries it; no compression:
+    the broker is reached over loopback or a LAN, and the values are the user's)."""
+    sink = pa.BufferOutputStream()
+    with pa_ipc.new_stream(sink, batch.schema) as writer:
+        writer.write_batch(batch)
+    return bytes(sink.getvalue())
+
+
+def batch_from_ipc(data: bytes) -> pa.RecordBatch:
+    """The batch of a FETCH_ARROW reply: exactly one batch of ARROW_SCHEMA, or
+    ValueError (the caller turns it into a protocol error)."""
+    try:
+        reader = pa_ipc.open_stream(pa.py_buffer(data))
+        batches = list(reader)
+    except (pa.ArrowException, OSError) as exc:
+        raise ValueError(f"not an Arrow IPC stream: {exc}") from exc
+    if not reader.schema.equals(ARROW_SCHEMA):
+        raise ValueError(f"an Arrow batch of another schema: {reader.schema}")
+    if len(batches) != 1:
+        raise ValueError(f"{len(batches)} Arrow batches where one was expected")
+    return batches[0]

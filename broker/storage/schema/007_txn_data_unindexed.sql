@@ -1,4 +1,4 @@
--- 006: the data journal without its producer index.
+-- 007: the data journal without its producer index.
 --
 -- txn_data_by_producer cost every journaled record a second b-tree insert and every
 -- copied record a second delete, to serve lookups that run once per join or commit
