@@ -12,7 +12,7 @@ Rules:
   hide the producer fields' own cost.
 - Restart: a data directory holding `restart_records` idempotent records, its newest
   producer snapshot `restart_tail` records behind the end of the log (those written as
-  one-record batches: the most batch headers to replay). Each round opens it afresh:
+  one-record batches: the most batches to replay). Each round opens it afresh:
   `Engine.open`, then the first call that needs the partition's producer state. The
   OS page cache is warm (the files were just written).
 """
@@ -103,7 +103,7 @@ class Overhead:
 class Restart:
     records: int  # in the log when the rounds began
     behind: int  # records past the newest snapshot when the rounds began
-    tail_batches: int  # batch headers past the snapshot
+    tail_batches: int  # batches past the snapshot
     open_s: tuple[float, ...]  # Engine.open alone
     states_s: tuple[float, ...]  # Engine.open + producer_states
     produce_s: tuple[float, ...]  # Engine.open + the first idempotent produce
@@ -157,10 +157,13 @@ def _embedded(
         for side in warm:  # unmeasured
             for batch in batches[: max(1, len(batches) // 10)]:
                 side.append(batch)
-        for _ in range(rounds):
-            sides = [
-                _EmbeddedSide(client, next(topics), idempotent) for idempotent in (True, False)
-            ]
+        for number in range(rounds):
+            # The topic created second appends at the right edge of the records' b-tree
+            # (its topic_id sorts last); the other inserts in the middle. Sides take
+            # turns at being second, so neither is favoured.
+            order = (True, False) if number % 2 else (False, True)
+            made = {idem: _EmbeddedSide(client, next(topics), idem) for idem in order}
+            sides = [made[True], made[False]]
             steps = [timed_steps(batches, side.append) for side in sides]
             idempotent_s, plain_s = interleaved(len(batches), *steps)
             idempotent_rates.append(records / sum(idempotent_s))
@@ -237,7 +240,7 @@ class _Pid:
 def _fill(data_dir: Path, records: int, tail: int) -> tuple[list[_Pid], int]:
     """The log: records - tail in batches of 1000, a producer snapshot, then tail
     one-record batches; every batch from one of RESTART_PRODUCERS pids in turn. The pids
-    and the number of batch headers written after the snapshot."""
+    and the number of batches written after the snapshot."""
     no_automatic_snapshots = dataclasses.replace(
         DEFAULT_LIMITS, producer_snapshot_every_records=records * 10
     )
@@ -379,7 +382,9 @@ def _method(results: IdempotenceResults) -> list[str]:
         "  each side into its own fresh one-partition topic.",
         "- Embedded: `broker.client.connect(dir).produce(topic, batch, producer=...)`; the",
         "  two sides take turns request by request (A B, B A, ...) and a rate is records",
-        "  over the sum of that side's request times.",
+        "  over the sum of that side's request times. Each round makes a fresh topic per",
+        "  side, both in one database; the topic made second appends at the right edge of",
+        "  the records' b-tree, the other in its middle, so the sides take turns at that.",
         "- Served: one `fencelog serve` process and one `AsyncClient` connection; batches",
         f"  of 1000 with {IN_FLIGHT} requests in flight, one-record requests with {WINDOW} in",
         "  flight (as in the Server section); the sides take turns round by round.",
@@ -388,7 +393,7 @@ def _method(results: IdempotenceResults) -> list[str]:
         f"- Restart: one partition filled with {restart.records - restart.behind:,} records",
         f"  in batches of 1000 from {RESTART_PRODUCERS} pids in turn (no automatic",
         f"  snapshots), then `snapshot_producers()`, then {restart.behind:,} one-record batches",
-        "  (the most batch headers a snapshot that far behind can leave to replay). Each",
+        "  (the most batches a snapshot that far behind can leave to replay). Each",
         "  round times, in a fresh engine, `Engine.open(dir)` and then",
         "  `producer_states(topic)` (checked against the sequences written), or",
         "  `Engine.open(dir)` and one idempotent `produce` continuing a pid's sequence (which",
