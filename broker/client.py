@@ -22,7 +22,7 @@ import dataclasses
 import importlib
 import os
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Generator, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Final, Literal, Protocol
 
@@ -291,6 +291,51 @@ class Client:
             rows = self._transport.fetch_rows(topic, {partition: offset}, limit, fences)
             return columnar.rows_to_arrow(topic, rows)
         return fetch_arrow(topic, partition, offset, limit, fences)
+
+    def arrow_pages(
+        self,
+        topic: str,
+        partition: int,
+        start: int,
+        end: int,
+        *,
+        page_records: int | None = None,
+        fences: Sequence[Fence] = (),
+    ) -> Generator[pa.RecordBatch, None, None]:
+        """The records of offsets [start, end) of one partition as Arrow record batches,
+        page by page (fetch_arrow). Served, the next page is asked for as soon as this
+        one arrives, so the broker reads it while the caller handles this one. A
+        partition that ends before `end` is UNKNOWN_PARTITION."""
+        ahead: Callable[..., Callable[[], pa.RecordBatch]] | None = getattr(
+            self._transport, "fetch_arrow_ahead", None
+        )
+        position = start
+        next_page: tuple[int, Callable[[], pa.RecordBatch]] | None = None
+        while position < end:
+            if next_page is not None and next_page[0] == position:
+                batch = next_page[1]()
+            else:
+                batch = self.fetch_arrow(
+                    topic,
+                    partition,
+                    position,
+                    max_records=min(page_records or end - position, end - position),
+                    fences=fences,
+                )
+            next_page = None
+            if batch.num_rows == 0:
+                raise BrokerError(
+                    ErrorCode.UNKNOWN_PARTITION,
+                    f"{topic}/{partition} ends before offset {position}: "
+                    "was the topic deleted and created again?",
+                    topic=topic,
+                    partition=partition,
+                )
+            position = batch.column(_ARROW_OFFSET)[-1].as_py() + 1
+            if ahead is not None and position < end:
+                limit = self._page(min(page_records or end - position, end - position))
+                next_page = position, ahead(topic, partition, position, limit, fences)
+            yield batch
 
     def positions(
         self, topic: str, partitions: int | Sequence[int] | None, start: Start
@@ -689,6 +734,9 @@ def _start_offset(start: Start, end_offset: int) -> int:
         ErrorCode.INVALID_ARGUMENT,
         f"start must be 'beginning', 'end' or an offset >= 0, not {start!r}",
     )
+
+
+_ARROW_OFFSET: Final = 2  # the offset column of columnar.ARROW_SCHEMA
 
 
 def _columnar() -> ModuleType:

@@ -740,16 +740,33 @@ class ServedTransport:
     ) -> pa.RecordBatch:
         """The server builds the batch when it can (FETCH_ARROW); otherwise rows are
         fetched and converted here."""
-        from broker.storage import columnar  # pyarrow: only for columnar readers
+        return self.fetch_arrow_ahead(topic, partition, offset, max_records, fences)()
 
-        ipc = self._call(self.client.fetch_arrow(topic, partition, offset, max_records, 0, fences))
-        if ipc is None:
-            rows = self.fetch_rows(topic, {partition: offset}, max_records, fences)
-            return columnar.rows_to_arrow(topic, rows)
-        try:
-            return columnar.batch_from_ipc(ipc)
-        except ValueError as exc:
-            raise BrokerError(ErrorCode.PROTOCOL_ERROR, f"a FETCH_ARROW reply: {exc}") from exc
+    def fetch_arrow_ahead(
+        self,
+        topic: str,
+        partition: int,
+        offset: int,
+        max_records: int,
+        fences: Sequence[Fence],
+    ) -> Callable[[], pa.RecordBatch]:
+        """fetch_arrow() begun now; the returned call waits for its batch."""
+        work = self.client.fetch_arrow(topic, partition, offset, max_records, 0, fences)
+        asked = asyncio.run_coroutine_threadsafe(work, self._loop)
+
+        def batch() -> pa.RecordBatch:
+            from broker.storage import columnar  # pyarrow: only for columnar readers
+
+            ipc = asked.result()
+            if ipc is None:  # the server has no pyarrow: rows, converted here
+                rows = self.fetch_rows(topic, {partition: offset}, max_records, fences)
+                return columnar.rows_to_arrow(topic, rows)
+            try:
+                return columnar.batch_from_ipc(ipc)
+            except ValueError as exc:
+                raise BrokerError(ErrorCode.PROTOCOL_ERROR, f"a FETCH_ARROW reply: {exc}") from exc
+
+        return batch
 
     def fetch_ahead(
         self,

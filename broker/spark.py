@@ -209,27 +209,12 @@ def split_ranges(
 
 
 def read_range(options: Options, part: OffsetRange) -> Iterator[pa.RecordBatch]:
-    """The records of one offset range as Arrow record batches (Client.fetch_arrow:
-    built by SQLite, embedded; from fetched rows, served)."""
+    """The records of one offset range as Arrow record batches (Client.arrow_pages:
+    built by SQLite, embedded or in the server; served, a page ahead)."""
     with options.connect() as client:
-        position = part.start
-        while position < part.end:
-            batch = client.fetch_arrow(
-                part.topic,
-                part.partition,
-                position,
-                max_records=min(FETCH_RECORDS, part.end - position),
-            )
-            if batch.num_rows == 0:
-                raise BrokerError(
-                    ErrorCode.UNKNOWN_PARTITION,
-                    f"{part.topic}/{part.partition} ends before offset {position}: "
-                    "was the topic deleted and created again?",
-                    topic=part.topic,
-                    partition=part.partition,
-                )
-            yield batch
-            position = batch.column(_OFFSET)[-1].as_py() + 1
+        yield from client.arrow_pages(
+            part.topic, part.partition, part.start, part.end, page_records=FETCH_RECORDS
+        )
 
 
 class BatchReader(DataSourceReader):

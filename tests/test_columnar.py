@@ -372,3 +372,38 @@ def test_a_served_fetch_arrow_long_polls_for_new_records(data_dir: Path) -> None
 def test_a_malformed_arrow_reply_is_refused(data: bytes) -> None:
     with pytest.raises(ValueError, match="Arrow"):
         columnar.batch_from_ipc(data)
+
+
+def test_arrow_pages_cover_a_range_page_by_page(client: Client) -> None:
+    client.produce(TOPIC, [b"v%d" % i for i in range(25)])
+    pages = list(client.arrow_pages(TOPIC, 0, 3, 23, page_records=10))
+    assert [page.num_rows for page in pages] == [10, 10]
+    values = [v for page in pages for v in page.column("value").to_pylist()]
+    assert values == [b"v%d" % i for i in range(3, 23)]
+    tail = list(client.arrow_pages(TOPIC, 0, 20, 25, page_records=10))
+    assert [page.column("offset").to_pylist() for page in tail] == [[20, 21, 22, 23, 24]]
+    assert list(client.arrow_pages(TOPIC, 0, 7, 7)) == []
+
+
+def test_arrow_pages_past_the_end_of_a_partition_are_refused(client: Client) -> None:
+    client.produce(TOPIC, [b"a", b"b", b"c"])
+    pages = client.arrow_pages(TOPIC, 0, 1, 10, page_records=1)
+    assert next(pages).column("value").to_pylist() == [b"b"]
+    assert next(pages).column("value").to_pylist() == [b"c"]
+    with pytest.raises(BrokerError) as short:
+        next(pages)
+    assert short.value.code is ErrorCode.UNKNOWN_PARTITION
+    assert "ends before offset 3" in short.value.message
+
+
+def test_a_reader_that_stops_early_leaves_the_client_usable(client: Client) -> None:
+    """Served, the page after the last one taken was already asked for: its answer is
+    dropped, and the next request on the connection gets its own answer."""
+    client.produce(TOPIC, [b"v%d" % i for i in range(30)])
+    pages = client.arrow_pages(TOPIC, 0, 0, 30, page_records=10)
+    assert next(pages).num_rows == 10
+    pages.close()
+    assert client.fetch_arrow(TOPIC, 0, 25).column("value").to_pylist() == [
+        b"v%d" % i for i in range(25, 30)
+    ]
+    assert client.end_offsets(TOPIC) == [30]
