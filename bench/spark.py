@@ -1112,10 +1112,9 @@ def _read_finding(d: DeploymentResults) -> str:
     )
     return (
         f"- Read, per row ({d.name}, one task's work without Spark): read_range "
-        f"{connector_us:.1f} us; page by page, client.fetch_rows "
-        f"{_us(st['client.fetch_rows']):.1f} us (under cProfile, SQLite's SELECT "
-        f"{parts.get('SQLite SELECT', 0):.0f} ms of the fetch's "
-        f"{parts.get('client.fetch_rows', 0):.0f} ms per 10,000 rows) and rows_to_arrow "
+        f"{connector_us:.1f} us; page by page, client.fetch_arrow (what read_range "
+        f"calls) {_us(st['client.fetch_arrow']):.1f} us, against the row path's "
+        f"client.fetch_rows {_us(st['client.fetch_rows']):.1f} us and rows_to_arrow "
         f"{_us(st['rows_to_arrow']):.1f} us{comps}. Spark's own cost, from the "
         f"ceiling, is {spark_us:.1f} us per row per core; as the two add up, the ratio "
         f"reaches {READ_RATIO_MIN:.0%} only if the connector costs no more per row than "
@@ -1127,9 +1126,11 @@ def _read_finding(d: DeploymentResults) -> str:
 def _served_finding(d: DeploymentResults) -> str:
     st = d.profile.stages
     return (
-        f"- Served, CPU per row: fetch {st['client.fetch_rows'].client_us:.1f} us in the client "
-        f"(decoding on its event loop thread included) and {st['client.fetch_rows'].server_us:.1f}"
-        f" us in the server; the write's produce {st['produce'].client_us:.1f} us client, "
+        f"- Served, CPU per row: fetch_arrow {st['client.fetch_arrow'].client_us:.1f} us in "
+        f"the client (decoding on its event loop thread included) and "
+        f"{st['client.fetch_arrow'].server_us:.1f} us in the server (the row path: "
+        f"{st['client.fetch_rows'].client_us:.1f} and {st['client.fetch_rows'].server_us:.1f}"
+        f" us); the write's produce {st['produce'].client_us:.1f} us client, "
         f"{st['produce'].server_us:.1f} us server, and the commit "
         f"{st['txn_commit'].server_us:.1f} us server: the one server process does every "
         "task's SQLite work (the Spark jobs' server CPU per run is in the raw numbers)."
