@@ -309,20 +309,19 @@ class Client:
         ahead: Callable[..., Callable[[], pa.RecordBatch]] | None = getattr(
             self._transport, "fetch_arrow_ahead", None
         )
+
+        def limit(at: int) -> int:
+            return min(page_records or end - at, end - at)
+
         position = start
-        next_page: tuple[int, Callable[[], pa.RecordBatch]] | None = None
+        next_page: Callable[[], pa.RecordBatch] | None = None  # the page from position
         while position < end:
-            if next_page is not None and next_page[0] == position:
-                batch = next_page[1]()
-            else:
+            if next_page is None:
                 batch = self.fetch_arrow(
-                    topic,
-                    partition,
-                    position,
-                    max_records=min(page_records or end - position, end - position),
-                    fences=fences,
+                    topic, partition, position, max_records=limit(position), fences=fences
                 )
-            next_page = None
+            else:
+                batch, next_page = next_page(), None
             if batch.num_rows == 0:
                 raise BrokerError(
                     ErrorCode.UNKNOWN_PARTITION,
@@ -331,10 +330,10 @@ class Client:
                     topic=topic,
                     partition=partition,
                 )
-            position = batch.column(_ARROW_OFFSET)[-1].as_py() + 1
+            position = batch.column("offset")[-1].as_py() + 1
             if ahead is not None and position < end:
-                limit = self._page(min(page_records or end - position, end - position))
-                next_page = position, ahead(topic, partition, position, limit, fences)
+                page = self._page(limit(position))
+                next_page = ahead(topic, partition, position, page, fences)
             yield batch
 
     def positions(
@@ -734,9 +733,6 @@ def _start_offset(start: Start, end_offset: int) -> int:
         ErrorCode.INVALID_ARGUMENT,
         f"start must be 'beginning', 'end' or an offset >= 0, not {start!r}",
     )
-
-
-_ARROW_OFFSET: Final = 2  # the offset column of columnar.ARROW_SCHEMA
 
 
 def _columnar() -> ModuleType:

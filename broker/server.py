@@ -97,7 +97,7 @@ class _PendingProduce:
     """A produce waiting for its group commit: an _Answer with no future, no callback
     and no task; the commit loop fills in the outcome and wakes the connection."""
 
-    request: ProduceRequest | None
+    request: ProduceRequest
     size: int
     session: Session
     outcome: dict[str, Any] | BrokerError | None = None
@@ -480,7 +480,7 @@ class Server:
     async def _status(self, session: Session, args: dict[str, Any]) -> dict[str, Any]:
         return codec.status_to_wire(await self._read(self._reader.status))
 
-    def _enqueue_produce(self, session: Session, args: dict[str, Any]) -> _PendingProduce:
+    def _enqueue_produce(self, session: Session, args: dict[str, Any]) -> _Answer:
         """A produce joins the next group commit at once, with no task of its own: the
         group's COMMIT answers it (in _commit_loop)."""
         try:
@@ -494,7 +494,7 @@ class Server:
                 codec.field(args, "attachment", int, optional=True),
             )
         except BrokerError as error:
-            return _PendingProduce(None, 0, session, error)
+            return _failed(error)
         session.inflight += 1
         pending = _PendingProduce(request, _value_bytes(request), session)
         self._produce_pending.append(pending)
@@ -504,23 +504,15 @@ class Server:
     async def _fetch(self, session: Session, args: dict[str, Any]) -> dict[str, Any]:
         topic = codec.field(args, "topic", str)
         positions = codec.positions_from_wire(args.get("positions"))
-        max_records = max(
-            1, min(codec.non_negative(args, "max_records"), self.limits.read_records_max)
-        )
-        wait_ms = min(codec.non_negative(args, "wait_ms"), self.limits.fetch_wait_ms_max)
+        max_records, wait_ms = self._fetch_bounds(args)
         fences = codec.fences_from_wire(args.get("fences"))
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + wait_ms / 1000
-        while True:
-            appended = self._topic_events.setdefault(topic, asyncio.Event())
-            found = await self._read(
-                lambda: self._reader.fetch_rows(topic, positions, max_records, fences)
-            )
-            remaining = deadline - loop.time()
-            if found or remaining <= 0 or self._stopping.is_set():
-                return {"rows": found}
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(appended.wait(), remaining)
+        rows = await self._long_poll(
+            topic,
+            wait_ms,
+            lambda: self._reader.fetch_rows(topic, positions, max_records, fences),
+            bool,
+        )
+        return {"rows": rows}
 
     async def _fetch_arrow(self, session: Session, args: dict[str, Any]) -> dict[str, Any]:
         """FETCH of one partition, answered as one Arrow record batch in IPC stream
@@ -534,10 +526,7 @@ class Server:
         topic = codec.field(args, "topic", str)
         partition = codec.field(args, "partition", int)  # range checks: the engine's
         offset = codec.field(args, "offset", int)
-        max_records = max(
-            1, min(codec.non_negative(args, "max_records"), self.limits.read_records_max)
-        )
-        wait_ms = min(codec.non_negative(args, "wait_ms"), self.limits.fetch_wait_ms_max)
+        max_records, wait_ms = self._fetch_bounds(args)
         fences = codec.fences_from_wire(args.get("fences"))
         reader = self._reader
 
@@ -547,14 +536,31 @@ class Server:
             batch = reader.fetch_arrow(topic, partition, offset, max_records, fences)
             return batch.num_rows, columnar.batch_to_ipc(batch)
 
+        _, ipc = await self._long_poll(topic, wait_ms, page, operator.itemgetter(0))
+        return {"arrow": ipc}
+
+    def _fetch_bounds(self, args: dict[str, Any]) -> tuple[int, int]:
+        """A fetch's max_records and wait_ms, within the server's limits."""
+        max_records = codec.non_negative(args, "max_records")
+        wait_ms = codec.non_negative(args, "wait_ms")
+        return (
+            max(1, min(max_records, self.limits.read_records_max)),
+            min(wait_ms, self.limits.fetch_wait_ms_max),
+        )
+
+    async def _long_poll(
+        self, topic: str, wait_ms: int, read: Callable[[], T], found: Callable[[T], object]
+    ) -> T:
+        """read() on the reader thread until found() says it found something, or for up
+        to wait_ms, woken each time the writer commits to the topic."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + wait_ms / 1000
         while True:
             appended = self._topic_events.setdefault(topic, asyncio.Event())
-            count, ipc = await self._read(page)
+            result = await self._read(read)
             remaining = deadline - loop.time()
-            if count or remaining <= 0 or self._stopping.is_set():
-                return {"arrow": ipc}
+            if found(result) or remaining <= 0 or self._stopping.is_set():
+                return result
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(appended.wait(), remaining)
 
@@ -760,7 +766,7 @@ class Server:
             async with self._writer_lock:
                 while self._produce_pending:
                     group = self._take_group(limits)
-                    requests = [pending.request for pending in group if pending.request]
+                    requests = [pending.request for pending in group]
                     try:
                         outcomes = self._writer.produce_group(requests)
                     except BrokerError as error:

@@ -65,7 +65,6 @@ from pyspark.sql.streaming.datasource import (
 
 from broker.client import Client, connect
 from broker.errors import BrokerError, ErrorCode
-from broker.storage.columnar import ARROW_SCHEMA
 from broker.types import NewRecord
 
 if TYPE_CHECKING:
@@ -89,7 +88,6 @@ WRITE_COLUMNS: Final = {
     "topic": ("string",),
 }
 FETCH_RECORDS: Final = 10_000
-_OFFSET: Final = ARROW_SCHEMA.get_field_index("offset")
 TXN_TIMEOUT_MS: Final = 15 * 60 * 1000
 
 
