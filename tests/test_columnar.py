@@ -31,6 +31,7 @@ from broker.embedded import EmbeddedTransport
 from broker.engine import Engine
 from broker.errors import BrokerError, ErrorCode
 from broker.limits import DEFAULT_LIMITS, Limits
+from broker.protocol.messages import Op
 from broker.remote import ServedTransport
 from broker.storage import columnar, logs
 from broker.types import NewRecord
@@ -407,3 +408,22 @@ def test_a_reader_that_stops_early_leaves_the_client_usable(client: Client) -> N
         b"v%d" % i for i in range(25, 30)
     ]
     assert client.end_offsets(TOPIC) == [30]
+
+
+def test_fetch_arrow_asked_of_a_server_without_pyarrow_says_what_to_install(
+    data_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A client that asks anyway (it did not look at HELLO's features) gets a clear
+    error, not a dropped connection."""
+    monkeypatch.setattr(server_module, "_features", frozenset)
+    with served(data_dir) as server, connect(server.address) as remote:
+        remote.create_topic(TOPIC, 1)
+        transport = remote._transport
+        assert isinstance(transport, ServedTransport)
+        args = {"topic": TOPIC, "partition": 0, "offset": 0, "max_records": 10, "wait_ms": 0}
+        with pytest.raises(BrokerError) as refused:
+            transport._call(transport.client.request(Op.FETCH_ARROW, args))
+        assert refused.value.code is ErrorCode.INVALID_ARGUMENT
+        assert "pyarrow is not installed" in refused.value.message
+        assert "spark extra" in (refused.value.hint or "")
+        assert remote.end_offsets(TOPIC) == [0]  # the connection still answers

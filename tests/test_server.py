@@ -747,3 +747,41 @@ def test_a_second_server_on_the_same_directory_is_refused(server: ServerThread) 
     with pytest.raises(BrokerError) as excinfo:
         asyncio.run(start())
     assert excinfo.value.code is ErrorCode.DATA_DIR_IN_USE
+
+
+@pytest.mark.parametrize(
+    ("field", "wire", "message"),
+    [
+        ("records", "not records", "field 'records' must be an array"),
+        ("records", [[1, None, [], 0, None]], "record 0: value and key must be binary"),
+        ("producer", [1, 2], "field 'producer' is not [pid, generation, sequence, epoch, txn]"),
+        ("producer", [1, 2, 3, 4, "x"], "producer txn must be an integer or nil"),
+    ],
+)
+def test_a_malformed_produce_is_refused_and_its_neighbours_are_stored(
+    server: ServerThread, field: str, wire: object, message: str
+) -> None:
+    """A produce whose fields cannot be decoded is answered with a protocol error in its
+    place; the produces pipelined around it on the same connection are stored, and the
+    connection stays open."""
+
+    async def run() -> list[object]:
+        connection = await open_connection(server)
+        await connection.request(Op.CREATE_TOPIC, {"name": "m", "partitions": 1})
+        bad = {**produce_args("m", b"never"), field: wire}
+        outcomes = await asyncio.gather(
+            connection.request(Op.PRODUCE, produce_args("m", b"before")),
+            connection.request(Op.PRODUCE, bad),
+            connection.request(Op.PRODUCE, produce_args("m", b"after")),
+            return_exceptions=True,
+        )
+        fetched = await connection.request(Op.FETCH, fetch_args("m"))
+        await connection.close()
+        return [*outcomes, [row[4] for row in fetched["rows"]]]
+
+    before, refused, after, stored = asyncio.run(run())
+    assert isinstance(before, dict) and isinstance(after, dict)
+    assert isinstance(refused, BrokerError)
+    assert refused.code is ErrorCode.PROTOCOL_ERROR
+    assert refused.message == message
+    assert stored == [b"before", b"after"]
