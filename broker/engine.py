@@ -33,7 +33,7 @@ from broker.hot import WriteCache
 from broker.limits import DEFAULT_LIMITS, Limits
 from broker.owners import Owners
 from broker.producers import Lease, ProducerTable, Staged, write_snapshot
-from broker.storage import logs
+from broker.storage import logs, pages
 from broker.storage import producers as producer_store
 from broker.storage.database import SCHEMA_VERSION, Database, Durability
 from broker.txns import Transactions, TxnDetail, TxnInfo, TxnMember
@@ -51,9 +51,9 @@ if TYPE_CHECKING:  # pyarrow comes with the spark extra; fetch_arrow imports it
     import pyarrow as pa
 
 Clock = Callable[[], int]
-# A columnar page is concatenated inside SQLite up to this many times read_bytes_max;
-# a larger one is read as rows (broker/storage/columnar.py).
-COLUMNAR_CONCAT: Final = 2
+# A page is concatenated inside SQLite up to this many times read_bytes_max; a larger
+# one is read as rows (broker/storage/pages.py).
+PAGE_CONCAT: Final = 2
 
 
 @dataclass(frozen=True, slots=True)
@@ -487,7 +487,42 @@ class Engine:
         """Records from several partitions ({partition: next offset}), partition by
         partition, at most max_records in all (and about read_bytes_max bytes from each
         partition). Every fence must be current."""
-        return logs.records_of(topic, self.fetch_rows(topic, positions, max_records, fences))
+        chunks = self.fetch_pages(topic, positions, max_records, fences)
+        return pages.records_of_chunks(topic, chunks)
+
+    def fetch_pages(
+        self,
+        topic: str,
+        positions: dict[int, int],
+        max_records: int | None,
+        fences: Sequence[Fence] = (),
+    ) -> list[pages.Chunk]:
+        """fetch() as pages (broker/storage/pages.py), one per partition read; a
+        partition SQLite cannot page is given as its rows."""
+        limit = _bounded(max_records, self.limits.read_records_max)
+        bytes_max = self.limits.read_bytes_max
+        found: list[pages.Chunk] = []
+        taken = 0
+        with self.database.read() as conn:
+            if fences:
+                self.owners.check_fences(conn, fences)
+            row = self._topic(conn, topic)
+            for partition, offset in positions.items():
+                record_rules.check_partition(topic, partition, row.partitions)
+                _check_offset(offset)
+                page = pages.read_page(
+                    conn, row, partition, offset, limit - taken, bytes_max, PAGE_CONCAT * bytes_max
+                )
+                if page is None:
+                    rows = logs.read_rows(conn, row, partition, offset, limit - taken)
+                    found.append(_within_bytes(rows, bytes_max))
+                    taken += len(found[-1])
+                elif page.record_count:
+                    found.append(page)
+                    taken += page.record_count
+                if taken >= limit:
+                    break
+        return found
 
     def fetch_rows(
         self,
@@ -534,7 +569,7 @@ class Engine:
             record_rules.check_partition(topic, partition, row.partitions)
             _check_offset(offset)
             batch = columnar.read_page(
-                conn, row, partition, offset, limit, bytes_max, COLUMNAR_CONCAT * bytes_max
+                conn, row, partition, offset, limit, bytes_max, PAGE_CONCAT * bytes_max
             )
             if batch is not None:
                 return batch

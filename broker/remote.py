@@ -462,8 +462,10 @@ class AsyncClient:
         wait_ms: int,
         fences: Sequence[Fence] = (),
     ) -> list[Record]:
-        reply = await self._fetch(topic, positions, max_records, wait_ms, fences)
-        return codec.rows_from_wire(topic, reply.get("rows"))
+        reply = await self._fetch(topic, positions, max_records, wait_ms, fences, pages=True)
+        if "pages" in reply:
+            return codec.records_from_chunks(topic, reply["pages"])
+        return codec.rows_from_wire(topic, reply.get("rows"))  # a server before pages
 
     async def fetch_rows(
         self,
@@ -510,6 +512,7 @@ class AsyncClient:
         max_records: int,
         wait_ms: int,
         fences: Sequence[Fence],
+        pages: bool = False,
     ) -> dict[str, Any]:
         args = {
             "topic": topic,
@@ -517,6 +520,7 @@ class AsyncClient:
             "max_records": max_records,
             "wait_ms": wait_ms,
             "fences": codec.fences_to_wire(fences),
+            "pages": pages,  # a page per partition, not a row per record (pages.py)
         }
         return await self.request(Op.FETCH, args)
 

@@ -506,13 +506,21 @@ class Server:
         positions = codec.positions_from_wire(args.get("positions"))
         max_records, wait_ms = self._fetch_bounds(args)
         fences = codec.fences_from_wire(args.get("fences"))
-        rows = await self._long_poll(
+        if not codec.field(args, "pages", bool, optional=True):  # a client before pages
+            rows = await self._long_poll(
+                topic,
+                wait_ms,
+                lambda: self._reader.fetch_rows(topic, positions, max_records, fences),
+                bool,
+            )
+            return {"rows": rows}
+        chunks = await self._long_poll(
             topic,
             wait_ms,
-            lambda: self._reader.fetch_rows(topic, positions, max_records, fences),
+            lambda: self._reader.fetch_pages(topic, positions, max_records, fences),
             bool,
         )
-        return {"rows": rows}
+        return {"pages": codec.chunks_to_wire(chunks)}
 
     async def _fetch_arrow(self, session: Session, args: dict[str, Any]) -> dict[str, Any]:
         """FETCH of one partition, answered as one Arrow record batch in IPC stream

@@ -22,6 +22,7 @@ from broker.producers import Lease
 from broker.protocol.frames import ProtocolError
 from broker.storage.logs import ROW_FIELDS, Row, records_of
 from broker.storage.ownership import AuditRow
+from broker.storage.pages import Chunk, Page, records_of_chunks
 from broker.storage.producers import OffsetRow, SnapshotRow
 from broker.txns import JournalEntryInfo, TxnDetail, TxnInfo, TxnMember, TxnPartition
 from broker.types import (
@@ -260,6 +261,72 @@ def rows_from_wire(topic: str, rows: object) -> list[Record]:
         return records_of(topic, cast(Sequence[Row], rows))
     except (TypeError, ValueError, msgpack.UnpackException) as exc:
         raise ProtocolError(f"a fetched row is malformed: {exc}") from exc
+
+
+def chunks_to_wire(chunks: Sequence[Chunk]) -> list[dict[str, Any]]:
+    """A fetch's pages (a Page is a tuple: msgpack writes it as an array in field order)
+    and, for a partition SQLite could not page, its rows."""
+    return [{"page": chunk} if isinstance(chunk, Page) else {"rows": chunk} for chunk in chunks]
+
+
+def records_from_chunks(topic: str, wire: object) -> list[Record]:
+    """A FETCH reply's pages and rows as Records of the topic; anything malformed (a
+    page whose columns disagree with its count, a field of the wrong type) is a
+    ProtocolError."""
+    if not isinstance(wire, tuple | list):
+        raise ProtocolError("field 'pages' must be an array of pages and rows")
+    try:
+        return records_of_chunks(topic, [_chunk_from_wire(chunk) for chunk in wire])
+    except (TypeError, ValueError, msgpack.UnpackException) as exc:
+        raise ProtocolError(f"a fetched page is malformed: {exc}") from exc
+
+
+_PAGE_FIELDS: Final = (
+    (int,),  # partition
+    (int,),  # offset
+    (int,),  # record_count
+    (bytes,),  # values
+    (int, bytes),  # value_lengths
+    (int, bytes),  # timestamps
+    (bytes,),  # keys
+    (int, bytes),  # key_lengths
+    (tuple, list),  # headers
+    (tuple, list),  # producer
+)
+
+
+def _chunk_from_wire(chunk: object) -> Chunk:
+    if isinstance(chunk, dict) and "rows" in chunk:
+        return rows_of_reply(chunk)
+    fields = chunk.get("page") if isinstance(chunk, dict) else None
+    if not (
+        isinstance(fields, tuple | list)
+        and len(fields) == len(_PAGE_FIELDS)
+        and all(
+            isinstance(value, kinds) and not isinstance(value, bool)
+            for value, kinds in zip(fields, _PAGE_FIELDS, strict=True)
+        )
+    ):
+        raise ProtocolError("each fetched chunk is {'page': [10 fields]} or {'rows': [...]}")
+    page = Page(*fields)
+    if not (
+        page.record_count >= 0
+        and len(page.producer) == 5
+        and all(
+            column is None or (isinstance(column, int | bytes) and not isinstance(column, bool))
+            for column in page.producer
+        )
+    ):
+        raise ProtocolError("a page has a count >= 0 and 5 producer columns (numbers or text)")
+    if not all(
+        isinstance(item, tuple | list)
+        and len(item) == 2
+        and isinstance(item[0], int)
+        and isinstance(item[1], bytes)
+        for item in page.headers
+    ):
+        raise ProtocolError("a page's headers are [offset, stored headers] pairs")
+    return page
 
 
 # ownership ---------------------------------------------------------------------------

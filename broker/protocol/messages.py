@@ -8,6 +8,11 @@ sets: a number is never reused.
 
 Replies come back in the order of their requests on one connection, and carry the
 request's id so that a client can check it.
+
+FETCH with `pages: true` is answered {"pages": [chunk, ...]}, a chunk per partition
+read: {"page": [10 fields of broker/storage/pages.py Page]} or, where SQLite could not
+page it, {"rows": [...]}. Without it (a client before pages) it is answered {"rows":
+[...]}, a stored row per record.
 """
 
 from __future__ import annotations

@@ -51,18 +51,30 @@ FROM records
 WHERE topic_id = ? AND partition = ? AND offset = ?;
 
 -- name: records_page_summary
--- One page as a few values instead of rows (broker/storage/columnar.py): the values
--- concatenated in offset order, sizes, and how many rows differ from the first row
--- (?5..?11) in each column. The aggregate walks the primary key in order.
-SELECT count(*), max(offset), CAST(group_concat(value, '') AS BLOB),
-       sum(length(value)) + ifnull(sum(length(key)), 0), count(key), sum(headers != X'90'),
+-- A page's shape (broker/storage/pages.py): its count, last offset, bytes of keys and
+-- values, how many records have a key or headers, and how many differ from the first
+-- record (?5..?11) in each column.
+SELECT count(*), max(offset), sum(length(value)) + ifnull(sum(length(key)), 0),
+       count(key), sum(headers != X'90'),
        sum(timestamp_ms != ?5), sum(length(value) != ?6),
        sum(producer_id != ?7 OR generation != ?8 OR sequence != ?9 OR epoch != ?10
            OR txn_id IS NOT ?11)
 FROM records
 WHERE topic_id = ?1 AND partition = ?2 AND offset >= ?3 AND offset < ?4;
 
--- name: records_page_last_value
+-- name: records_page_values
+-- The page's values concatenated; the aggregate walks the primary key in order.
+SELECT ifnull(CAST(group_concat(value, '') AS BLOB), X''), sum(length(value))
+FROM records
+WHERE topic_id = ?1 AND partition = ?2 AND offset >= ?3 AND offset <= ?4;
+
+-- name: records_page_sizes
+-- Bytes of key and value, one record a line (where a page is cut at read_bytes_max).
+SELECT CAST(group_concat(length(value) + ifnull(length(key), 0), char(10)) AS BLOB)
+FROM records
+WHERE topic_id = ?1 AND partition = ?2 AND offset >= ?3 AND offset <= ?4;
+
+-- name: records_page_value_at
 SELECT value FROM records WHERE topic_id = ? AND partition = ? AND offset = ?;
 
 -- name: records_page_timestamps
