@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Final, cast
+from typing import TYPE_CHECKING, Final, TypeVar, cast
 
 from broker import backup
 from broker.core import ownership as ownership_rules
@@ -51,6 +51,7 @@ if TYPE_CHECKING:  # pyarrow comes with the spark extra; fetch_arrow imports it
     import pyarrow as pa
 
 Clock = Callable[[], int]
+T = TypeVar("T")
 # A page is concatenated inside SQLite up to this many times read_bytes_max; a larger
 # one is read as rows (broker/storage/pages.py).
 PAGE_CONCAT: Final = 2
@@ -499,30 +500,20 @@ class Engine:
     ) -> list[pages.Chunk]:
         """fetch() as pages (broker/storage/pages.py), one per partition read; a
         partition SQLite cannot page is given as its rows."""
-        limit = _bounded(max_records, self.limits.read_records_max)
         bytes_max = self.limits.read_bytes_max
-        found: list[pages.Chunk] = []
-        taken = 0
-        with self.database.read() as conn:
-            if fences:
-                self.owners.check_fences(conn, fences)
-            row = self._topic(conn, topic)
-            for partition, offset in positions.items():
-                record_rules.check_partition(topic, partition, row.partitions)
-                _check_offset(offset)
-                page = pages.read_page(
-                    conn, row, partition, offset, limit - taken, bytes_max, PAGE_CONCAT * bytes_max
-                )
-                if page is None:
-                    rows = logs.read_rows(conn, row, partition, offset, limit - taken)
-                    found.append(_within_bytes(rows, bytes_max))
-                    taken += len(found[-1])
-                elif page.record_count:
-                    found.append(page)
-                    taken += page.record_count
-                if taken >= limit:
-                    break
-        return found
+
+        def page(
+            conn: sqlite3.Connection, row: logs.TopicRow, partition: int, offset: int, limit: int
+        ) -> tuple[pages.Chunk, int]:
+            found = pages.read_page(
+                conn, row, partition, offset, limit, bytes_max, PAGE_CONCAT * bytes_max
+            )
+            if found is None:
+                rows = _within_bytes(logs.read_rows(conn, row, partition, offset, limit), bytes_max)
+                return rows, len(rows)
+            return found, found.record_count
+
+        return self._read_partitions(topic, positions, max_records, fences, page)
 
     def fetch_rows(
         self,
@@ -532,8 +523,31 @@ class Engine:
         fences: Sequence[Fence] = (),
     ) -> list[logs.Row]:
         """fetch() as stored rows, for whoever sends or converts them without Records."""
+        bytes_max = self.limits.read_bytes_max
+
+        def rows(
+            conn: sqlite3.Connection, row: logs.TopicRow, partition: int, offset: int, limit: int
+        ) -> tuple[list[logs.Row], int]:
+            found = _within_bytes(logs.read_rows(conn, row, partition, offset, limit), bytes_max)
+            return found, len(found)
+
+        chunks = self._read_partitions(topic, positions, max_records, fences, rows)
+        return [row for chunk in chunks for row in chunk]
+
+    def _read_partitions(
+        self,
+        topic: str,
+        positions: dict[int, int],
+        max_records: int | None,
+        fences: Sequence[Fence],
+        read: Callable[[sqlite3.Connection, logs.TopicRow, int, int, int], tuple[T, int]],
+    ) -> list[T]:
+        """read(conn, topic, partition, offset, records left) -> (what it read, records),
+        partition by partition in one snapshot, until max_records have been read; every
+        fence checked first."""
         limit = _bounded(max_records, self.limits.read_records_max)
-        found: list[logs.Row] = []
+        found: list[T] = []
+        taken = 0
         with self.database.read() as conn:
             if fences:
                 self.owners.check_fences(conn, fences)
@@ -541,9 +555,11 @@ class Engine:
             for partition, offset in positions.items():
                 record_rules.check_partition(topic, partition, row.partitions)
                 _check_offset(offset)
-                rows = logs.read_rows(conn, row, partition, offset, limit - len(found))
-                found += _within_bytes(rows, self.limits.read_bytes_max)
-                if len(found) >= limit:
+                chunk, count = read(conn, row, partition, offset, limit - taken)
+                if count:
+                    found.append(chunk)
+                    taken += count
+                if taken >= limit:
                     break
         return found
 
@@ -568,11 +584,11 @@ class Engine:
             row = self._topic(conn, topic)
             record_rules.check_partition(topic, partition, row.partitions)
             _check_offset(offset)
-            batch = columnar.read_page(
+            page = pages.read_page(
                 conn, row, partition, offset, limit, bytes_max, PAGE_CONCAT * bytes_max
             )
-            if batch is not None:
-                return batch
+            if page is not None:
+                return columnar.page_to_arrow(topic, page)
             rows = logs.read_rows(conn, row, partition, offset, limit)
             return columnar.rows_to_arrow(topic, _within_bytes(rows, bytes_max))
 

@@ -2,16 +2,20 @@
 keyed records, empty values and keys, headers, explicit timestamps, an idempotent
 producer's batches, committed and aborted transactions, over two partitions.
 
-`OPERATIONS` is a hypothesis strategy of produce operations; `apply` runs them.
+`OPERATIONS` is a hypothesis strategy of produce operations; `apply` runs them;
+`mixed_log` opens a data directory holding what they wrote.
 """
 
 from __future__ import annotations
 
+import contextlib
 import random
+from collections.abc import Iterator
+from pathlib import Path
 
 from hypothesis import strategies as st
 
-from broker.client import Client
+from broker.client import Client, connect
 from broker.types import NewRecord
 
 TOPIC = "t"
@@ -56,3 +60,15 @@ def apply(client: Client, operations: list[tuple[str, int, int, int]]) -> None:
                     txn.abort()
         else:
             client.produce(TOPIC, records)
+
+
+@contextlib.contextmanager
+def mixed_log(
+    data_dir: Path, operations: list[tuple[str, int, int, int]]
+) -> Iterator[tuple[Client, int]]:
+    """An embedded client of TOPIC (two partitions) after `operations`, and how many
+    records they committed."""
+    with connect(data_dir, durability="normal") as client:
+        client.create_topic(TOPIC, 2)
+        apply(client, operations)
+        yield client, sum(count for kind, _, count, _ in operations if kind != "aborted")

@@ -23,7 +23,7 @@ import pyarrow as pa
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from mixed_logs import OPERATIONS, TOPIC, apply
+from mixed_logs import OPERATIONS, TOPIC, mixed_log
 from servers import served
 
 from broker import server as server_module
@@ -34,7 +34,7 @@ from broker.errors import BrokerError, ErrorCode
 from broker.limits import DEFAULT_LIMITS, Limits
 from broker.protocol.messages import Op
 from broker.remote import ServedTransport
-from broker.storage import columnar, logs
+from broker.storage import columnar, logs, pages
 from broker.types import NewRecord
 
 PAGE = 7  # records per fetch: pages end inside produce batches
@@ -49,15 +49,16 @@ def rows_batch(client: Client, partition: int, offset: int, max_records: int) ->
 def columnar_page(
     client: Client, partition: int, offset: int, max_records: int
 ) -> pa.RecordBatch | None:
-    """read_page itself (None: it would leave the page to the row path)."""
+    """pages.read_page itself, as Arrow (None: it would leave the page to the row path)."""
     engine = client._transport.engine  # type: ignore[attr-defined]
     limits = engine.limits
     with engine.database.read() as conn:
         topic = logs.topic_by_name(conn, TOPIC)
         assert topic is not None
-        return columnar.read_page(
+        page = pages.read_page(
             conn, topic, partition, offset, max_records, limits.read_bytes_max, 1 << 30
         )
+        return None if page is None else columnar.page_to_arrow(TOPIC, page)
 
 
 def assert_same_pages(client: Client, partitions: int, page: int, built: bool = False) -> int:
@@ -93,10 +94,7 @@ def assert_same_pages(client: Client, partitions: int, page: int, built: bool = 
 def test_fetch_arrow_equals_fetch_rows(
     tmp_path_factory: pytest.TempPathFactory, operations: list[Any], page: int
 ) -> None:
-    with connect(tmp_path_factory.mktemp("data"), durability="normal") as client:
-        client.create_topic(TOPIC, 2)
-        apply(client, operations)
-        committed = sum(count for kind, _, count, _ in operations if kind != "aborted")
+    with mixed_log(tmp_path_factory.mktemp("data"), operations) as (client, committed):
         assert assert_same_pages(client, 2, page, built=True) == committed
 
 

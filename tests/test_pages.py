@@ -22,7 +22,7 @@ import msgpack
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from mixed_logs import OPERATIONS, TOPIC, apply
+from mixed_logs import OPERATIONS, TOPIC, apply, mixed_log
 from servers import RawClient, served
 
 from broker.client import Client, connect
@@ -62,10 +62,7 @@ def assert_every_fetch_is_stored(client: Client, max_records: int) -> int:
 def test_fetch_equals_the_stored_rows(
     tmp_path_factory: pytest.TempPathFactory, operations: list[Any], page: int
 ) -> None:
-    with connect(tmp_path_factory.mktemp("data"), durability="normal") as client:
-        client.create_topic(TOPIC, 2)
-        apply(client, operations)
-        committed = sum(count for kind, _, count, _ in operations if kind != "aborted")
+    with mixed_log(tmp_path_factory.mktemp("data"), operations) as (client, committed):
         assert assert_every_fetch_is_stored(client, page) == committed
 
 

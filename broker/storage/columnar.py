@@ -15,7 +15,6 @@ section 2.2.1): a writer in the same process, or a WAL another process deletes.
 
 from __future__ import annotations
 
-import sqlite3
 from collections.abc import Sequence
 from typing import Final
 
@@ -26,7 +25,7 @@ import pyarrow.ipc as pa_ipc
 
 from broker.storage import pages
 from broker.storage.database import EMPTY_HEADERS, decode_headers
-from broker.storage.logs import Row, TopicRow
+from broker.storage.logs import Row
 
 ARROW_SCHEMA: Final = pa.schema(
     [
@@ -54,21 +53,6 @@ def empty_batch() -> pa.RecordBatch:
     return pa.RecordBatch.from_arrays(
         [pa.array([], field.type) for field in ARROW_SCHEMA], schema=ARROW_SCHEMA
     )
-
-
-def read_page(
-    conn: sqlite3.Connection,
-    topic: TopicRow,
-    partition: int,
-    offset: int,
-    max_records: int,
-    bytes_max: int,
-    concat_bytes_max: int,
-) -> pa.RecordBatch | None:
-    """Records of a partition from offset, as the engine's fetch_rows would give them,
-    as one batch (no rows: nothing there). None: read this page as rows instead."""
-    page = pages.read_page(conn, topic, partition, offset, max_records, bytes_max, concat_bytes_max)
-    return None if page is None else page_to_arrow(topic.name, page)
 
 
 def page_to_arrow(topic: str, page: pages.Page) -> pa.RecordBatch:

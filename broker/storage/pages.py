@@ -78,14 +78,14 @@ def read_page(
     them (count 0: nothing there). None: read this page as rows instead."""
     with _length_limit(conn, concat_bytes_max):
         try:
-            return _read_page(conn, topic, partition, offset, max_records, bytes_max)
+            return _read_page(conn, topic.topic_id, partition, offset, max_records, bytes_max)
         except sqlite3.DataError:  # "string or blob too big": past concat_bytes_max
             return None
 
 
 def _read_page(
     conn: sqlite3.Connection,
-    topic: TopicRow,
+    topic_id: int,
     partition: int,
     offset: int,
     max_records: int,
@@ -93,7 +93,7 @@ def _read_page(
 ) -> Page | None:
     first = None
     if max_records > 0:
-        where = (topic.topic_id, partition, offset)
+        where = (topic_id, partition, offset)
         first = conn.execute(Q["records_page_first"], where).fetchone()
     if first is None:
         return Page(partition, offset, 0, b"", 0, 0, b"", -1, [], (0, 0, 0, 0, None))
@@ -101,15 +101,15 @@ def _read_page(
     like_first = (timestamp_ms, length, pid, generation, sequence, epoch, txn_id)
     summary = conn.execute(
         Q["records_page_summary"],
-        (topic.topic_id, partition, offset, offset + max_records, *like_first),
+        (topic_id, partition, offset, offset + max_records, *like_first),
     ).fetchone()
     count, last, size, keyed, headed, times_vary, lengths_vary, producers_vary = summary
     if last - offset + 1 != count:  # offsets with a gap: not a log this module knows
         return None
-    page: _PageRange = (topic.topic_id, partition, offset, last)
+    page: _PageRange = (topic_id, partition, offset, last)
     if size > bytes_max:
         count = _within(_lines(conn, "records_page_sizes", page), bytes_max)
-        page = (topic.topic_id, partition, offset, offset + count - 1)
+        page = (topic_id, partition, offset, offset + count - 1)
     values, values_size = conn.execute(Q["records_page_values"], page).fetchone()
     last_value = conn.execute(Q["records_page_value_at"], page[:2] + page[3:]).fetchone()[0]
     if not (
