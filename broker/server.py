@@ -486,17 +486,25 @@ class Server:
         try:
             if self.sessions.get(session.session_id) is not session:
                 raise _closed_before_run()
-            request = ProduceRequest(
-                codec.field(args, "topic", str),
-                codec.new_records_from_wire(args.get("records")),
-                codec.producer_from_wire(args.get("producer")),
-                codec.fences_from_wire(args.get("fences")),
-                codec.field(args, "attachment", int, optional=True),
-            )
+            # the usual request (a topic, no fences, no attachment) without the general
+            # checks, which still judge anything else
+            topic = args.get("topic")
+            fences = args.get("fences")
+            attachment = args.get("attachment")
+            if type(topic) is not str:
+                topic = codec.field(args, "topic", str)
+            records = codec.new_records_from_wire(args.get("records"))
+            producer = codec.producer_from_wire(args.get("producer"))
+            if fences is not None and fences != ():
+                fences = codec.fences_from_wire(fences)
+            if attachment is not None:
+                attachment = codec.field(args, "attachment", int)
+            request = ProduceRequest(topic, records, producer, fences or (), attachment)
         except BrokerError as error:
             return _failed(error)
         session.inflight += 1
-        pending = _PendingProduce(request, _value_bytes(request), session)
+        size = len(records[0].value) if len(records) == 1 else _value_bytes(request)
+        pending = _PendingProduce(request, size, session)
         self._produce_pending.append(pending)
         self._produce_ready.set()
         return pending

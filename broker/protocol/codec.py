@@ -7,6 +7,7 @@ never sees a wrong type. Rows of records travel as arrays in Record's field orde
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Sequence
 from typing import Any, Final, TypeVar, cast
 
@@ -117,6 +118,18 @@ def new_records_to_wire(records: Sequence[NewRecord]) -> Sequence[NewRecord]:
 
 
 def new_records_from_wire(rows: object) -> list[NewRecord]:
+    if type(rows) is tuple and len(rows) == 1:  # one record: checked without a pass
+        row = rows[0]
+        if (
+            type(row) is tuple
+            and len(row) == 5
+            and type(row[0]) is bytes
+            and (row[1] is None or type(row[1]) is bytes)
+            and row[2] == ()
+            and (row[3] is None or type(row[3]) is int)
+            and (row[4] is None or type(row[4]) is int)
+        ):
+            return [tuple.__new__(NewRecord, row)]
     if not isinstance(rows, tuple | list):
         raise ProtocolError("field 'records' must be an array")
     try:  # the usual batch: one pass in C; anything unusual gets the checks below
@@ -175,13 +188,8 @@ def _headers(index: int, headers: object) -> Headers:
 
 
 def producer_to_wire(producer: ProducerFields) -> tuple[Any, ...]:
-    return (
-        producer.producer_id,
-        producer.generation,
-        producer.first_sequence,
-        producer.epoch,
-        producer.txn_id,
-    )
+    # A ProducerFields is a tuple: msgpack writes [pid, generation, sequence, epoch, txn].
+    return producer
 
 
 def producer_from_wire(wire: object) -> ProducerFields:
@@ -194,7 +202,7 @@ def producer_from_wire(wire: object) -> ProducerFields:
             and type(epoch) is int
             and (txn is None or type(txn) is int)
         ):
-            return ProducerFields(pid, generation, sequence, epoch, txn)
+            return tuple.__new__(ProducerFields, wire)
     if not (isinstance(wire, tuple | list) and len(wire) == 5):
         raise ProtocolError("field 'producer' is not [pid, generation, sequence, epoch, txn]")
     if not all(isinstance(v, int) and not isinstance(v, bool) for v in wire[:4]):
@@ -205,7 +213,11 @@ def producer_from_wire(wire: object) -> ProducerFields:
 
 
 def results_to_wire(results: Sequence[AppendResult]) -> list[tuple[int, int, bool]]:
-    return [(r.partition, r.offset, r.duplicate) for r in results]
+    # (partition, offset, duplicate): an AppendResult without its topic, sliced in C
+    return list(map(_WIRE_RESULT, results))
+
+
+_WIRE_RESULT: Final = operator.itemgetter(slice(1, None))
 
 
 def results_from_wire(topic: str, rows: Sequence[Sequence[Any]]) -> list[AppendResult]:
