@@ -978,8 +978,12 @@ class _Connection(asyncio.Protocol):
         assert transport is not None
         pending, frames, out = self._pending, self._frames, bytearray()
         close = False
+        every_ack = not self._server._drop_acks
         while pending and pending[0][2].done():
             request_id, op, future = pending.popleft()
+            if every_ack and type(future) is _PendingProduce and type(future.outcome) is dict:
+                out += frames.send_reply(request_id, future.outcome)  # a stored produce
+                continue
             message = _reply_of(request_id, future)
             if not self._server._replied(op, message):
                 close = True
