@@ -74,6 +74,7 @@ class Session:
     transport: asyncio.Transport
     last_seen: float
     answered: Callable[[], None]  # a request of this session's has its answer
+    reply_now: Callable[[], None]  # send the replies that are ready, in this turn
     authenticated: bool = False
     said_hello: bool = False
     inflight: int = 0  # requests read and not yet answered: a waiting session is not idle
@@ -314,7 +315,10 @@ class Server:
     # connections --------------------------------------------------------------------
 
     def _connection_made(
-        self, transport: asyncio.Transport, answered: Callable[[], None]
+        self,
+        transport: asyncio.Transport,
+        answered: Callable[[], None],
+        reply_now: Callable[[], None],
     ) -> Session | None:
         """A new connection becomes a session, or is refused (at the limit, stopping)."""
         if len(self.sessions) >= self.limits.connections_max or self._stopping.is_set():
@@ -338,6 +342,7 @@ class Server:
             transport,
             asyncio.get_running_loop().time(),
             answered,
+            reply_now,
             authenticated=self._auth_token is None,
         )
         self.sessions[session.session_id] = session
@@ -765,7 +770,8 @@ class Server:
         """Group commit. Each round takes every produce read since the last one (up to
         the group limits) into one SQLite transaction, run right here on the event loop:
         a hand-off to a thread and back would cost more than a small group's COMMIT.
-        While it runs, new requests wait in the sockets; they make the next group."""
+        While it runs, new requests wait in the sockets; they make the next group. A
+        group's replies leave as soon as its COMMIT returns, not a turn of the loop later."""
         limits = self.limits
         loop = asyncio.get_running_loop()
         while True:
@@ -789,6 +795,8 @@ class Server:
                         )
                     for topic in {request.topic for request in requests}:
                         self._wake(topic)
+                    for session in {pending.session for pending in group}:
+                        session.reply_now()
 
     def _take_group(self, limits: Limits) -> list[_PendingProduce]:
         pending = self._produce_pending
@@ -875,7 +883,7 @@ class _Connection(asyncio.Protocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         # a stream transport (uvloop's do not subclass asyncio.Transport)
         self._transport = stream = cast(asyncio.Transport, transport)
-        self._session = self._server._connection_made(stream, self._schedule_pump)
+        self._session = self._server._connection_made(stream, self._schedule_pump, self._pump_now)
         if self._session is None:
             self._reading = False
         else:
@@ -966,11 +974,18 @@ class _Connection(asyncio.Protocol):
         self._schedule_pump()
 
     def _schedule_pump(self) -> None:
-        # Every request finished in one turn of the loop (a group commit) is answered
-        # by one pump, in one write.
+        # Every request finished in one turn of the loop is answered by one pump, in one
+        # write (unless the group commit pumps first: _pump_now).
         if not self._pump_scheduled:
             self._pump_scheduled = True
-            asyncio.get_running_loop().call_soon(self._pump)
+            asyncio.get_running_loop().call_soon(self._pump_now)
+
+    def _pump_now(self) -> None:
+        """The pump, if one is due: a group commit sends its replies as soon as its
+        COMMIT returns rather than a turn of the loop later; the pump scheduled for them
+        then finds nothing to do."""
+        if self._pump_scheduled:
+            self._pump()
 
     def _pump(self) -> None:
         self._pump_scheduled = False
