@@ -397,7 +397,9 @@ class AsyncClient:
         return (await self.connection()).limits
 
     async def request(self, op: Op, args: dict[str, Any]) -> dict[str, Any]:
-        connection = await self.connection()
+        connection = self._connection  # the usual case without a coroutine of its own
+        if self._closed or connection is None or connection.closed:
+            connection = await self.connection()
         try:
             return await connection.request(op, args)
         except BrokerError as error:

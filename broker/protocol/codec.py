@@ -277,7 +277,9 @@ def rows_from_wire(topic: str, rows: object) -> list[Record]:
 # ownership ---------------------------------------------------------------------------
 
 
-def fences_to_wire(fences: Sequence[Fence]) -> list[tuple[str, str, int]]:
+def fences_to_wire(fences: Sequence[Fence]) -> Sequence[tuple[str, str, int]]:
+    if not fences:
+        return ()  # an empty array on the wire, as [] is
     return [(f.group, f.resource, f.generation) for f in fences]
 
 
