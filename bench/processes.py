@@ -26,7 +26,7 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import IO, Final
+from typing import IO, Any, Final, cast
 
 from bench.cli_produce import fencelog_script
 from broker.storage.database import Durability
@@ -141,10 +141,22 @@ class NatsServer(ServerProcess):
         ports_file = ports_dir / f"{Path(binary).name}_{self.pid}.ports"
         try:
             self.wait_for(ports_file)
-            self.address = str(json.loads(ports_file.read_text())["nats"][0])
+            self.address = str(_read_ports(ports_file)["nats"][0])
         except BaseException:
             self.stop()
             raise
+
+
+def _read_ports(path: Path, timeout_s: float = READY_TIMEOUT_S) -> dict[str, Any]:
+    """nats-server's ports file, once written: it can exist, still empty, for a moment."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            return cast(dict[str, Any], json.loads(path.read_text()))
+        except json.JSONDecodeError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(_POLL_S)
 
 
 def nats_server_binary() -> str | None:

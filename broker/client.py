@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import collections
 import contextlib
-import dataclasses
 import importlib
 import os
 import time
@@ -212,7 +211,7 @@ class Client:
         transaction instead: offset -1 each, and no reader sees them until it commits.
         """
         if txn is not None:
-            producer = dataclasses.replace(producer, txn_id=txn)
+            producer = producer._replace(txn_id=txn)
         default_key = _as_bytes(key) if key is not None else None
         records = [
             value

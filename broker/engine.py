@@ -10,15 +10,13 @@ nobody else has changed (the topic rows, log ends and epochs produces read).
 
 from __future__ import annotations
 
-import dataclasses
 import operator
 import random
 import sqlite3
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Final, TypeVar, cast
+from typing import TYPE_CHECKING, Final, NamedTuple, TypeVar, cast
 
 from broker import backup
 from broker.core import ownership as ownership_rules
@@ -57,8 +55,9 @@ T = TypeVar("T")
 PAGE_CONCAT: Final = 2
 
 
-@dataclass(frozen=True, slots=True)
-class ProduceRequest:
+class ProduceRequest(NamedTuple):
+    """One produce request of a group commit (a NamedTuple: one is built per request)."""
+
     topic: str
     records: Sequence[NewRecord]
     producer: ProducerFields = NO_PRODUCER
@@ -255,8 +254,8 @@ class Engine:
             self._check_fences(conn, row, by_partition, request.fences)
         epoch = self._write_epoch(conn, row.topic_id, request.attachment)
         if epoch != producer.epoch:  # every record carries the epoch it was written under
-            producer = dataclasses.replace(producer, epoch=epoch)
-            request = dataclasses.replace(request, producer=producer)
+            producer = producer._replace(epoch=epoch)
+            request = request._replace(producer=producer)
         now_ms = self.clock()
         if producer.txn_id is not None:  # into the data journals, not the log
             return self.txns.journal(
@@ -730,6 +729,10 @@ class Engine:
 
     def _route(self, row: logs.TopicRow, records: Sequence[NewRecord]) -> dict[int, Sequence[int]]:
         """Each record's partition, as {partition: [indexes into records]}."""
+        if len(records) == 1 and (partition := records[0].partition) is not None:
+            if not 0 <= partition < row.partitions:
+                record_rules.check_partition(row.name, partition, row.partitions)
+            return {partition: _ONE}
         named = set(map(_PARTITION, records))
         if named == {None} and list(map(_KEY, records)).count(None) == len(records):
             return self._round_robin_ranges(row.partitions, len(records))
@@ -763,6 +766,7 @@ class Engine:
 
 
 _PENDING = AppendResult("", -1, -1)
+_ONE: Final = range(1)
 _DUPLICATE = Verdict.DUPLICATE
 
 

@@ -42,7 +42,6 @@ from broker.protocol.messages import (
     Op,
     Push,
     Reply,
-    Request,
 )
 from broker.storage.logs import Row
 from broker.storage.ownership import AuditRow
@@ -193,7 +192,7 @@ class AsyncConnection(asyncio.Protocol):
             raise self._closed
         request_id = next(self._ids)
         try:
-            frame = self._frames.send(Request(request_id, op, args))
+            frame = self._frames.send_request(request_id, op, args)
         except (OverflowError, TypeError, ValueError) as exc:
             raise BrokerError(
                 ErrorCode.INVALID_ARGUMENT, f"{op.name} request cannot be encoded: {exc}"
@@ -398,7 +397,9 @@ class AsyncClient:
         return (await self.connection()).limits
 
     async def request(self, op: Op, args: dict[str, Any]) -> dict[str, Any]:
-        connection = await self.connection()
+        connection = self._connection  # the usual case without a coroutine of its own
+        if self._closed or connection is None or connection.closed:
+            connection = await self.connection()
         try:
             return await connection.request(op, args)
         except BrokerError as error:

@@ -1,9 +1,9 @@
 """The values that cross fencelog's layers: what a caller appends and what a reader gets.
 
-`Record`, `NewRecord` and `AppendResult` are NamedTuples rather than frozen dataclasses
-on purpose: one is built per stored or appended row, and a tuple subclass is built at a
-fraction of a frozen dataclass's cost (see bench/RESULTS.md). Everything else is a
-frozen dataclass.
+`Record`, `NewRecord`, `AppendResult` and `ProducerFields` are NamedTuples rather than
+frozen dataclasses on purpose: one is built per stored or appended row, or per produce
+request, and a tuple subclass is built at a fraction of a frozen dataclass's cost (see
+bench/RESULTS.md). Everything else is a frozen dataclass.
 """
 
 from __future__ import annotations
@@ -31,10 +31,10 @@ class Record(NamedTuple):
     txn_id: int | None
 
 
-@dataclass(frozen=True, slots=True)
-class ProducerFields:
+class ProducerFields(NamedTuple):
     """Who wrote a batch: an idempotent producer's (pid, generation, first sequence), the
-    exclusive epoch it was written under, and its transaction. All zero/None: nobody."""
+    exclusive epoch it was written under, and its transaction. All zero/None: nobody.
+    It travels on the wire as the array it already is."""
 
     producer_id: int = 0
     generation: int = 0

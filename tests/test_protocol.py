@@ -28,7 +28,7 @@ from broker.protocol.frames import (
 )
 from broker.protocol.messages import ErrorReply, Kind, Message, Op, Push, Reply, Request
 from broker.storage.database import encode_headers
-from broker.types import NewRecord, ProducerFields, Record
+from broker.types import AppendResult, NewRecord, ProducerFields, Record
 
 FRAME_BYTES_MAX = 64 * 1024
 
@@ -283,25 +283,50 @@ def test_field_takes_an_optional_none_and_a_right_type() -> None:
     raises_protocol_error(lambda: codec.non_negative({"wait_ms": -1}, "wait_ms"))
 
 
-@pytest.mark.parametrize(
-    "rows",
-    [
-        None,
-        b"rows",
-        {"value": b"x"},
-        [(b"v", None, ())],
-        [("text value", None, (), None, None)],
-        [(b"v", "text key", (), None, None)],
-        [(b"v", None, ((b"name", b"v"),), None, None)],
-        [(b"v", None, (("name", "text"),), None, None)],
-        [(b"v", None, None, None, None)],
-        [(b"v", None, (), "0", None)],
-        [(b"v", None, (), True, None)],
-        [(b"v", None, (), None, 1.5)],
-    ],
-)
+BAD_ROWS: list[object] = [
+    None,
+    b"rows",
+    {"value": b"x"},
+    [(b"v", None, ())],
+    [("text value", None, (), None, None)],
+    [(b"v", "text key", (), None, None)],
+    [(b"v", None, ((b"name", b"v"),), None, None)],
+    [(b"v", None, (("name", "text"),), None, None)],
+    [(b"v", None, None, None, None)],
+    [(b"v", None, (), "0", None)],
+    [(b"v", None, (), True, None)],
+    [(b"v", None, (), None, 1.5)],
+]
+
+
+@pytest.mark.parametrize("rows", BAD_ROWS)
 def test_new_records_from_wire_refuses_a_bad_row(rows: object) -> None:
     raises_protocol_error(lambda: codec.new_records_from_wire(rows))
+
+
+@pytest.mark.parametrize("rows", [rows for rows in BAD_ROWS if isinstance(rows, list)])
+def test_a_one_record_batch_as_msgpack_decodes_it_is_judged_as_any_batch(rows: object) -> None:
+    # msgpack gives tuples (use_list=False): a one-record batch has a fast path of its own
+    wire = msgpack.unpackb(msgpack.packb(rows), use_list=False)
+    raises_protocol_error(lambda: codec.new_records_from_wire(wire))
+
+
+@pytest.mark.parametrize(
+    "record",
+    [
+        NewRecord(b"a"),
+        NewRecord(b"a", partition=0),
+        NewRecord(b"", key=b"", partition=3, timestamp_ms=-1),
+        NewRecord(b"\x00\xff", key=b"k", headers=(("h", b"v"),), partition=2, timestamp_ms=5),
+    ],
+)
+def test_a_one_record_batch_round_trips_through_a_frame(record: NewRecord) -> None:
+    frames = FrameConnection(FRAME_BYTES_MAX)
+    frames.receive_data(frames.send_request(1, Op.PRODUCE, {"records": [record]}))
+    decoded = frames.next_message()
+    assert isinstance(decoded, Request)
+    assert codec.new_records_from_wire(decoded.args["records"]) == [record]
+    assert type(codec.new_records_from_wire(decoded.args["records"])[0]) is NewRecord
 
 
 def test_new_records_round_trip_through_a_frame() -> None:
@@ -336,6 +361,19 @@ def test_producer_from_wire_refuses_bad_fields(wire: object) -> None:
 def test_producer_fields_round_trip() -> None:
     producer = ProducerFields(7, 2, 40, 3, 99)
     assert codec.producer_from_wire(codec.producer_to_wire(producer)) == producer
+    # on the wire as it always was: the array [pid, generation, sequence, epoch, txn]
+    assert msgpack.packb(codec.producer_to_wire(producer)) == msgpack.packb([7, 2, 40, 3, 99])
+    assert type(codec.producer_from_wire((7, 2, 40, 3, None))) is ProducerFields
+    assert producer._replace(txn_id=None) == ProducerFields(7, 2, 40, 3)
+
+
+def test_replies_and_requests_framed_without_a_message_equal_the_messages_frames() -> None:
+    frames = FrameConnection(FRAME_BYTES_MAX)
+    args = {"topic": "t", "records": [NewRecord(b"v", partition=0)]}
+    assert frames.send_request(5, Op.PRODUCE, args) == encode(Request(5, Op.PRODUCE, args))
+    result = {"results": codec.results_to_wire([AppendResult("t", 0, 9, True)])}
+    assert frames.send_reply(5, result) == encode(Reply(5, result))
+    assert frames.send(Reply(5, result)) == encode(Reply(5, result))
 
 
 # hypothesis: round trips and fuzzing ------------------------------------------------------

@@ -381,6 +381,54 @@ def test_pipelined_requests_on_one_async_connection_get_their_own_replies(
     run(scenario())
 
 
+def test_a_produce_that_arrives_while_another_write_holds_the_writer_commits_after_it(
+    data_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Produce groups and the other writes (here CREATE_TOPIC, on the writer thread)
+    never use the writer at once: a produce read meanwhile is committed once it is free."""
+    steps: list[str] = []
+    creating, release = threading.Event(), threading.Event()
+    real_create, real_produce_group = Engine.create_topic, Engine.produce_group
+
+    def slow_create(engine: Engine, name: str, partitions: int, **kwargs: Any) -> Any:
+        steps.append("create begins")
+        creating.set()
+        release.wait(timeout=30)
+        info = real_create(engine, name, partitions, **kwargs)
+        steps.append("create ends")
+        return info
+
+    def logged(engine: Engine, requests: Sequence[ProduceRequest]) -> list[ProduceOutcome]:
+        steps.append("produce group")
+        return real_produce_group(engine, requests)
+
+    async def scenario(server: ServerThread) -> list[Any]:
+        setup = await open_connection(server)
+        await setup.request(Op.CREATE_TOPIC, {"name": "a", "partitions": 1})
+        monkeypatch.setattr(Engine, "create_topic", slow_create)
+        monkeypatch.setattr(Engine, "produce_group", logged)
+        loop = asyncio.get_running_loop()
+        create = asyncio.ensure_future(
+            setup.request(Op.CREATE_TOPIC, {"name": "b", "partitions": 1})
+        )
+        await loop.run_in_executor(None, creating.wait, 30)
+        producer = await open_connection(server)
+        produce = asyncio.ensure_future(producer.request(Op.PRODUCE, produce_args("a", b"v")))
+        while not server.server._produce_pending:  # read, and waiting for the writer
+            await asyncio.sleep(0.001)
+        release.set()
+        replies = [await produce, await create]
+        await producer.close()
+        await setup.close()
+        return replies
+
+    with served(data_dir) as server:
+        produced, created = run(scenario(server))
+    assert produced["results"] == ((0, 0, False),)
+    assert created["name"] == "b"
+    assert steps == ["create begins", "create ends", "produce group"]
+
+
 def test_concurrent_produce_requests_are_group_committed_exactly_once(
     data_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -78,8 +78,14 @@ def check_records(records: Sequence[NewRecord], limits: Limits) -> None:
             f"a batch holds at most {limits.append_records_max} records, not {len(records)}",
             hint="split the batch",
         )
-    values = list(map(len, map(_VALUE, records)))
-    if (
+    values = list(map(len, map(_VALUE, records))) if len(records) > 1 else None
+    if values is None:  # one record: the usual test below, unrolled
+        value, key, headers = records[0][:3]
+        if not key and not headers and len(value) <= limits.record_value_bytes_max:
+            total = len(value)
+        else:
+            total = _check_record(0, records[0], limits)
+    elif (
         not any(map(_KEY, records))  # an empty key is within any bound
         and not any(map(_HEADERS, records))
         and max(values) <= limits.record_value_bytes_max

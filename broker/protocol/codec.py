@@ -7,6 +7,7 @@ never sees a wrong type. Rows of records travel as arrays in Record's field orde
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Sequence
 from typing import Any, Final, TypeVar, cast
 
@@ -118,6 +119,18 @@ def new_records_to_wire(records: Sequence[NewRecord]) -> Sequence[NewRecord]:
 
 
 def new_records_from_wire(rows: object) -> list[NewRecord]:
+    if type(rows) is tuple and len(rows) == 1:  # one record: checked without a pass
+        row = rows[0]
+        if (
+            type(row) is tuple
+            and len(row) == 5
+            and type(row[0]) is bytes
+            and (row[1] is None or type(row[1]) is bytes)
+            and row[2] == ()
+            and (row[3] is None or type(row[3]) is int)
+            and (row[4] is None or type(row[4]) is int)
+        ):
+            return [tuple.__new__(NewRecord, row)]
     if not isinstance(rows, tuple | list):
         raise ProtocolError("field 'records' must be an array")
     try:  # the usual batch: one pass in C; anything unusual gets the checks below
@@ -176,13 +189,8 @@ def _headers(index: int, headers: object) -> Headers:
 
 
 def producer_to_wire(producer: ProducerFields) -> tuple[Any, ...]:
-    return (
-        producer.producer_id,
-        producer.generation,
-        producer.first_sequence,
-        producer.epoch,
-        producer.txn_id,
-    )
+    # A ProducerFields is a tuple: msgpack writes [pid, generation, sequence, epoch, txn].
+    return producer
 
 
 def producer_from_wire(wire: object) -> ProducerFields:
@@ -195,7 +203,7 @@ def producer_from_wire(wire: object) -> ProducerFields:
             and type(epoch) is int
             and (txn is None or type(txn) is int)
         ):
-            return ProducerFields(pid, generation, sequence, epoch, txn)
+            return tuple.__new__(ProducerFields, wire)
     if not (isinstance(wire, tuple | list) and len(wire) == 5):
         raise ProtocolError("field 'producer' is not [pid, generation, sequence, epoch, txn]")
     if not all(isinstance(v, int) and not isinstance(v, bool) for v in wire[:4]):
@@ -206,7 +214,11 @@ def producer_from_wire(wire: object) -> ProducerFields:
 
 
 def results_to_wire(results: Sequence[AppendResult]) -> list[tuple[int, int, bool]]:
-    return [(r.partition, r.offset, r.duplicate) for r in results]
+    # (partition, offset, duplicate): an AppendResult without its topic, sliced in C
+    return list(map(_WIRE_RESULT, results))
+
+
+_WIRE_RESULT: Final = operator.itemgetter(slice(1, None))
 
 
 def results_from_wire(topic: str, rows: Sequence[Sequence[Any]]) -> list[AppendResult]:
@@ -332,7 +344,9 @@ def _chunk_from_wire(chunk: object) -> Chunk:
 # ownership ---------------------------------------------------------------------------
 
 
-def fences_to_wire(fences: Sequence[Fence]) -> list[tuple[str, str, int]]:
+def fences_to_wire(fences: Sequence[Fence]) -> Sequence[tuple[str, str, int]]:
+    if not fences:
+        return ()  # an empty array on the wire, as [] is
     return [(f.group, f.resource, f.generation) for f in fences]
 
 

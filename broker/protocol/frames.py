@@ -44,8 +44,9 @@ class ProtocolError(BrokerError):
         super().__init__(ErrorCode.PROTOCOL_ERROR, message, **details)
 
 
-def encode(message: Message) -> bytes:
-    """The frame for one message."""
+def encode(message: Message, packer: msgpack.Packer | None = None) -> bytes:
+    """The frame for one message (packed by `packer` when given: a Packer kept for a
+    connection saves building one per frame)."""
     # the usual two first: a dispatch by type, not a match
     if type(message) is Reply:
         body: tuple[Any, ...] = (Kind.REPLY, message.request_id, Op.NONE, message.result)
@@ -60,7 +61,7 @@ def encode(message: Message) -> bytes:
                 body = (Kind.PUSH, 0, Op.NONE, {"event": event, "data": data})
             case _:
                 raise TypeError(f"not a message: {message!r}")
-    packed: bytes = msgpack.packb(body, use_bin_type=True)
+    packed: bytes = msgpack.packb(body, use_bin_type=True) if packer is None else packer.pack(body)
     return _LENGTH.pack(len(packed)) + packed
 
 
@@ -123,6 +124,7 @@ class FrameConnection:
         self._buffer = bytearray()
         self._start = 0  # bytes of _buffer already decoded; compacted lazily
         self._closed = False
+        self._packer = msgpack.Packer(use_bin_type=True)  # this connection's frames only
 
     @property
     def buffered_bytes(self) -> int:
@@ -169,4 +171,20 @@ class FrameConnection:
         return CLOSED
 
     def send(self, message: Message) -> bytes:
-        return encode(message)
+        return encode(message, self._packer)
+
+    def send_request(self, request_id: int, op: Op, args: dict[str, Any]) -> bytes:
+        """The frame of Request(request_id, op, args), with no Request built."""
+        packed: bytes = self._packer.pack((_REQUEST, request_id, op, args))
+        return _LENGTH.pack(len(packed)) + packed
+
+    def send_reply(self, request_id: int, result: dict[str, Any]) -> bytes:
+        """The frame of Reply(request_id, result), with no Reply built."""
+        packed: bytes = self._packer.pack((_REPLY, request_id, _NO_OP, result))
+        return _LENGTH.pack(len(packed)) + packed
+
+
+# plain ints: msgpack packs them a little faster than IntEnum members
+_REQUEST: Final = int(Kind.REQUEST)
+_REPLY: Final = int(Kind.REPLY)
+_NO_OP: Final = int(Op.NONE)

@@ -117,6 +117,26 @@ class Appends:
         )
         first_sequence = producer.first_sequence
         count = len(records)
+        if count == 1 and txn_id is None:  # one record: plain_records' test, unrolled
+            value, key, headers, _, timestamp_ms = records[0]
+            if key is None and not headers and timestamp_ms is None:
+                self.plain.append(
+                    (
+                        topic_id,
+                        partition,
+                        base_offset,
+                        now_ms,
+                        bytearray(value),
+                        pid,
+                        generation,
+                        first_sequence if pid else 0,
+                        epoch,
+                    )
+                )
+                end = self.ends.setdefault((topic_id, partition), [0, 0])
+                end[0] += 1
+                end[1] += len(value)
+                return
         if txn_id is None and plain_records(records):
             # The usual batch, column by column in C. Values go as bytearrays: Python's
             # sqlite3 binds those directly, where bytes first go through its adapter
