@@ -33,7 +33,7 @@ import logging
 import operator
 import os
 import random
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from functools import partial
@@ -59,6 +59,7 @@ from broker.protocol.messages import (
 )
 from broker.sessions import connection_session_id, new_server_run
 from broker.storage.database import Durability
+from broker.types import NewRecord
 
 log = logging.getLogger("fencelog.server")
 T = TypeVar("T")
@@ -73,7 +74,6 @@ class Session:
     peer: str
     transport: asyncio.Transport
     last_seen: float
-    answered: Callable[[], None]  # a request of this session's has its answer
     reply_now: Callable[[], None]  # send the replies that are ready, in this turn
     authenticated: bool = False
     said_hello: bool = False
@@ -96,7 +96,7 @@ class _Answer(Protocol):
 @dataclass(slots=True)
 class _PendingProduce:
     """A produce waiting for its group commit: an _Answer with no future, no callback
-    and no task; the commit loop fills in the outcome and wakes the connection."""
+    and no task; the commit loop fills in the outcome, then sends the session's replies."""
 
     request: ProduceRequest
     size: int
@@ -123,7 +123,6 @@ class _PendingProduce:
         session = self.session
         session.inflight -= 1
         session.last_seen = now
-        session.answered()
 
 
 class Server:
@@ -317,7 +316,6 @@ class Server:
     def _connection_made(
         self,
         transport: asyncio.Transport,
-        answered: Callable[[], None],
         reply_now: Callable[[], None],
     ) -> Session | None:
         """A new connection becomes a session, or is refused (at the limit, stopping)."""
@@ -341,7 +339,6 @@ class Server:
             _peer(transport),
             transport,
             asyncio.get_running_loop().time(),
-            answered,
             reply_now,
             authenticated=self._auth_token is None,
         )
@@ -508,8 +505,7 @@ class Server:
         except BrokerError as error:
             return _failed(error)
         session.inflight += 1
-        size = len(records[0].value) if len(records) == 1 else _value_bytes(request)
-        pending = _PendingProduce(request, size, session)
+        pending = _PendingProduce(request, _value_bytes(records), session)
         self._produce_pending.append(pending)
         self._produce_ready.set()
         return pending
@@ -793,6 +789,9 @@ class Server:
                         outcomes = self._writer.produce_group(requests)
                     except BrokerError as error:
                         outcomes = [error] * len(group)
+                    except Exception as exc:  # a bug of ours: answer, and keep committing
+                        log.exception("a group commit of %d produces failed", len(group))
+                        outcomes = [BrokerError(ErrorCode.INTERNAL, repr(exc))] * len(group)
                     now = loop.time()
                     for pending, outcome in zip(group, outcomes, strict=True):
                         pending.answer(
@@ -891,7 +890,7 @@ class _Connection(asyncio.Protocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         # a stream transport (uvloop's do not subclass asyncio.Transport)
         self._transport = stream = cast(asyncio.Transport, transport)
-        self._session = self._server._connection_made(stream, self._schedule_pump, self._pump_now)
+        self._session = self._server._connection_made(stream, self._pump)
         if self._session is None:
             self._reading = False
         else:
@@ -983,16 +982,13 @@ class _Connection(asyncio.Protocol):
 
     def _schedule_pump(self) -> None:
         # Every request finished in one turn of the loop is answered by one pump, in one
-        # write (unless the group commit pumps first: _pump_now).
+        # write. (A group commit pumps as soon as its COMMIT returns: Session.reply_now.)
         if not self._pump_scheduled:
             self._pump_scheduled = True
-            asyncio.get_running_loop().call_soon(self._pump_now)
+            asyncio.get_running_loop().call_soon(self._scheduled_pump)
 
-    def _pump_now(self) -> None:
-        """The pump, if one is due: a group commit sends its replies as soon as its
-        COMMIT returns rather than a turn of the loop later; the pump scheduled for them
-        then finds nothing to do."""
-        if self._pump_scheduled:
+    def _scheduled_pump(self) -> None:
+        if self._pump_scheduled:  # not already done by a pump since it was scheduled
             self._pump()
 
     def _pump(self) -> None:
@@ -1051,8 +1047,10 @@ def _closed_before_run() -> BrokerError:
     )
 
 
-def _value_bytes(request: ProduceRequest) -> int:
-    return sum(map(len, map(_VALUE, request.records)))
+def _value_bytes(records: Sequence[NewRecord]) -> int:
+    if len(records) == 1:  # the usual produce, without the passes
+        return len(records[0].value)
+    return sum(map(len, map(_VALUE, records)))
 
 
 _VALUE = operator.itemgetter(0)

@@ -429,6 +429,35 @@ def test_a_produce_that_arrives_while_another_write_holds_the_writer_commits_aft
     assert steps == ["create begins", "create ends", "produce group"]
 
 
+def test_a_group_commit_that_fails_unexpectedly_is_answered_and_the_next_one_commits(
+    data_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A bug in the engine (not a BrokerError) fails its group's produces with INTERNAL;
+    the commit loop goes on and the next produce is stored."""
+    real_produce_group = Engine.produce_group
+    failures = [RuntimeError("a bug")]
+
+    def failing_once(engine: Engine, requests: Sequence[ProduceRequest]) -> list[ProduceOutcome]:
+        if failures:
+            raise failures.pop()
+        return real_produce_group(engine, requests)
+
+    async def scenario(server: ServerThread) -> tuple[BrokerError, dict[str, Any]]:
+        connection = await open_connection(server)
+        await connection.request(Op.CREATE_TOPIC, {"name": "b", "partitions": 1})
+        monkeypatch.setattr(Engine, "produce_group", failing_once)
+        with pytest.raises(BrokerError) as failed:
+            await connection.request(Op.PRODUCE, produce_args("b", b"lost"))
+        stored = await connection.request(Op.PRODUCE, produce_args("b", b"kept"))
+        await connection.close()
+        return failed.value, stored
+
+    with served(data_dir) as server:
+        error, stored = run(scenario(server))
+    assert error.code is ErrorCode.INTERNAL and "a bug" in error.message
+    assert stored["results"] == ((0, 0, False),)
+
+
 def test_concurrent_produce_requests_are_group_committed_exactly_once(
     data_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
