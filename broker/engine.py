@@ -330,8 +330,6 @@ class Engine:
         count = batch.record_count
         self._hot.appended(topic_id, partition, end + count)
         staged.appended(key, entry, batch, end, now_ms)
-        if count == 1:
-            return [AppendResult(row.name, partition, end)]
         name = row.name
         return [AppendResult(name, partition, offset) for offset in range(end, end + count)]
 
@@ -575,21 +573,13 @@ class Engine:
         object per record; no rows past the end. Needs pyarrow (the spark extra)."""
         from broker.storage import columnar  # pyarrow: only for columnar readers
 
-        limit = _bounded(max_records, self.limits.read_records_max)
-        bytes_max = self.limits.read_bytes_max
-        with self.database.read() as conn:
-            if fences:
-                self.owners.check_fences(conn, fences)
-            row = self._topic(conn, topic)
-            record_rules.check_partition(topic, partition, row.partitions)
-            _check_offset(offset)
-            page = pages.read_page(
-                conn, row, partition, offset, limit, bytes_max, PAGE_CONCAT * bytes_max
-            )
-            if page is not None:
-                return columnar.page_to_arrow(topic, page)
-            rows = logs.read_rows(conn, row, partition, offset, limit)
-            return columnar.rows_to_arrow(topic, _within_bytes(rows, bytes_max))
+        chunks = self.fetch_pages(topic, {partition: offset}, max_records, fences)
+        if not chunks:
+            return columnar.empty_batch()
+        (chunk,) = chunks
+        if isinstance(chunk, pages.Page):
+            return columnar.page_to_arrow(topic, chunk)
+        return columnar.rows_to_arrow(topic, chunk)
 
     # transactions -------------------------------------------------------------------
 

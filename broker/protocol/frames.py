@@ -61,7 +61,10 @@ def encode(message: Message, packer: msgpack.Packer | None = None) -> bytes:
                 body = (Kind.PUSH, 0, Op.NONE, {"event": event, "data": data})
             case _:
                 raise TypeError(f"not a message: {message!r}")
-    packed: bytes = msgpack.packb(body, use_bin_type=True) if packer is None else packer.pack(body)
+    return _framed(msgpack.packb(body, use_bin_type=True) if packer is None else packer.pack(body))
+
+
+def _framed(packed: bytes) -> bytes:
     return _LENGTH.pack(len(packed)) + packed
 
 
@@ -175,13 +178,11 @@ class FrameConnection:
 
     def send_request(self, request_id: int, op: Op, args: dict[str, Any]) -> bytes:
         """The frame of Request(request_id, op, args), with no Request built."""
-        packed: bytes = self._packer.pack((_REQUEST, request_id, op, args))
-        return _LENGTH.pack(len(packed)) + packed
+        return _framed(self._packer.pack((_REQUEST, request_id, op, args)))
 
     def send_reply(self, request_id: int, result: dict[str, Any]) -> bytes:
         """The frame of Reply(request_id, result), with no Reply built."""
-        packed: bytes = self._packer.pack((_REPLY, request_id, _NO_OP, result))
-        return _LENGTH.pack(len(packed)) + packed
+        return _framed(self._packer.pack((_REPLY, request_id, _NO_OP, result)))
 
 
 # plain ints: msgpack packs them a little faster than IntEnum members
