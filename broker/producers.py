@@ -35,7 +35,7 @@ from dataclasses import dataclass
 
 import msgpack
 
-from broker.core.producers import Batch, ProducerEntry, after_append
+from broker.core.producers import Batch, ProducerEntry, after_append, latest_offset
 from broker.errors import BrokerError, ErrorCode
 from broker.limits import Limits
 from broker.storage import producers as store
@@ -199,13 +199,12 @@ class ProducerTable:
         entry: ProducerEntry,
         batch: Batch,
     ) -> list[int]:
-        """A duplicate batch's original offsets, found in the records. A pid's sequences
-        1..H sit at increasing offsets from its first offset to entry.last_offset (H's),
-        one offset each, so sequence s is no later than last_offset - (H - s): the search
-        runs from there down and stops once it has every sequence of the batch."""
+        """A duplicate batch's original offsets, found in the records: the search runs
+        down from the latest offset its last sequence can have (core latest_offset) to
+        the pid's first offset, and stops once it has every sequence of the batch."""
         lease = store.lease_of(conn, topic_id, partition, batch.producer_id)
         assert lease is not None, "a pid with state on a partition has a lease row there"
-        highest = entry.last_offset - (entry.high_water_sequence - batch.last_sequence)
+        highest = latest_offset(entry, batch.last_sequence)
         found = store.offsets_of_sequences(
             conn,
             topic_id,

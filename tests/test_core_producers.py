@@ -20,6 +20,7 @@ from broker.core.producers import (
     after_append,
     check_batch_fields,
     decide,
+    latest_offset,
 )
 from broker.errors import BrokerError, ErrorCode
 
@@ -247,3 +248,8 @@ def test_decide_agrees_with_the_rules_written_out(
         assert after.generation == sent.generation
         assert after.first_record_ms == (entry.first_record_ms if entry else now_ms)
         assert decide(after, sent, now_ms, LEASE_MS) is Verdict.DUPLICATE  # a retry
+
+
+def test_a_logged_sequence_is_no_later_than_its_distance_below_the_high_water_mark() -> None:
+    entry = stored(high_water=10)  # sequence 10 at offset 99
+    assert [latest_offset(entry, s) for s in (10, 9, 1)] == [99, 98, 90]

@@ -131,6 +131,13 @@ def decide(entry: ProducerEntry | None, batch: Batch, now_ms: int, pid_lease_ms:
     )
 
 
+def latest_offset(entry: ProducerEntry, sequence: int) -> int:
+    """The highest offset a logged sequence of the pid can sit at. Its sequences 1..H are
+    at increasing offsets, one each, with H at entry.last_offset, so sequence s is no
+    later than last_offset - (H - s)."""
+    return entry.last_offset - (entry.high_water_sequence - sequence)
+
+
 def after_append(
     entry: ProducerEntry | None, batch: Batch, now_ms: int, last_offset: int
 ) -> ProducerEntry:
