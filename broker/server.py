@@ -45,7 +45,8 @@ from broker.core.exclusive import Mode, parse_access, wait_timeout
 from broker.discovery import SOCKET_FILE, ServerInfo, ServerLock
 from broker.engine import Clock, Engine, ProduceRequest, wall_clock_ms
 from broker.errors import BrokerError, ErrorCode
-from broker.limits import DEFAULT_LIMITS, Limits, limits_for_client
+from broker.limits import BUSY_POLL_US_MAX, DEFAULT_LIMITS, Limits, limits_for_client
+from broker.loops import BusyPoll
 from broker.protocol import codec
 from broker.protocol.frames import NEED_DATA, FrameConnection, ProtocolError, Sentinel
 from broker.protocol.messages import (
@@ -135,11 +136,18 @@ class Server:
         auth_token: str | None = None,
         clock: Clock = wall_clock_ms,
         drop_acks: float = 0.0,
+        busy_poll_us: int = 0,  # fencelog serve's default is BUSY_POLL_US_DEFAULT
     ) -> None:
         if not 0.0 <= drop_acks < 1.0:
             raise BrokerError(
                 ErrorCode.INVALID_ARGUMENT, f"drop_acks is a rate in [0, 1), not {drop_acks}"
             )
+        if not 0 <= busy_poll_us <= BUSY_POLL_US_MAX:
+            raise BrokerError(
+                ErrorCode.INVALID_ARGUMENT,
+                f"busy polling lasts 0 to {BUSY_POLL_US_MAX} us, not {busy_poll_us}",
+            )
+        self.busy_poll = BusyPoll(busy_poll_us)
         self._drop_acks = drop_acks
         self.data_dir = data_dir
         self.durability = durability
@@ -276,6 +284,7 @@ class Server:
             await self._stopped.wait()
             return
         self._stopping.set()
+        self.busy_poll.stop()
         for server in self._servers:
             server.close()
         for event in self._topic_events.values():
@@ -899,6 +908,7 @@ class _Connection(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         if not self._reading:
             return
+        self._server.busy_poll.kick()
         self._frames.receive_data(data)
         self._take_requests()
 
@@ -1020,6 +1030,7 @@ class _Connection(asyncio.Protocol):
                 break
         if out and not transport.is_closing():
             transport.write(bytes(out))
+            self._server.busy_poll.kick()  # the client is likely to send again soon
         if close or (not self._reading and not pending):
             self._reading = False
             transport.close()

@@ -59,12 +59,12 @@ class Rendering:
             return data.decode("utf-8", errors="replace")
 
 
-_DURATION = re.compile(r"^(\d+(?:\.\d+)?)(ms|s|m|h)?$")
-_SCALE_S = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
+_DURATION = re.compile(r"^(\d+(?:\.\d+)?)(us|ms|s|m|h)?$")
+_SCALE_S = {"us": 1e-6, "ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
 
 
 def parse_duration(text: str) -> float:
-    """Seconds from '250ms', '30s', '2m', '1h' or a plain number of seconds."""
+    """Seconds from '500us', '250ms', '30s', '2m', '1h' or a plain number of seconds."""
     match = _DURATION.match(text.strip())
     if not match:
         raise BrokerError(

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from broker.errors import BrokerError, ErrorCode
+from broker.limits import BUSY_POLL_US_DEFAULT, BUSY_POLL_US_MAX
 from cli.context import state
 from cli.formats import parse_duration
 
@@ -67,6 +68,15 @@ def serve(
             metavar="RATE",
         ),
     ] = 0.0,
+    busy_poll: Annotated[
+        str,
+        typer.Option(
+            "--busy-poll",
+            help="After a request, keep polling the sockets this long before sleeping: "
+            "the next request is read at once, at the cost of CPU (0: off).",
+            metavar="DURATION",
+        ),
+    ] = f"{BUSY_POLL_US_DEFAULT}us",
     verbose: Annotated[bool, typer.Option("--verbose", help="Log sessions to stderr.")] = False,
 ) -> None:
     """Serve the data directory (--broker) until SIGTERM or Ctrl-C, then stop cleanly.
@@ -86,6 +96,13 @@ def serve(
     timeout_ms = int(parse_duration(session_timeout) * 1000)
     if timeout_ms <= 0:
         raise BrokerError(ErrorCode.INVALID_ARGUMENT, "--session-timeout must be positive")
+    busy_poll_us = round(parse_duration(busy_poll) * 1e6)
+    if busy_poll_us > BUSY_POLL_US_MAX:
+        raise BrokerError(
+            ErrorCode.INVALID_ARGUMENT,
+            f"--busy-poll {busy_poll} is longer than {BUSY_POLL_US_MAX // 1000}ms",
+            hint="a few hundred microseconds covers a client's turn; 0 turns it off",
+        )
     logging.basicConfig(
         level=logging.INFO if verbose else logging.WARNING,
         format="%(asctime)s %(name)s %(levelname)s %(message)s",
@@ -104,6 +121,7 @@ def serve(
         limits=limits,
         auth_token=token,
         drop_acks=drop_acks,
+        busy_poll_us=busy_poll_us,
     )
     from broker.loops import new_event_loop
 

@@ -9,12 +9,13 @@ storm loses no acknowledged record, and clients reconnect to the restarted serve
 from __future__ import annotations
 
 import json
+import os
 import signal
 import socket
 import stat
 import threading
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -148,6 +149,57 @@ def test_serve_refuses_a_listen_that_is_not_host_port(
 ) -> None:
     result = expect(fencelog(runner, data_dir, "serve", "--listen", listen), 10)
     assert "is not HOST:PORT" in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [("soon", "'soon' is not a duration"), ("2s", "--busy-poll 2s is longer than 100ms")],
+)
+def test_serve_refuses_a_busy_poll_that_is_not_a_short_duration(
+    runner: CliRunner, data_dir: Path, value: str, message: str
+) -> None:
+    result = expect(fencelog(runner, data_dir, "serve", "--busy-poll", value), 10)
+    assert message in result.stderr
+
+
+def process_cpu_s(pid: int) -> float:
+    """User + system CPU seconds a process has used, from /proc."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def cpu_while(pid: int, work: Callable[[], None]) -> float:
+    before = process_cpu_s(pid)
+    work()
+    return process_cpu_s(pid) - before
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads CPU time from /proc")
+@pytest.mark.parametrize(("busy_poll", "polls"), [("100ms", True), ("0", False)])
+def test_busy_poll_spends_cpu_between_requests_and_none_once_idle(
+    tmp_path: Path, data_dir: Path, busy_poll: str, polls: bool
+) -> None:
+    """A server polls for the --busy-poll window after each request instead of sleeping;
+    once requests stop, it sleeps. (Each window here outlasts the gap between requests,
+    so while they come the server is polling all the time.)"""
+    with (
+        serving(data_dir, tmp_path / "ready.json", serve_args=("--busy-poll", busy_poll)) as s,
+        connect(f"tcp://{s.tcp}") as client,
+    ):
+
+        def requests_every_50ms() -> None:
+            for _ in range(16):
+                client.list_topics()
+                time.sleep(0.05)
+
+        busy_s = cpu_while(s.pid, requests_every_50ms)
+        time.sleep(0.2)  # past the last window
+        idle_s = cpu_while(s.pid, lambda: time.sleep(0.8))
+    assert idle_s < 0.25, f"an idle server used {idle_s:.2f} s of CPU in 0.8 s"
+    if polls:
+        assert busy_s > 0.4, f"a polling server used only {busy_s:.2f} s of CPU in 0.8 s"
+    else:
+        assert busy_s < 0.25, f"a server that does not poll used {busy_s:.2f} s in 0.8 s"
 
 
 # every command against a server -----------------------------------------------------------

@@ -26,7 +26,7 @@ from broker.client import Client, connect
 from broker.discovery import find_server
 from broker.engine import Engine, ProduceOutcome, ProduceRequest
 from broker.errors import BrokerError, ErrorCode
-from broker.limits import DEFAULT_LIMITS
+from broker.limits import BUSY_POLL_US_MAX, DEFAULT_LIMITS
 from broker.protocol import codec
 from broker.protocol.frames import encode
 from broker.protocol.messages import ErrorReply, Message, Op, Push, Reply, Request
@@ -118,6 +118,16 @@ def test_hello_names_the_session_and_tells_the_client_limits(server: ServerThrea
         assert hello.result["session_id"] in server.session_ids()
         assert hello.result["limits"]["frame_bytes_max"] == DEFAULT_LIMITS.frame_bytes_max
         assert hello.result["limits"]["session_timeout_ms"] == DEFAULT_LIMITS.session_timeout_ms
+
+
+@pytest.mark.parametrize("busy_poll_us", [-1, BUSY_POLL_US_MAX + 1])
+def test_a_busy_poll_window_out_of_range_is_refused(data_dir: Path, busy_poll_us: int) -> None:
+    with pytest.raises(BrokerError) as caught:
+        Server(data_dir, busy_poll_us=busy_poll_us)
+    assert caught.value.code is ErrorCode.INVALID_ARGUMENT
+    assert f"busy polling lasts 0 to {BUSY_POLL_US_MAX} us, not {busy_poll_us}" in str(
+        caught.value
+    )
 
 
 def test_a_request_before_hello_is_refused_and_closed(
