@@ -125,9 +125,7 @@ def test_a_busy_poll_window_out_of_range_is_refused(data_dir: Path, busy_poll_us
     with pytest.raises(BrokerError) as caught:
         Server(data_dir, busy_poll_us=busy_poll_us)
     assert caught.value.code is ErrorCode.INVALID_ARGUMENT
-    assert f"busy polling lasts 0 to {BUSY_POLL_US_MAX} us, not {busy_poll_us}" in str(
-        caught.value
-    )
+    assert f"busy polling lasts 0 to {BUSY_POLL_US_MAX} us, not {busy_poll_us}" in str(caught.value)
 
 
 def test_a_request_before_hello_is_refused_and_closed(
