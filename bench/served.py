@@ -27,8 +27,8 @@ from broker.types import NO_PRODUCER, NewRecord, ProducerFields
 PARTITION: Final = 0
 
 
-def async_client(address: str) -> AsyncClient:
-    return AsyncClient(Address.parse(address))
+def async_client(address: str, busy_poll_us: int = 0) -> AsyncClient:
+    return AsyncClient(Address.parse(address), busy_poll_us=busy_poll_us)
 
 
 async def end_offset(client: AsyncClient, topic: str) -> int:

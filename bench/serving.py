@@ -49,6 +49,7 @@ TITLE: Final = "Server (issue 3)"
 VALUE_BYTES: Final = 100
 WINDOW: Final = 32
 IN_FLIGHT: Final = 4
+CLIENT_BUSY_POLL_US: Final = 500  # fencelog's client polls while it awaits a reply (AsyncClient)
 NATS: Final = "NATS JetStream"
 WINDOW_RATIO_MIN: Final = 1.0  # ahead of NATS
 BATCH_RATE_MIN: Final = 150_000.0
@@ -206,12 +207,15 @@ def measure(work_dir: Path, sizes: ServerSizes) -> ServerResults:
         }
         nats = None if nats_skipped else stack.enter_context(nats_server(work_dir))
         loop = stack.enter_context(asyncio.Runner(loop_factory=new_event_loop))
-        clients = {d: served.async_client(s.address) for d, s in servers.items()}
+        clients = {
+            d: served.async_client(s.address, CLIENT_BUSY_POLL_US) for d, s in servers.items()
+        }
+        quiet_client = served.async_client(servers["normal"].address)
         js = None if nats is None else loop.run(jetstream.JetStream.connect(nats.address))
         try:
             window, window_busy = _window(loop, sizes, servers, clients, nats, js)
             latency = _latency(loop, sizes, clients, js)
-            breakdown = _breakdown(loop, work_dir, sizes, clients["normal"])
+            breakdown = _breakdown(loop, work_dir, sizes, clients["normal"], quiet_client)
             batches = tuple(
                 _batches(loop, work_dir, sizes, d, servers[d], clients[d]) for d in DURABILITIES
             )
@@ -219,7 +223,7 @@ def measure(work_dir: Path, sizes: ServerSizes) -> ServerResults:
                 loop, sizes, servers["normal"], clients["normal"]
             )
         finally:
-            for client in clients.values():
+            for client in (*clients.values(), quiet_client):
                 loop.run(client.close())
             if js is not None:
                 loop.run(js.close())
@@ -334,13 +338,18 @@ BREAKDOWN: Final = (
     "HEARTBEAT over TCP (no engine)",
     "plain produce over TCP",
     "de-duplicated produce over TCP",
+    "the same, client not polling (busy_poll_us=0)",
     "de-duplicated Engine.produce, in process",
     "plain Engine.produce, in process",
 )
 
 
 def _breakdown(
-    loop: asyncio.Runner, work_dir: Path, sizes: ServerSizes, client: AsyncClient
+    loop: asyncio.Runner,
+    work_dir: Path,
+    sizes: ServerSizes,
+    client: AsyncClient,
+    quiet_client: AsyncClient,
 ) -> dict[str, tuple[float, ...]]:
     """p50 us per round of one request at a time, from a bare round trip through the
     server (durability normal) to the engine alone in this process: where a
@@ -356,7 +365,7 @@ def _breakdown(
     def heartbeat() -> float:
         return p50_us(loop.run(served.heartbeat_latencies(client, count)))
 
-    def over_tcp(idempotent: bool) -> float:
+    def over_tcp(idempotent: bool, client: AsyncClient = client) -> float:
         topic = topics.new(loop, client, "breakdown")
         return p50_us(
             loop.run(served.one_record_latencies(client, topic, values, idempotent=idempotent))
@@ -383,6 +392,7 @@ def _breakdown(
             heartbeat,
             lambda: over_tcp(False),
             lambda: over_tcp(True),
+            lambda: over_tcp(True, quiet_client),
             lambda: in_process(engine, True),
             lambda: in_process(engine, False),
         )
@@ -586,6 +596,11 @@ def _method(results: ServerResults) -> list[str]:
         "  127.0.0.1:0 --ready-file F` as real processes (the installed console script), and",
         f"  `nats-server --jetstream` ({results.nats_version}) on 127.0.0.1, file storage in the",
         "  run's temporary directory. All run for the whole group and are stopped at its end.",
+        "- Polling: the servers run with `serve`'s default `--busy-poll 500us`; fencelog's",
+        f"  client is `AsyncClient(busy_poll_us={CLIENT_BUSY_POLL_US})`, which polls instead of",
+        "  sleeping while a reply is awaited, for at most that long after each send (off by",
+        "  default; nats-py has no such option). The breakdown below also shows a client",
+        "  that does not poll.",
         f"- One-record requests, {WINDOW} in flight: one `AsyncClient` connection per server;",
         "  the round leases a pid (`lease_pid`) on a fresh one-partition topic and",
         f"  {WINDOW} coroutines send one 100-byte record per `produce`, each carrying",

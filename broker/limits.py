@@ -49,6 +49,7 @@ class Limits:
     session_timeout_ms: int = 15_000
     fetch_wait_ms_max: int = 30_000
     group_commit_requests_max: int = 512
+    group_commit_split_requests: int = 16  # twice this or more waiting: commit in halves
     group_commit_bytes_max: int = 64 * 1024 * 1024
     shutdown_grace_ms: int = 10_000
     connect_timeout_ms: int = 5_000

@@ -29,8 +29,8 @@ from broker.core.ownership import Fence
 from broker.core.producers import ProducerEntry
 from broker.errors import BrokerError, ErrorCode
 from broker.exclusives import AccessInfo, Attachment
-from broker.limits import DEFAULT_LIMITS, Limits, limits_from_server
-from broker.loops import new_event_loop
+from broker.limits import BUSY_POLL_US_MAX, DEFAULT_LIMITS, Limits, limits_from_server
+from broker.loops import BusyPoll, new_event_loop
 from broker.owners import Claimed, OwnershipInfo
 from broker.producers import Lease
 from broker.protocol import codec
@@ -118,7 +118,12 @@ class AsyncConnection(asyncio.Protocol):
     """One connection, driven by the loop's callbacks: replies are matched to their
     requests in data_received, with no reader task between the socket and the caller."""
 
-    def __init__(self, frame_bytes_max: int, on_push: Callable[[Push], None] | None) -> None:
+    def __init__(
+        self,
+        frame_bytes_max: int,
+        on_push: Callable[[Push], None] | None,
+        busy_poll_us: int = 0,
+    ) -> None:
         loop = asyncio.get_running_loop()
         self._transport: asyncio.Transport | None = None
         self._frames = FrameConnection(frame_bytes_max)
@@ -133,6 +138,8 @@ class AsyncConnection(asyncio.Protocol):
         self._out = bytearray()  # frames of this turn of the loop, not yet written
         self._last_sent = loop.time()
         self._heartbeat: asyncio.Task[None] | None = None
+        # while replies are awaited, poll rather than sleep (broker.loops.BusyPoll)
+        self._busy_poll = BusyPoll(busy_poll_us)
         self.session_id = ""
         self.limits = DEFAULT_LIMITS
         self.features: frozenset[str] = frozenset()  # what the server announced in HELLO
@@ -145,9 +152,10 @@ class AsyncConnection(asyncio.Protocol):
         token: str | None = None,
         timeout_s: float = 5.0,
         on_push: Callable[[Push], None] | None = None,
+        busy_poll_us: int = 0,
     ) -> AsyncConnection:
         loop = asyncio.get_running_loop()
-        connection = cls(DEFAULT_LIMITS.frame_bytes_max, on_push)
+        connection = cls(DEFAULT_LIMITS.frame_bytes_max, on_push, busy_poll_us)
         try:
             async with asyncio.timeout(timeout_s):
                 if address.scheme == "unix":
@@ -206,6 +214,7 @@ class AsyncConnection(asyncio.Protocol):
         if len(self._out) == len(frame):
             loop.call_soon(self._flush)
         self._last_sent = loop.time()
+        self._busy_poll.kick()
         if self._writable is not None:  # the socket's send buffer is full: wait for room
             await asyncio.shield(self._writable)
         return await future
@@ -273,6 +282,8 @@ class AsyncConnection(asyncio.Protocol):
         try:
             while not isinstance(message := self._frames.next_message(), Sentinel):
                 self._deliver(message)
+            if not self._pending:  # nothing more to wait for
+                self._busy_poll.stop()
             if message is not NEED_DATA:
                 raise BrokerError(ErrorCode.CONNECTION_FAILED, "the broker closed the connection")
         except BrokerError as error:
@@ -355,8 +366,15 @@ class AsyncClient:
         token: str | None = None,
         connect_timeout_s: float = DEFAULT_LIMITS.connect_timeout_ms / 1000,
         on_push: Callable[[Push], None] | None = None,
+        busy_poll_us: int = 0,
     ) -> None:
+        if not 0 <= busy_poll_us <= BUSY_POLL_US_MAX:
+            raise BrokerError(
+                ErrorCode.INVALID_ARGUMENT,
+                f"busy polling lasts 0 to {BUSY_POLL_US_MAX} us, not {busy_poll_us}",
+            )
         self.address = address
+        self._busy_poll_us = busy_poll_us
         self._token = token
         self._connect_timeout_s = connect_timeout_s
         self._on_push = on_push
@@ -386,6 +404,7 @@ class AsyncClient:
                     token=self._token,
                     timeout_s=max(remaining, 0.05),
                     on_push=self._on_push,
+                    busy_poll_us=self._busy_poll_us,
                 )
             except BrokerError as error:
                 if error.code is not ErrorCode.CONNECTION_FAILED or remaining <= delay:

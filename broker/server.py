@@ -815,12 +815,18 @@ class Server:
                         session.reply_now()
 
     def _take_group(self, limits: Limits) -> list[_PendingProduce]:
+        """The next group: every waiting produce, up to the group limits, or half of
+        them when at least twice group_commit_split_requests wait. The first half's
+        replies then leave while the second half commits, so a client with a window
+        of requests in flight refills it while the server works, instead of the two
+        taking turns (one-record requests, 32 in flight: about 17k to 23k records/s)."""
         pending = self._produce_pending
+        requests_max = limits.group_commit_requests_max
+        if len(pending) >= 2 * limits.group_commit_split_requests:
+            requests_max = min(requests_max, (len(pending) + 1) // 2)
         count, size = 0, 0
         while (
-            count < len(pending)
-            and count < limits.group_commit_requests_max
-            and size < limits.group_commit_bytes_max
+            count < len(pending) and count < requests_max and size < limits.group_commit_bytes_max
         ):
             size += pending[count].size
             count += 1

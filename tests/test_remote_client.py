@@ -16,13 +16,13 @@ from typing import Any, TypeVar
 
 import pytest
 from click.testing import CliRunner
-from servers import HOST, ServerThread, served
+from servers import HOST, ServerThread, served, serving
 
 from broker.client import Client, connect
 from broker.discovery import find_server
 from broker.embedded import EmbeddedTransport
 from broker.errors import BrokerError, ErrorCode
-from broker.limits import DEFAULT_LIMITS
+from broker.limits import BUSY_POLL_US_MAX, DEFAULT_LIMITS
 from broker.protocol.messages import Op, Push
 from broker.remote import Address, AsyncClient, ServedTransport
 from broker.types import NO_PRODUCER, NewRecord
@@ -516,3 +516,43 @@ def test_a_server_of_another_protocol_version_is_refused_with_both_versions_name
     shown = CliRunner().invoke(command(), ["--broker", server.address, "topic", "list"])
     assert shown.exit_code == int(ErrorCode.PROTOCOL_ERROR)
     assert "this client speaks 2 (run the same fencelog version" in shown.stderr
+
+
+# busy polling ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("busy_poll_us", [-1, BUSY_POLL_US_MAX + 1])
+def test_an_async_client_refuses_a_busy_poll_window_out_of_range(busy_poll_us: int) -> None:
+    with pytest.raises(BrokerError) as caught:
+        AsyncClient(Address.parse("tcp://127.0.0.1:7420"), busy_poll_us=busy_poll_us)
+    assert caught.value.code is ErrorCode.INVALID_ARGUMENT
+    assert f"not {busy_poll_us}" in caught.value.message
+
+
+def test_an_async_client_polls_while_it_awaits_a_reply_for_at_most_its_window(
+    tmp_path: Path, data_dir: Path
+) -> None:
+    """busy_poll_us=100_000: a fetch that long-polls 500 ms costs the client's thread
+    about 100 ms of CPU (it polls, then sleeps); once answered, it polls no more. A
+    client without a window sleeps the whole time. (The server, a process of its own,
+    does not poll.)"""
+
+    async def cpu_of_a_long_poll_then_idle(address: str, busy_poll_us: int) -> list[float]:
+        client = AsyncClient(Address.parse(address), busy_poll_us=busy_poll_us)
+        await client.create_topic("quiet", 1)
+        spent = []
+        for wait in (client.fetch("quiet", {0: 0}, 10, 500), asyncio.sleep(0.3)):
+            start = time.thread_time()
+            assert not await wait  # nothing to fetch; sleep returns None
+            spent.append(time.thread_time() - start)
+        await client.delete_topic("quiet")
+        await client.close()
+        return spent
+
+    with serving(data_dir, tmp_path / "ready.json", serve_args=("--busy-poll", "0")) as server:
+        address = f"tcp://{server.tcp}"
+        polling = run(cpu_of_a_long_poll_then_idle(address, 100_000))
+        sleeping = run(cpu_of_a_long_poll_then_idle(address, 0))
+    assert 0.05 < polling[0] < 0.3, f"{polling[0]:.3f} s of CPU polling for a 500 ms reply"
+    assert polling[1] < 0.05, f"{polling[1]:.3f} s of CPU with nothing awaited"
+    assert sleeping[0] < 0.05, f"{sleeping[0]:.3f} s of CPU awaiting a reply, not polling"

@@ -20,7 +20,7 @@ from typing import Any, TypeVar
 
 import msgpack
 import pytest
-from servers import HOST, RawClient, ServerThread, served
+from servers import HOST, STEP_TIMEOUT_S, RawClient, ServerThread, served
 
 from broker.client import Client, connect
 from broker.discovery import find_server
@@ -512,6 +512,48 @@ def test_concurrent_produce_requests_are_group_committed_exactly_once(
     assert {r.offset: r.value for r in stored} == {o: v for v, o in acked}  # acks are right
     assert sum(group_sizes) == connections_count * requests_each
     assert max(group_sizes) > 1, "concurrent produce requests never shared a transaction"
+
+
+def test_a_pile_of_produces_commits_in_halves_and_each_is_acknowledged_in_order(
+    data_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """40 produces that arrive while a commit runs (at least twice
+    group_commit_split_requests) commit as two groups of 20: the first group's
+    acknowledgements need not wait for the second's COMMIT."""
+    group_sizes: list[int] = []
+    inside, release = threading.Event(), threading.Event()
+    real_produce_group = Engine.produce_group
+
+    def held_once(engine: Engine, requests: Sequence[ProduceRequest]) -> list[ProduceOutcome]:
+        group_sizes.append(len(requests))
+        if len(group_sizes) == 1:
+            inside.set()
+            release.wait(STEP_TIMEOUT_S)  # the server's loop waits here: the pile grows
+        return real_produce_group(engine, requests)
+
+    async def scenario(server: ServerThread) -> list[dict[str, Any]]:
+        connection = await open_connection(server)
+        await connection.request(Op.CREATE_TOPIC, {"name": "h", "partitions": 1})
+        monkeypatch.setattr(Engine, "produce_group", held_once)
+        first = asyncio.ensure_future(connection.request(Op.PRODUCE, produce_args("h", b"0")))
+        assert await asyncio.to_thread(inside.wait, STEP_TIMEOUT_S)
+        pile = [
+            asyncio.ensure_future(connection.request(Op.PRODUCE, produce_args("h", b"%d" % n)))
+            for n in range(1, 41)
+        ]
+        await asyncio.sleep(0.2)  # the pile reaches the server's socket (one write)
+        release.set()
+        replies = await asyncio.gather(first, *pile)
+        await connection.close()
+        return replies
+
+    with served(data_dir) as server:
+        replies = run(scenario(server))
+    assert group_sizes == [1, 20, 20]
+    assert [reply["results"] for reply in replies] == [((0, n, False),) for n in range(41)]
+    with Engine.open(data_dir) as engine:
+        stored = engine.read("h", 0, 0, max_records=100)
+    assert [r.value for r in stored] == [b"%d" % n for n in range(41)]
 
 
 def test_a_failing_produce_in_a_group_costs_only_itself(data_dir: Path) -> None:
