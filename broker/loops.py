@@ -10,6 +10,9 @@ from __future__ import annotations
 import asyncio
 import time
 
+from broker.errors import BrokerError, ErrorCode
+from broker.limits import BUSY_POLL_US_MAX
+
 
 def new_event_loop() -> asyncio.AbstractEventLoop:
     try:
@@ -34,15 +37,14 @@ class BusyPoll:
     """
 
     def __init__(self, window_us: int) -> None:
-        if window_us < 0:
-            raise ValueError(f"a busy-poll window is 0 or more microseconds, not {window_us}")
+        if not 0 <= window_us <= BUSY_POLL_US_MAX:
+            raise BrokerError(
+                ErrorCode.INVALID_ARGUMENT,
+                f"busy polling lasts 0 to {BUSY_POLL_US_MAX} us, not {window_us}",
+            )
         self._window_s = window_us / 1e6
         self._until = 0.0
         self._polling = False
-
-    @property
-    def polling(self) -> bool:
-        return self._polling
 
     def kick(self) -> None:
         """Poll the running loop without sleeping until `window_us` from now."""

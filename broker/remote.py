@@ -29,7 +29,7 @@ from broker.core.ownership import Fence
 from broker.core.producers import ProducerEntry
 from broker.errors import BrokerError, ErrorCode
 from broker.exclusives import AccessInfo, Attachment
-from broker.limits import BUSY_POLL_US_MAX, DEFAULT_LIMITS, Limits, limits_from_server
+from broker.limits import DEFAULT_LIMITS, Limits, limits_from_server
 from broker.loops import BusyPoll, new_event_loop
 from broker.owners import Claimed, OwnershipInfo
 from broker.producers import Lease
@@ -122,7 +122,7 @@ class AsyncConnection(asyncio.Protocol):
         self,
         frame_bytes_max: int,
         on_push: Callable[[Push], None] | None,
-        busy_poll_us: int = 0,
+        busy_poll: BusyPoll | None = None,
     ) -> None:
         loop = asyncio.get_running_loop()
         self._transport: asyncio.Transport | None = None
@@ -139,7 +139,7 @@ class AsyncConnection(asyncio.Protocol):
         self._last_sent = loop.time()
         self._heartbeat: asyncio.Task[None] | None = None
         # while replies are awaited, poll rather than sleep (broker.loops.BusyPoll)
-        self._busy_poll = BusyPoll(busy_poll_us)
+        self._busy_poll = busy_poll or BusyPoll(0)
         self.session_id = ""
         self.limits = DEFAULT_LIMITS
         self.features: frozenset[str] = frozenset()  # what the server announced in HELLO
@@ -152,10 +152,10 @@ class AsyncConnection(asyncio.Protocol):
         token: str | None = None,
         timeout_s: float = 5.0,
         on_push: Callable[[Push], None] | None = None,
-        busy_poll_us: int = 0,
+        busy_poll: BusyPoll | None = None,
     ) -> AsyncConnection:
         loop = asyncio.get_running_loop()
-        connection = cls(DEFAULT_LIMITS.frame_bytes_max, on_push, busy_poll_us)
+        connection = cls(DEFAULT_LIMITS.frame_bytes_max, on_push, busy_poll)
         try:
             async with asyncio.timeout(timeout_s):
                 if address.scheme == "unix":
@@ -368,13 +368,8 @@ class AsyncClient:
         on_push: Callable[[Push], None] | None = None,
         busy_poll_us: int = 0,
     ) -> None:
-        if not 0 <= busy_poll_us <= BUSY_POLL_US_MAX:
-            raise BrokerError(
-                ErrorCode.INVALID_ARGUMENT,
-                f"busy polling lasts 0 to {BUSY_POLL_US_MAX} us, not {busy_poll_us}",
-            )
         self.address = address
-        self._busy_poll_us = busy_poll_us
+        self._busy_poll = BusyPoll(busy_poll_us)  # shared by its connections, one at a time
         self._token = token
         self._connect_timeout_s = connect_timeout_s
         self._on_push = on_push
@@ -404,7 +399,7 @@ class AsyncClient:
                     token=self._token,
                     timeout_s=max(remaining, 0.05),
                     on_push=self._on_push,
-                    busy_poll_us=self._busy_poll_us,
+                    busy_poll=self._busy_poll,
                 )
             except BrokerError as error:
                 if error.code is not ErrorCode.CONNECTION_FAILED or remaining <= delay:

@@ -45,7 +45,7 @@ from broker.core.exclusive import Mode, parse_access, wait_timeout
 from broker.discovery import SOCKET_FILE, ServerInfo, ServerLock
 from broker.engine import Clock, Engine, ProduceRequest, wall_clock_ms
 from broker.errors import BrokerError, ErrorCode
-from broker.limits import BUSY_POLL_US_MAX, DEFAULT_LIMITS, Limits, limits_for_client
+from broker.limits import DEFAULT_LIMITS, Limits, limits_for_client
 from broker.loops import BusyPoll
 from broker.protocol import codec
 from broker.protocol.frames import NEED_DATA, FrameConnection, ProtocolError, Sentinel
@@ -141,11 +141,6 @@ class Server:
         if not 0.0 <= drop_acks < 1.0:
             raise BrokerError(
                 ErrorCode.INVALID_ARGUMENT, f"drop_acks is a rate in [0, 1), not {drop_acks}"
-            )
-        if not 0 <= busy_poll_us <= BUSY_POLL_US_MAX:
-            raise BrokerError(
-                ErrorCode.INVALID_ARGUMENT,
-                f"busy polling lasts 0 to {BUSY_POLL_US_MAX} us, not {busy_poll_us}",
             )
         self.busy_poll = BusyPoll(busy_poll_us)
         self._drop_acks = drop_acks
