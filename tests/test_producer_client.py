@@ -343,10 +343,12 @@ with connect(url) as client:
 def test_a_busy_pipelined_producer_renews_its_lease_before_it_ends(
     data_dir: Path, processes: Processes
 ) -> None:
-    # A lease of 1.5 s and 3.5 s of batches that never let the pipeline drain: the
+    # A lease of 3 s and 3.5 s of batches that never let the pipeline drain: the
     # producer must move to a new pid in time, without a batch failing and without
-    # blocking (it runs in its own process, so a hang cannot outlive the test).
-    limits = replace(DEFAULT_LIMITS, pid_lease_ms=1_500)
+    # blocking (it runs in its own process, so a hang cannot outlive the test). It
+    # renews a tenth of the lease before the end: 300 ms, room for a stalled host
+    # (a 1.5 s lease left 150 ms, and a CI run on a VM losing CPU to steal missed it).
+    limits = replace(DEFAULT_LIMITS, pid_lease_ms=3_000)
     with served(data_dir, limits=limits) as server:
         with connect(server.address) as client:
             client.create_topic(TOPIC)
