@@ -333,7 +333,7 @@ _TXN_PARTS: Final = {
 }
 _PLAIN_PARTS: Final = {
     ("broker/engine.py", "Engine.produce"): "produce",
-    ("broker/storage/logs.py", "append"): "executemany into records",
+    ("broker/storage/logs.py", "Appends.flush"): "inserts into records",
     ("broker/core/records.py", "check_records"): "check_records",
     ("broker/engine.py", "Engine._route"): "route",
     ("broker/storage/database.py", "Database.write"): "BEGIN IMMEDIATE/COMMIT",
@@ -576,8 +576,8 @@ def _findings(results: TxnResults) -> list[str]:
         f"against {profile.plain_ms:.1f} ms per plain batch, profiled. Begin "
         f"{tp['begin']:.2f} ms; the produce into the data journal {tp['produce']:.2f} ms "
         f"(its executemany into txn_data {tp['executemany into txn_data']:.2f} ms) against "
-        f"the plain produce's {pp['produce']:.2f} ms (executemany into records "
-        f"{pp['executemany into records']:.2f} ms); commit {prepare_and_apply:.2f} ms.",
+        f"the plain produce's {pp['produce']:.2f} ms (inserts into records "
+        f"{pp['inserts into records']:.2f} ms); commit {prepare_and_apply:.2f} ms.",
         f"- In the commit: the INSERT ... SELECT copy into the log "
         f"{tp['INSERT ... SELECT copy']:.2f} ms "
         f"({tp['INSERT ... SELECT copy'] * 1000 / TARGET_RECORDS:.2f} us per record, all "

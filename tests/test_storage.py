@@ -15,9 +15,11 @@ import pytest
 import sqlite_utils
 
 import broker
+from broker.engine import ProduceRequest
 from broker.errors import BrokerError, ErrorCode
 from broker.storage.database import APPLICATION_ID, DB_FILE, SCHEMA_VERSION
-from broker.types import NewRecord
+from broker.storage.queries import RUN_ROWS
+from broker.types import NO_PRODUCER, NewRecord, ProducerFields
 
 
 def pragma(path: Path, name: str) -> Any:
@@ -95,6 +97,60 @@ def test_stored_rows_after_produce(engine: broker.Engine, data_dir: Path) -> Non
             "txn_id": None,
         },
     ]
+
+
+@pytest.mark.parametrize("size", [RUN_ROWS - 1, RUN_ROWS, RUN_ROWS + 1, 3 * RUN_ROWS + 5])
+def test_plain_batches_of_any_size_store_every_offset_and_sequence(
+    engine: broker.Engine, size: int
+) -> None:
+    """Plain batches go in RUN_ROWS rows to a statement and the rest one row each: a
+    group of a plain, an idempotent and a one-record produce reads back gap-free, every
+    record with its own offset, value and sequence."""
+    engine.create_topic("runs", partitions=2)
+    lease = engine.lease_pid("runs", 1)
+    values = [b"v%d" % i for i in range(size)]
+    outcomes = engine.produce_group(
+        [
+            ProduceRequest("runs", [NewRecord(v, partition=1) for v in values], NO_PRODUCER),
+            ProduceRequest(
+                "runs",
+                [NewRecord(v.upper(), partition=1) for v in values],
+                ProducerFields(lease.producer_id, lease.generation, 1),
+            ),
+            ProduceRequest("runs", [NewRecord(b"last", partition=1)], NO_PRODUCER),
+        ]
+    )
+    assert [o if isinstance(o, BrokerError) else len(o) for o in outcomes] == [size, size, 1]
+    read = engine.read("runs", 1, 0, 3 * size + 10)
+    assert [r.offset for r in read] == list(range(2 * size + 1))
+    assert [r.value for r in read] == values + [v.upper() for v in values] + [b"last"]
+    assert [(r.producer_id, r.sequence) for r in read] == (
+        [(0, 0)] * size + [(lease.producer_id, 1 + i) for i in range(size)] + [(0, 0)]
+    )
+    assert {(r.key, r.headers, r.txn_id, r.generation) for r in read[:size]} == {
+        (None, (), None, 0)
+    }
+    assert engine.describe_topic("runs").partition_details[1].end_offset == 2 * size + 1
+
+
+@pytest.mark.parametrize("size", [RUN_ROWS - 1, RUN_ROWS + 1, 2 * RUN_ROWS])
+def test_a_transactions_plain_batches_of_any_size_commit_in_order(
+    engine: broker.Engine, size: int
+) -> None:
+    """The data journal takes plain batches RUN_ROWS rows to a statement as well: two
+    batches of one transaction commit gap-free, in the order they were produced."""
+    engine.create_topic("runs")
+    txn_id = engine.txn_begin("g").txn_id
+    first = [b"a%d" % i for i in range(size)]
+    second = [b"b%d" % i for i in range(size + 2)]
+    for values in (first, second):
+        engine.produce(
+            "runs", [NewRecord(v) for v in values], producer=ProducerFields(txn_id=txn_id)
+        )
+    engine.txn_commit(txn_id)
+    read = engine.read("runs", 0, 0, 3 * size + 10)
+    assert [(r.offset, r.value) for r in read] == list(enumerate(first + second))
+    assert {(r.key, r.headers, r.txn_id) for r in read} == {(None, (), txn_id)}
 
 
 def test_records_survive_close_and_reopen(data_dir: Path) -> None:

@@ -15,7 +15,7 @@ from itertools import repeat
 
 from broker.storage import producers as producer_store
 from broker.storage.database import EMPTY_HEADERS, decode_headers, encode_headers
-from broker.storage.queries import Q
+from broker.storage.queries import RUN_ROWS, Q
 from broker.types import NewRecord, PartitionInfo, ProducerFields, Record
 
 
@@ -84,20 +84,22 @@ def end_offset(conn: sqlite3.Connection, topic: TopicRow, partition: int) -> int
 
 class Appends:
     """The appends of one write transaction, held back and written by flush() in a few
-    statements: one insert of every record row, one update per partition, and the lease
-    row of any pid writing its first batch to a partition. Whoever reads the log or the
-    lease rows inside the transaction flushes first."""
+    statements: the record rows (RUN_ROWS at a time where a plain batch allows), one
+    update per partition, and the lease row of any pid writing its first batch to a
+    partition. Whoever reads the log or the lease rows inside the transaction flushes
+    first."""
 
-    __slots__ = ("ends", "leases", "plain", "records")
+    __slots__ = ("ends", "leases", "plain", "records", "runs")
 
     def __init__(self) -> None:
         self.records: list[tuple[object, ...]] = []
         self.plain: list[tuple[object, ...]] = []  # no key, headers or transaction
+        self.runs: list[tuple[object, ...]] = []  # record_insert_run's parameters
         self.leases: list[tuple[int, int, int, int, int]] = []
         self.ends: dict[tuple[int, int], list[int]] = {}  # part: [records, bytes]
 
     def __len__(self) -> int:
-        return len(self.records) + len(self.plain) + len(self.leases)
+        return len(self.records) + len(self.plain) + len(self.runs) + len(self.leases)
 
     def add(
         self,
@@ -138,19 +140,38 @@ class Appends:
                 end[1] += len(value)
                 return
         if txn_id is None and plain_records(records):
-            # The usual batch, column by column in C. Values go as bytearrays: Python's
-            # sqlite3 binds those directly, where bytes first go through its adapter
-            # lookup (about half the cost of the insert).
+            # The usual batch. Values go as bytearrays: Python's sqlite3 binds those
+            # directly, where bytes first go through its adapter lookup (about half the
+            # cost of a one-row insert).
+            values = list(map(bytearray, map(_VALUE, records)))
+            step = 1 if pid else 0
+            in_runs = count - count % RUN_ROWS
+            self.runs.extend(
+                (
+                    topic_id,
+                    partition,
+                    base_offset + start,
+                    now_ms,
+                    pid,
+                    generation,
+                    (first_sequence + start) * step,
+                    step,
+                    epoch,
+                    *values[start : start + RUN_ROWS],
+                )
+                for start in range(0, in_runs, RUN_ROWS)
+            )
+            # the rest one row each, column by column in C
             self.plain.extend(
                 zip(
                     repeat(topic_id),
                     repeat(partition),
-                    range(base_offset, base_offset + count),
+                    range(base_offset + in_runs, base_offset + count),
                     repeat(now_ms),
-                    map(bytearray, map(_VALUE, records)),
+                    values[in_runs:],
                     repeat(pid),
                     repeat(generation),
-                    range(first_sequence, first_sequence + count) if pid else repeat(0),
+                    range(first_sequence + in_runs, first_sequence + count) if pid else repeat(0),
                     repeat(epoch),
                 )
             )
@@ -186,6 +207,9 @@ class Appends:
         if self.records:
             conn.executemany(Q["record_insert"], self.records)
             self.records.clear()
+        if self.runs:
+            conn.executemany(Q["record_insert_run"], self.runs)
+            self.runs.clear()
         if self.plain:
             conn.executemany(Q["record_insert_plain"], self.plain)
             self.plain.clear()

@@ -1,5 +1,8 @@
 -- Named queries. Each block starts with `-- name: NAME`; storage/queries.py loads them.
 -- Logic never assembles SQL: it picks a query here by name and binds parameters.
+-- A query named *_run inserts RUN_ROWS rows in one statement: the loader repeats its
+-- VALUES row, with {i} the row's index in the run and {value} the parameter of its value
+-- (numbered after the row's shared parameters).
 
 -- name: partition_insert
 INSERT INTO partitions (topic_id, partition) VALUES (?, ?);
@@ -43,6 +46,14 @@ VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?);
 INSERT INTO records (topic_id, partition, offset, timestamp_ms, key, value, headers,
                      producer_id, generation, sequence, epoch, txn_id)
 VALUES (?, ?, ?, ?, NULL, ?, X'90', ?, ?, ?, ?, NULL);
+
+-- name: record_insert_run
+-- RUN_ROWS consecutive records of one plain batch (as record_insert_plain). ?1-?9:
+-- topic, partition, first offset, timestamp, pid, generation, first sequence, sequence
+-- step (1 with a pid, 0 without), epoch.
+INSERT INTO records (topic_id, partition, offset, timestamp_ms, key, value, headers,
+                     producer_id, generation, sequence, epoch, txn_id)
+VALUES (?1, ?2, ?3 + {i}, ?4, NULL, {value}, X'90', ?5, ?6, ?7 + {i} * ?8, ?9, NULL);
 
 -- name: records_page_first
 -- The first record of a page, which records_page_summary compares every row with.
@@ -403,6 +414,13 @@ VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?);
 INSERT INTO txn_data (txn_id, topic_id, partition, position, timestamp_ms, key, value, headers,
                       producer_id, generation, epoch)
 VALUES (?, ?, ?, ?, ?, NULL, ?, X'90', ?, ?, ?);
+
+-- name: txn_data_insert_run
+-- RUN_ROWS consecutive plain records of a data journal. ?1-?8: transaction, topic,
+-- partition, first position, timestamp, pid, generation, epoch.
+INSERT INTO txn_data (txn_id, topic_id, partition, position, timestamp_ms, key, value, headers,
+                      producer_id, generation, epoch)
+VALUES (?1, ?2, ?3, ?4 + {i}, ?5, NULL, {value}, X'90', ?6, ?7, ?8);
 
 -- name: txn_data_copy
 INSERT INTO records (topic_id, partition, offset, timestamp_ms, key, value, headers,

@@ -15,7 +15,7 @@ import msgpack
 
 from broker.storage.database import EMPTY_HEADERS, encode_headers
 from broker.storage.logs import VALUE, plain_records
-from broker.storage.queries import Q
+from broker.storage.queries import RUN_ROWS, Q
 from broker.types import NewRecord, Record
 
 TXN_COUNTER = "next_txn_id"
@@ -148,15 +148,34 @@ def journal_records(
     start = int(conn.execute(Q["txn_data_end"], (txn_id, topic_id, partition)).fetchone()[0])
     count = len(records)
     if plain_records(records):
+        values = list(map(bytearray, map(VALUE, records)))  # bound as is, see logs.Appends
+        in_runs = count - count % RUN_ROWS
+        conn.executemany(
+            Q["txn_data_insert_run"],
+            (
+                (
+                    txn_id,
+                    topic_id,
+                    partition,
+                    start + first,
+                    now_ms,
+                    producer_id,
+                    generation,
+                    epoch,
+                    *values[first : first + RUN_ROWS],
+                )
+                for first in range(0, in_runs, RUN_ROWS)
+            ),
+        )
         conn.executemany(
             Q["txn_data_insert_plain"],
             zip(
                 repeat(txn_id),
                 repeat(topic_id),
                 repeat(partition),
-                range(start, start + count),
+                range(start + in_runs, start + count),
                 repeat(now_ms),
-                map(bytearray, map(VALUE, records)),  # bound as is, see logs.Appends
+                values[in_runs:],
                 repeat(producer_id),
                 repeat(generation),
                 repeat(epoch),
