@@ -43,10 +43,10 @@ def value_batches(records: int, seed: int = 2) -> list[list[bytes]]:
     return [values[start : start + BATCH_RECORDS] for start in range(0, records, BATCH_RECORDS)]
 
 
-def raw_row_batches(batches: Sequence[list[bytes]]) -> list[raw.RawBatch]:
+def raw_row_batches(batches: Sequence[list[bytes]]) -> list[list[raw.RecordRow]]:
     """The rows the engine would store for `batches` appended to a fresh topic (id 1)."""
     firsts = list(itertools.accumulate(map(len, batches), initial=0))[:-1]
-    return [raw.raw_batch(1, first, batch) for first, batch in zip(firsts, batches, strict=True)]
+    return [raw.record_rows(1, first, batch) for first, batch in zip(firsts, batches, strict=True)]
 
 
 def timed_steps(

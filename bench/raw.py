@@ -3,28 +3,27 @@ of fencelog's Python in between.
 
 Rules: the table comes from fencelog's own schema scripts (so it cannot drift from what
 the engine writes into), the connection takes the pragmas the engine's takes for the
-durability under test, every row has the shape the engine stores, and rows go in through
-the engine's own insert statements (a multi-row insert for each RUN_ROWS records).
+durability under test, and every row has the shape the engine stores.
 """
 
 from __future__ import annotations
 
 import sqlite3
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
 from broker.limits import DEFAULT_LIMITS
-from broker.storage.database import SCHEMA_SCRIPTS, Durability, _statements
-from broker.storage.queries import RUN_ROWS, Q
+from broker.storage.database import EMPTY_HEADERS, SCHEMA_SCRIPTS, Durability, _statements
+from broker.storage.queries import Q
 
 # The scan the issue names as the read baseline.
 COUNT_RECORDS: Final = "SELECT count(*) FROM records"
 SCAN_PARTITION: Final = "SELECT * FROM records WHERE topic_id = ? AND partition = ? ORDER BY offset"
-INSERT_PLAIN: Final = Q["record_insert_plain"]
-INSERT_RUN: Final = Q["record_insert_run"]
+INSERT_RECORD: Final = Q["record_insert"]
 TIMESTAMP_MS: Final = 1_700_000_000_000
+
+RecordRow = tuple[int, int, int, int, bytes | None, bytes, bytes, int, int, int, int, int | None]
 
 
 def connect(db_path: Path, durability: Durability) -> sqlite3.Connection:
@@ -44,47 +43,31 @@ def create_schema(conn: sqlite3.Connection) -> None:
     conn.execute("COMMIT")
 
 
-@dataclass(frozen=True, slots=True)
-class RawBatch:
-    """One batch as the parameters of the engine's own insert statements: record_insert_run
-    for each RUN_ROWS records, record_insert_plain for each one left over."""
-
-    runs: list[tuple[object, ...]]
-    rest: list[tuple[object, ...]]
-
-
-def raw_batch(topic_id: int, first_offset: int, values: Sequence[bytes]) -> RawBatch:
-    """The rows of a keyless, headerless, producerless append, bound as the engine binds
-    them (values as bytearrays, see broker/storage/logs.Appends)."""
-    stored = list(map(bytearray, values))
-    in_runs = len(stored) - len(stored) % RUN_ROWS
-    runs: list[tuple[object, ...]] = [
+def record_rows(topic_id: int, first_offset: int, values: Sequence[bytes]) -> list[RecordRow]:
+    """Rows as the engine stores a keyless, headerless, producerless append."""
+    return [
         (
             topic_id,
             0,
-            first_offset + start,
+            first_offset + index,
             TIMESTAMP_MS,
+            None,
+            value,
+            EMPTY_HEADERS,
             0,
             0,
             0,
             0,
-            0,
-            *stored[start : start + RUN_ROWS],
+            None,
         )
-        for start in range(0, in_runs, RUN_ROWS)
+        for index, value in enumerate(values)
     ]
-    rest: list[tuple[object, ...]] = [
-        (topic_id, 0, first_offset + index, TIMESTAMP_MS, stored[index], 0, 0, 0, 0)
-        for index in range(in_runs, len(stored))
-    ]
-    return RawBatch(runs, rest)
 
 
-def insert_batch(conn: sqlite3.Connection, batch: RawBatch) -> None:
-    """One batch, one writer transaction, in the engine's statements."""
+def insert_batch(conn: sqlite3.Connection, rows: Sequence[RecordRow]) -> None:
+    """One batch, one writer transaction, as the engine does it."""
     conn.execute("BEGIN IMMEDIATE")
-    conn.executemany(INSERT_RUN, batch.runs)
-    conn.executemany(INSERT_PLAIN, batch.rest)
+    conn.executemany(INSERT_RECORD, rows)
     conn.execute("COMMIT")
 
 
