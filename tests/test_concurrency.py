@@ -48,6 +48,40 @@ with broker.open(data_dir) as engine:
 print("done", flush=True)
 """
 
+# argv: parent_dir rounds. Each round, four forked processes open one new data directory
+# and create the same topic; a line per round of what each saw, sorted.
+FIRST_OPENERS = r"""
+import multiprocessing
+import sys
+from pathlib import Path
+import broker
+from broker.errors import BrokerError
+
+def open_and_create(data_dir, answers):
+    try:
+        with broker.open(data_dir) as engine:
+            engine.create_topic("orders", partitions=3)
+            answers.put("created")
+    except BrokerError as error:
+        answers.put(error.code.name)
+    except Exception as error:
+        answers.put(repr(error))
+
+parent, rounds = Path(sys.argv[1]), int(sys.argv[2])
+context = multiprocessing.get_context("fork")
+for round_number in range(rounds):
+    answers = context.Queue()
+    openers = [
+        context.Process(target=open_and_create, args=(parent / str(round_number), answers))
+        for _ in range(4)
+    ]
+    for opener in openers:
+        opener.start()
+    for opener in openers:
+        opener.join(60)
+    print(" ".join(sorted(answers.get(timeout=5) for _ in openers)), flush=True)
+"""
+
 
 def check_log(data_dir: Path, topic: str, partitions: int, expected: set[bytes]) -> None:
     with contextlib.closing(sqlite_utils.Database(data_dir / DB_FILE)) as db:
@@ -145,3 +179,18 @@ def test_concurrent_first_open_and_topic_create(processes: Processes, data_dir: 
             assert json.loads(line)["partitions"] == 3
     with broker.open(data_dir) as engine:
         assert [(t.name, t.partitions) for t in engine.list_topics()] == [("orders", 3)]
+
+
+@pytest.mark.slow
+def test_processes_opening_a_new_directory_at_once_never_see_it_as_foreign(
+    processes: Processes, tmp_path: Path
+) -> None:
+    """Round after round of four processes on one new directory: each opens it, and
+    exactly one creates the topic. Two reads of the first open once saw another
+    process's schema commit in between (FOREIGN_DATA_DIR), and a switch to WAL could
+    meet SQLite's deadlock refusal (a traceback): each in about one round of thirty."""
+    rounds = 150
+    openers = processes.python(FIRST_OPENERS, tmp_path, str(rounds))
+    assert openers.wait(timeout_s=240) == 0, openers.stderr_text()
+    outcomes = Counter(openers.remaining_lines())
+    assert outcomes == {"TOPIC_EXISTS TOPIC_EXISTS TOPIC_EXISTS created\n": rounds}

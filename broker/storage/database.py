@@ -19,6 +19,7 @@ import contextlib
 import os
 import re
 import sqlite3
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from importlib import resources
@@ -168,8 +169,12 @@ class Database:
 
     def _configure(self, busy_timeout_ms: int) -> None:
         try:
-            application_id = self.conn.execute("PRAGMA application_id").fetchone()[0]
-            tables = self.conn.execute("SELECT count(*) FROM sqlite_schema").fetchone()[0]
+            # One statement, so one snapshot: read apart, a process that is creating the
+            # schema can commit in between, and its tables seem to lack their mark.
+            application_id, tables = self.conn.execute(
+                "SELECT (SELECT application_id FROM pragma_application_id),"
+                " (SELECT count(*) FROM sqlite_schema)"
+            ).fetchone()
         except sqlite3.DatabaseError as exc:
             raise BrokerError(
                 ErrorCode.FOREIGN_DATA_DIR,
@@ -185,11 +190,28 @@ class Database:
                 hint="point --broker at an empty or fencelog directory",
             )
         self.conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout_ms)}")
-        self.conn.execute("PRAGMA journal_mode = WAL")
+        with _translated("the first open of the data directory"):
+            self._enter_wal(busy_timeout_ms)
         self.conn.execute(f"PRAGMA synchronous = {_SYNCHRONOUS[self.durability]}")
         for name in (DB_FILE, DB_FILE + "-wal", DB_FILE + "-shm"):
             with contextlib.suppress(FileNotFoundError):
                 os.chmod(self.data_dir.path / name, 0o600)
+
+    def _enter_wal(self, busy_timeout_ms: int) -> None:
+        """Switch a new database to WAL (a database stays in WAL once switched). The
+        switch needs the only lock on the file; two processes opening a new directory
+        at once can each hold the shared lock the other waits on, and SQLite answers
+        one of them SQLITE_BUSY at once rather than let them deadlock. That one tries
+        again until the busy timeout is spent."""
+        deadline = time.monotonic() + busy_timeout_ms / 1000
+        while True:
+            try:
+                self.conn.execute("PRAGMA journal_mode = WAL")
+                return
+            except sqlite3.OperationalError as exc:
+                if exc.sqlite_errorcode != sqlite3.SQLITE_BUSY or time.monotonic() > deadline:
+                    raise
+            time.sleep(0.002)
 
     def schema_version(self) -> int:
         return int(self.conn.execute("PRAGMA user_version").fetchone()[0])
