@@ -115,7 +115,7 @@ def test_plain_batches_of_any_size_store_every_offset_and_sequence(
             ProduceRequest(
                 "runs",
                 [NewRecord(v.upper(), partition=1) for v in values],
-                ProducerFields(lease.producer_id, lease.generation, 1),
+                ProducerFields(lease.producer_id, lease.generation + 1, 1),
             ),
             ProduceRequest("runs", [NewRecord(b"last", partition=1)], NO_PRODUCER),
         ]
@@ -127,9 +127,10 @@ def test_plain_batches_of_any_size_store_every_offset_and_sequence(
     assert [(r.producer_id, r.sequence) for r in read] == (
         [(0, 0)] * size + [(lease.producer_id, 1 + i) for i in range(size)] + [(0, 0)]
     )
-    assert {(r.key, r.headers, r.txn_id, r.generation) for r in read[:size]} == {
-        (None, (), None, 0)
-    }
+    assert [r.generation for r in read] == [0] * size + [lease.generation + 1] * size + [0]
+    assert {(r.key, r.headers, r.txn_id, r.epoch) for r in read} == {(None, (), None, 0)}
+    batches = (read[:size], read[size : 2 * size])
+    assert [len({r.timestamp_ms for r in batch}) for batch in batches] == [1, 1]  # one each
     assert engine.describe_topic("runs").partition_details[1].end_offset == 2 * size + 1
 
 

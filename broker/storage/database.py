@@ -190,7 +190,7 @@ class Database:
                 hint="point --broker at an empty or fencelog directory",
             )
         self.conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout_ms)}")
-        with _translated("the first open of the data directory"):
+        with _translated("the switch of the data directory's database to WAL"):
             self._enter_wal(busy_timeout_ms)
         self.conn.execute(f"PRAGMA synchronous = {_SYNCHRONOUS[self.durability]}")
         for name in (DB_FILE, DB_FILE + "-wal", DB_FILE + "-shm"):
@@ -209,7 +209,8 @@ class Database:
                 self.conn.execute("PRAGMA journal_mode = WAL")
                 return
             except sqlite3.OperationalError as exc:
-                if exc.sqlite_errorcode != sqlite3.SQLITE_BUSY or time.monotonic() > deadline:
+                busy = exc.sqlite_errorcode & 0xFF == sqlite3.SQLITE_BUSY  # or BUSY_*
+                if not busy or time.monotonic() > deadline:
                     raise
             time.sleep(0.002)
 
