@@ -7,7 +7,9 @@ engine that wrote it. Every refusal is also checked to leave what was there unto
 from __future__ import annotations
 
 import contextlib
+import sqlite3
 import stat
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +19,7 @@ import sqlite_utils
 import broker
 from broker.engine import ProduceRequest
 from broker.errors import BrokerError, ErrorCode
+from broker.limits import DEFAULT_LIMITS
 from broker.storage.database import APPLICATION_ID, DB_FILE, SCHEMA_VERSION
 from broker.storage.queries import RUN_ROWS
 from broker.types import NO_PRODUCER, NewRecord, ProducerFields
@@ -194,6 +197,28 @@ def test_garbage_database_file_is_refused_untouched(data_dir: Path, content: byt
     assert error.code is ErrorCode.FOREIGN_DATA_DIR
     assert (data_dir / DB_FILE).read_bytes() == content
     assert sorted(p.name for p in data_dir.iterdir()) == [DB_FILE]
+
+
+def test_a_fencelog_database_another_process_holds_is_busy_not_foreign(data_dir: Path) -> None:
+    """A lock held past the busy timeout at open is STORAGE_BUSY (retry), never
+    FOREIGN_DATA_DIR (a verdict on the directory); once the lock goes, it opens."""
+    with broker.open(data_dir) as engine:
+        engine.create_topic("orders")
+        engine.produce("orders", [NewRecord(b"kept")])
+    holder = sqlite3.connect(data_dir / DB_FILE, isolation_level=None)
+    try:
+        holder.execute("PRAGMA locking_mode = EXCLUSIVE")
+        holder.execute("BEGIN EXCLUSIVE")
+        with pytest.raises(BrokerError) as excinfo:
+            broker.open(data_dir, limits=replace(DEFAULT_LIMITS, busy_timeout_ms=100)).close()
+    finally:
+        holder.close()
+    assert excinfo.value.code is ErrorCode.STORAGE_BUSY
+    assert excinfo.value.message == (
+        "the data directory stayed locked by another writer during the open of the data directory"
+    )
+    with broker.open(data_dir) as engine:
+        assert [r.value for r in engine.read("orders", 0, 0)] == [b"kept"]
 
 
 def test_someone_elses_sqlite_database_is_refused_untouched(data_dir: Path) -> None:

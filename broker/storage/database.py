@@ -176,6 +176,8 @@ class Database:
                 " (SELECT count(*) FROM sqlite_schema)"
             ).fetchone()
         except sqlite3.DatabaseError as exc:
+            if _busy(exc):  # another process holds the file: busy, not foreign
+                _raise_translated(exc, "the open of the data directory")
             raise BrokerError(
                 ErrorCode.FOREIGN_DATA_DIR,
                 f"{self.data_dir.db_path} is not a fencelog database ({exc})",
@@ -209,8 +211,7 @@ class Database:
                 self.conn.execute("PRAGMA journal_mode = WAL")
                 return
             except sqlite3.OperationalError as exc:
-                busy = exc.sqlite_errorcode & 0xFF == sqlite3.SQLITE_BUSY  # or BUSY_*
-                if not busy or time.monotonic() > deadline:
+                if not _busy(exc) or time.monotonic() > deadline:
                     raise
             time.sleep(0.002)
 
@@ -303,7 +304,7 @@ def _raise_translated(exc: sqlite3.DatabaseError, operation: str) -> NoReturn:
     if isinstance(exc, sqlite3.IntegrityError):
         raise exc
     message = str(exc)
-    if "locked" in message or "busy" in message:
+    if _busy(exc):
         raise BrokerError(
             ErrorCode.STORAGE_BUSY,
             f"the data directory stayed locked by another writer during {operation}",
@@ -312,3 +313,10 @@ def _raise_translated(exc: sqlite3.DatabaseError, operation: str) -> NoReturn:
     raise BrokerError(
         ErrorCode.STORAGE_FAILED, f"storage failed during {operation}: {message}"
     ) from exc
+
+
+def _busy(exc: sqlite3.DatabaseError) -> bool:
+    """SQLITE_BUSY or SQLITE_LOCKED, in any of their extended codes: another connection
+    holds what this one needs."""
+    code = getattr(exc, "sqlite_errorcode", None)
+    return code is not None and code & 0xFF in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED)
