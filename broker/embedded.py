@@ -46,7 +46,15 @@ class _Heartbeat(threading.Thread):
     def run(self) -> None:
         try:
             while not self._stopping.wait(self._interval_s):
-                if not self._owners.heartbeat(self._session_id):
+                try:
+                    alive = self._owners.heartbeat(self._session_id)
+                except BrokerError as exc:
+                    # Another process held the write lock past the busy timeout: this
+                    # beat is missed, not the session. The session timeout judges it.
+                    if exc.code is ErrorCode.STORAGE_BUSY:
+                        continue
+                    raise
+                if not alive:
                     self._on_severed("severed: a newer claim took a resource of this session")
                     return
         finally:

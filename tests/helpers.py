@@ -172,6 +172,15 @@ class Process:
             ) from None
         return raw.decode("utf-8")
 
+    def lines_now(self) -> list[str]:
+        """Every stdout line read so far and not taken yet, without waiting."""
+        found: list[str] = []
+        while True:
+            try:
+                found.append(self._lines.get_nowait().decode("utf-8"))
+            except queue.Empty:
+                return found
+
     def wait(self, timeout_s: float) -> int:
         """The exit status; the process is killed and the test fails after timeout_s."""
         try:

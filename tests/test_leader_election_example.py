@@ -68,6 +68,10 @@ class Candidate:
                 return line
             assert not line.startswith("fenced"), f"{self.name} fenced early: {self.said}"
 
+    def catch_up(self) -> None:
+        """Take every line it printed so far, so that the next until() waits for a new one."""
+        self.said += [line.strip() for line in self.process.lines_now()]
+
     def wrote(self) -> list[str]:
         """KEY=VALUE of every "wrote" line: what it says it has written."""
         return [line.split()[1] for line in self.said if line.startswith("wrote ")]
@@ -130,15 +134,27 @@ def test_two_candidates_one_leader_at_a_time_and_the_paused_one_is_fenced(
 
 
 def pause_until_elected(first: Candidate, second: Candidate, session_s: float) -> None:
-    """Pause the leader mid-stream until the second candidate is elected (epoch 2)."""
+    """Pause the leader just after a write until the second candidate is elected (epoch 2).
+
+    The leader's lines queue up while the test waits on the second candidate, so each
+    attempt first takes the old ones: the "wrote" it then waits for is a write that ended
+    just now, not one from seconds ago. Pausing on a stale line could stop the leader
+    within milliseconds of a resume, while it or its heartbeat thread (overdue after the
+    pause) holds SQLite's write lock, and every later attempt would fail the same way."""
+    missed: AssertionError | None = None
     for _ in range(PAUSE_ATTEMPTS):
+        first.catch_up()
         first.until("wrote")
         first.process.signal(signal.SIGSTOP)
         try:
             elected = second.until("elected", session_s + 5.0)
-        except AssertionError:  # embedded: the paused leader may hold the write lock
+        except AssertionError as exc:  # embedded: the paused leader may hold the write lock
+            missed = exc
             first.process.signal(signal.SIGCONT)
             continue
         assert elected == "elected 2", second.said
         return
-    raise AssertionError(f"c2 was never elected: c1 said {first.said[-3:]}")
+    raise AssertionError(
+        f"c2 was never elected in {PAUSE_ATTEMPTS} pauses: c1 said {first.said[-3:]}, "
+        f"c2 said {second.said[-3:]}"
+    ) from missed

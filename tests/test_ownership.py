@@ -9,7 +9,9 @@ whole-request atomicity, fences checked at the log, and the audit log.
 from __future__ import annotations
 
 import signal
+import sqlite3
 import threading
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import replace
 from functools import partial
@@ -31,6 +33,7 @@ from broker.core.ownership import Fence
 from broker.errors import BrokerError, ErrorCode
 from broker.limits import DEFAULT_LIMITS
 from broker.protocol.messages import Op, Push, Reply
+from broker.storage.database import DB_FILE
 
 SEVERED_WITHIN_S = 5.0  # embedded: the next heartbeat (1 s); served: at once
 
@@ -472,6 +475,25 @@ def test_a_stopped_embedded_process_is_released_after_missing_heartbeats(
         [claimed] = claimant.own("workers", ["orders/0"], generation=2)
         assert claimed.generation == 6
         assert holder.popen.poll() is None  # paused, not dead: liveness came from heartbeats
+
+
+def test_an_embedded_heartbeat_outlasts_a_write_lock_held_past_the_busy_timeout(
+    data_dir: Path,
+) -> None:
+    """Another process holds SQLite's write lock longer than the busy timeout: the
+    heartbeats in that time are missed, and the ones after it keep the session live."""
+    limits = replace(DEFAULT_LIMITS, busy_timeout_ms=100, session_timeout_ms=3_000)
+    with connect(data_dir, limits=limits) as holder, connect(data_dir, limits=limits) as watcher:
+        holder.own("workers", ["orders/0"])
+        blocker = sqlite3.connect(data_dir / DB_FILE, isolation_level=None)
+        try:
+            blocker.execute("BEGIN IMMEDIATE")
+            time.sleep(1.5)  # a heartbeat (one a second) finds the lock held and gives up
+        finally:
+            blocker.execute("ROLLBACK")
+            blocker.close()
+        time.sleep(limits.session_timeout_ms / 1000 + 0.5)
+        assert ownership_rows(watcher) == [("workers", "orders/0", 1, holder.session_id, True)]
 
 
 def test_closing_a_client_releases_its_claims_and_keeps_generations(

@@ -467,6 +467,16 @@ def test_empty_reads_and_writes(spark: SparkSession, embedded: Broker, tmp_path:
 # task failures ------------------------------------------------------------------------------
 
 
+LARGE_ORDERS = 400
+
+
+def large_orders() -> list[str]:
+    """Values of 8 KiB: ten of them outgrow the 64 KiB stream buffer between a Python
+    worker and the JVM, so every batch a mapInArrow function yields goes on to the
+    writer at once instead of waiting in the buffer for the function to return."""
+    return [f"order-{i:04}" + "." * 8192 for i in range(LARGE_ORDERS)]
+
+
 def fail_in_partition_0(
     url: str, group: str, marker: Path, *, every_attempt: bool
 ) -> Callable[[Iterable[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
@@ -502,7 +512,10 @@ def fail_in_partition_0(
             deadline = time.monotonic() + 60
             while not (count := journaled()):
                 if time.monotonic() > deadline:
-                    raise RuntimeError("the writer journaled nothing within 60s")
+                    raise RuntimeError(
+                        f"attempt {attempt}: the writer journaled nothing within 60s; "
+                        f"transactions: {client.txn_list()}"
+                    )
                 time.sleep(0.05)
             raise fail(count)
 
@@ -530,7 +543,7 @@ def test_batch_task_retry_writes_each_row_once(
     with embedded.client() as client:
         client.create_topic("orders", 2)
         client.create_topic("out", 2)
-        produce_spread(client, "orders", [f"order-{i:04}" + "." * 200 for i in range(2000)])
+        produce_spread(client, "orders", large_orders())
     marker = tmp_path / "attempt-0-failed"
     df = read(spark, embedded.url, "orders").select("key", "value", "partition")
     failing = df.mapInArrow(
@@ -541,7 +554,9 @@ def test_batch_task_retry_writes_each_row_once(
     assert int(marker.read_text()) > 0  # attempt 0 failed after rows were journaled
     with embedded.client() as client:
         assert values(client, "out") == values(client, "orders")
-        assert [(t.state, t.records) for t in txns_of(client, "spark-out")] == [("committed", 2000)]
+        assert [(t.state, t.records) for t in txns_of(client, "spark-out")] == [
+            ("committed", LARGE_ORDERS)
+        ]
         assert client.txn_list() == []
 
 
@@ -554,7 +569,7 @@ def test_batch_job_that_fails_leaves_nothing(
     with embedded.client() as client:
         client.create_topic("orders", 2)
         client.create_topic("out", 2)
-        produce_spread(client, "orders", [f"order-{i:04}" + "." * 200 for i in range(2000)])
+        produce_spread(client, "orders", large_orders())
     marker = tmp_path / "attempt-0-failed"
     df = read(spark, embedded.url, "orders").select("key", "value", "partition")
     failing = df.mapInArrow(
@@ -580,7 +595,7 @@ def test_stream_task_retry_writes_each_row_once(
     with embedded.client() as client:
         client.create_topic("orders", 2)
         client.create_topic("out", 2)
-        produce_spread(client, "orders", [f"order-{i:04}" + "." * 200 for i in range(2000)])
+        produce_spread(client, "orders", large_orders())
     marker = tmp_path / "attempt-0-failed"
 
     def failing(df: DataFrame) -> DataFrame:
@@ -589,12 +604,12 @@ def test_stream_task_retry_writes_each_row_once(
         return picked.mapInArrow(run, picked.schema)
 
     run = stream(spark, embedded.url, tmp_path / "checkpoint", transform=failing)
-    assert run.batches == [(0, 2000)]
+    assert run.batches == [(0, LARGE_ORDERS)]
     assert int(marker.read_text()) > 0
     with embedded.client() as client:
         assert values(client, "out") == values(client, "orders")
         assert [(t.key, t.state, t.records) for t in txns_of(client, "spark-out")] == [
-            (f"{run.query_id}:0", "committed", 2000)
+            (f"{run.query_id}:0", "committed", LARGE_ORDERS)
         ]
         assert client.txn_list() == []
 
@@ -699,7 +714,9 @@ def test_stream_batch_that_fails_leaves_nothing(
         while client.txn_list():
             assert time.monotonic() < deadline, f"still pending: {client.txn_list()}"
             time.sleep(0.2)
-        assert [t.state for t in txns_of(client, "spark-out")] == ["aborted"]
+        # A retry that outlives the 3 s timeout begins the batch's transaction anew.
+        states = [t.state for t in txns_of(client, "spark-out")]
+        assert states and set(states) == {"aborted"}, states
         assert client.describe_topic("out").records == 0
 
 
