@@ -994,14 +994,14 @@ def test_kill_9_driver_mid_stream_then_restart(embedded: Broker, tmp_path: Path)
     checkpoint = tmp_path / "checkpoint"
     log = tmp_path / "driver.log"
     common = ["--broker", embedded.url, "--checkpoint", str(checkpoint)]
-    common += ["--per-trigger", str(per_trigger)]
     with embedded.client() as client:
         client.create_topic("orders", 2)
         client.create_topic("orders_upper", 2)
         produce_spread(client, "orders", [f"order-{i:05}" for i in range(total)])
 
         killed_open: list[TxnInfo] = []
-        args = [*common, "--transaction-timeout", str(timeout_ms)]
+        args = [*common, "--per-trigger", str(per_trigger)]
+        args += ["--transaction-timeout", str(timeout_ms)]
         with driver_group(DRIVER, args, log, tmp_path) as driver:
             deadline = time.monotonic() + DRIVER_TIMEOUT_S
             while True:
@@ -1028,7 +1028,8 @@ def test_kill_9_driver_mid_stream_then_restart(embedded: Broker, tmp_path: Path)
             assert (ended[txn.txn_id].state, ended[txn.txn_id].reason) == ("aborted", "timed out")
         assert client.describe_topic("orders_upper").records == partial
 
-        args = [*common, "--records", str(total)]
+        # The replayed batch keeps its logged range; the rest come 1000 at a time.
+        args = [*common, "--records", str(total), "--per-trigger", "1000"]
         with driver_group(EXAMPLE, args, log, tmp_path) as example:
             try:
                 status = example.wait(timeout=DRIVER_TIMEOUT_S)
