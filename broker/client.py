@@ -768,12 +768,15 @@ def connect(
     """
     name = os.fspath(target) if target is not None else None
     name = name or os.environ.get("FENCELOG_BROKER") or DEFAULT_BROKER
-    from broker.remote import Address, ServedTransport  # asyncio: only when served
+    url = name
+    if "://" not in name:
+        server = find_server(Path(name)) if Path(name).is_dir() else None
+        if server is None:
+            engine = Engine.open(Path(name), durability=durability, limits=limits, clock=clock)
+            return Client(EmbeddedTransport(engine), name)
+        url = server.url()
+    # asyncio and the served transport cost an embedded open (a one-shot CLI
+    # command) about 60 ms to import: only here, when served.
+    from broker.remote import Address, ServedTransport
 
-    if "://" in name:
-        return Client(ServedTransport(Address.parse(name), token=token), name)
-    server = find_server(Path(name)) if Path(name).is_dir() else None
-    if server is not None:
-        return Client(ServedTransport(Address.parse(server.url()), token=token), name)
-    engine = Engine.open(Path(name), durability=durability, limits=limits, clock=clock)
-    return Client(EmbeddedTransport(engine), name)
+    return Client(ServedTransport(Address.parse(url), token=token), name)
