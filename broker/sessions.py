@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import itertools
 import os
-import secrets
 from collections.abc import Callable, Collection
 
 from broker.storage.ownership import SessionRow
@@ -22,7 +21,9 @@ ServedSessions = Callable[[], Collection[str]]
 
 
 def new_server_run() -> str:
-    return secrets.token_hex(4)
+    # What secrets.token_hex(4) does, without importing hmac and hashlib into every
+    # one-shot command that imports this module.
+    return os.urandom(4).hex()
 
 
 def connection_session_id(run: str, number: int) -> str:

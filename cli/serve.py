@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import gc
 import json
-import logging
 import os
 import signal
 import sys
@@ -103,6 +102,8 @@ def serve(
             f"--busy-poll {busy_poll} is longer than {BUSY_POLL_US_MAX // 1000}ms",
             hint="a few hundred microseconds covers a client's turn; 0 turns it off",
         )
+    import logging  # only a server logs
+
     logging.basicConfig(
         level=logging.INFO if verbose else logging.WARNING,
         format="%(asctime)s %(name)s %(levelname)s %(message)s",

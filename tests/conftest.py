@@ -34,7 +34,9 @@ def invoke(runner: CliRunner, data_dir: Path) -> Invoke:
         input: str | bytes | None = None,
         env: Mapping[str, str | None] | None = None,
     ) -> Result:
-        return runner.invoke(command(), ["--broker", str(data_dir), *args], input=input, env=env)
+        argv = ["--broker", str(data_dir), *args]
+        # As `fencelog` runs: the tree built for these arguments only (cli.main.command).
+        return runner.invoke(command(argv), argv, input=input, env=env)
 
     return run
 
