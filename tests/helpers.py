@@ -195,14 +195,7 @@ class Process:
         """After the process ended: every stdout line not read yet (complete lines only)."""
         assert self.popen.poll() is not None
         self._readers[0].join(timeout=10)
-        found: list[str] = []
-        while True:
-            try:
-                raw = self._lines.get_nowait()
-            except queue.Empty:
-                return found
-            if raw.endswith(b"\n"):
-                found.append(raw.decode("utf-8"))
+        return [line for line in self.lines_now() if line.endswith("\n")]
 
     def signal(self, signum: signal.Signals) -> None:
         self.popen.send_signal(signum)
