@@ -26,7 +26,7 @@ from typing import Final, TypeVar
 
 from bench import raw
 from bench.measures import RateComparison, interleaved
-from broker.client import connect
+from broker.client.client import connect
 from broker.storage.database import Durability
 
 TOPIC: Final = "bench"

@@ -35,7 +35,7 @@ from typing import Final
 import broker
 import cli
 from bench.measures import ImportProfile, LatencyResult, interleaved
-from broker.engine import Engine
+from broker.engine.engine import Engine
 
 TOPIC: Final = "bench"
 MEDIAN_MS_MAX: Final = 250.0

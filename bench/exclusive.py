@@ -24,11 +24,11 @@ import threading
 import time
 from pathlib import Path
 
-from broker.client import Client, connect
+from broker.client.client import Client, connect
 
 HOLDER = """
 import sys, time
-from broker.client import connect
+from broker.client.client import connect
 client = connect(sys.argv[1])
 producer = client.producer(sys.argv[2], idempotent=False, access="exclusive", name="holder")
 print("holding", flush=True)

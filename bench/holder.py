@@ -17,7 +17,7 @@ import sys
 import time
 from typing import Final
 
-from broker.client import connect
+from broker.client.client import connect
 from broker.errors import BrokerError
 from broker.storage.database import DURABILITIES
 

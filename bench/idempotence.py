@@ -34,11 +34,11 @@ from bench.append import timed_steps
 from bench.measures import interleaved, median
 from bench.processes import fencelog_server
 from bench.sections import Row, Section, rate, series, verdict
-from broker.client import Client, connect
-from broker.engine import Engine
+from broker.client.client import Client, connect
+from broker.client.served import AsyncClient
+from broker.engine.engine import Engine
+from broker.event_loop import new_event_loop
 from broker.limits import DEFAULT_LIMITS
-from broker.loops import new_event_loop
-from broker.remote import AsyncClient
 from broker.types import NewRecord, ProducerFields
 
 TITLE: Final = "Idempotent producers (issue 5)"

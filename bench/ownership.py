@@ -32,7 +32,7 @@ from typing import IO, Final
 from bench.measures import interleaved, median
 from bench.processes import fencelog_server
 from bench.sections import Row, Section, series
-from broker.client import Client, connect
+from broker.client.client import Client, connect
 from broker.storage.database import Durability
 
 TITLE: Final = "Ownership (issue 4)"

@@ -1,4 +1,4 @@
-"""Load patterns against a served broker, through `broker.remote.AsyncClient`.
+"""Load patterns against a served broker, through `broker.client.served.AsyncClient`.
 
 Rules:
 - One AsyncClient (one TCP connection, one session) per pattern; everything runs on the
@@ -20,8 +20,8 @@ import time
 from collections.abc import Sequence
 from typing import Final
 
+from broker.client.served import Address, AsyncClient
 from broker.protocol.messages import Op
-from broker.remote import Address, AsyncClient
 from broker.types import NO_PRODUCER, NewRecord, ProducerFields
 
 PARTITION: Final = 0

@@ -38,10 +38,10 @@ from bench.processes import (
     nats_server_version,
 )
 from bench.sections import SKIPPED, Row, Section, rate, series, verdict
-from broker.client import Client, connect
-from broker.engine import Engine
-from broker.loops import new_event_loop
-from broker.remote import AsyncClient
+from broker.client.client import Client, connect
+from broker.client.served import AsyncClient
+from broker.engine.engine import Engine
+from broker.event_loop import new_event_loop
 from broker.storage.database import Durability
 from broker.types import NewRecord
 

@@ -71,7 +71,7 @@ import broker.spark as connector
 from bench.measures import interleaved, median
 from bench.processes import ServerProcess, fencelog_server
 from bench.sections import Row, Section, rate, series, verdict
-from broker.client import Client, connect
+from broker.client.client import Client, connect
 from broker.storage import columnar
 from broker.storage.database import EMPTY_HEADERS
 from broker.storage.logs import Row as StoredRow
@@ -549,18 +549,18 @@ CHECK_RECORDS: Final = "check_records (client or engine)"
 # (file under the repository, qualified name) -> what the profile calls it
 _PARTS: Final = {
     ("broker/spark.py", "read_range"): "read_range",
-    ("broker/client.py", "Client.fetch_rows"): "client.fetch_rows",
+    ("broker/client/client.py", "Client.fetch_rows"): "client.fetch_rows",
     ("broker/storage/logs.py", "read_rows"): "SQLite SELECT",
-    ("broker/client.py", "Client.fetch_arrow"): "client.fetch_arrow",
+    ("broker/client/client.py", "Client.fetch_arrow"): "client.fetch_arrow",
     ("broker/storage/columnar.py", "read_page"): "columnar read_page",
     ("broker/storage/columnar.py", "rows_to_arrow"): "rows_to_arrow",
     ("broker/storage/columnar.py", "rows_to_arrow.<locals>.<listcomp>"): TO_ARROW_COMPS,
     ("broker/spark.py", "journal_rows"): "journal_rows",
     ("broker/spark.py", "records_of"): "records_of",
-    ("broker/client.py", "Client.produce"): "client.produce",
+    ("broker/client/client.py", "Client.produce"): "client.produce",
     ("broker/core/records.py", "check_records"): CHECK_RECORDS,
     ("broker/storage/txns.py", "journal_records"): "executemany into txn_data",
-    ("broker/client.py", "Client.txn_commit"): "txn_commit",
+    ("broker/client/client.py", "Client.txn_commit"): "txn_commit",
     ("broker/storage/txns.py", "copy_partition"): "INSERT ... SELECT copy",
     ("broker/storage/txns.py", "mark_applied"): "mark_applied (delete journal rows)",
     ("broker/storage/database.py", "Database.write"): "BEGIN IMMEDIATE/COMMIT",

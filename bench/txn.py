@@ -39,7 +39,7 @@ from typing import Final
 from bench.measures import interleaved, median, percentile
 from bench.processes import fencelog_server
 from bench.sections import INFORMATION, Row, Section, rate, series, verdict
-from broker.client import Client, connect
+from broker.client.client import Client, connect
 from broker.storage.database import Durability
 from broker.types import NewRecord
 
@@ -320,29 +320,29 @@ def _warm_up(client: Client, values: Sequence[bytes]) -> None:
 
 # (file under the repository, qualified name) -> what the profile calls it
 _TXN_PARTS: Final = {
-    ("broker/txns.py", "Transactions.begin"): "begin",
-    ("broker/engine.py", "Engine.produce"): "produce",
+    ("broker/engine/transactions.py", "Transactions.begin"): "begin",
+    ("broker/engine/engine.py", "Engine.produce"): "produce",
     ("broker/storage/txns.py", "journal_records"): "executemany into txn_data",
     ("broker/core/records.py", "check_records"): "check_records",
-    ("broker/engine.py", "Engine._route"): "route",
-    ("broker/txns.py", "Transactions.commit"): "commit",
+    ("broker/engine/engine.py", "Engine._route"): "route",
+    ("broker/engine/transactions.py", "Transactions.commit"): "commit",
     ("broker/storage/txns.py", "count_partitions"): "count_partitions",
     ("broker/storage/txns.py", "copy_partition"): "INSERT ... SELECT copy",
     ("broker/storage/txns.py", "mark_applied"): "mark_applied (delete journal rows)",
     ("broker/storage/database.py", "Database.write"): "BEGIN IMMEDIATE/COMMIT",
 }
 _PLAIN_PARTS: Final = {
-    ("broker/engine.py", "Engine.produce"): "produce",
+    ("broker/engine/engine.py", "Engine.produce"): "produce",
     ("broker/storage/logs.py", "Appends.flush"): "inserts into records",
     ("broker/core/records.py", "check_records"): "check_records",
-    ("broker/engine.py", "Engine._route"): "route",
+    ("broker/engine/engine.py", "Engine._route"): "route",
     ("broker/storage/database.py", "Database.write"): "BEGIN IMMEDIATE/COMMIT",
 }
 _WRITE: Final = ("broker/storage/database.py", "Database.write")
 
 FSYNC_CHILD: Final = """
 import random, sys
-from broker.client import connect
+from broker.client.client import connect
 from broker.types import NewRecord
 mode, partitions, count, data_dir = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
 rng = random.Random(79)

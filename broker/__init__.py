@@ -9,7 +9,7 @@ with broker.open("./.fencelog") as engine:
 
 from __future__ import annotations
 
-from broker.engine import Engine
+from broker.engine.engine import Engine
 from broker.errors import BrokerError, ErrorCode
 from broker.types import AppendResult, NewRecord, Record, TopicInfo
 

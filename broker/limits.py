@@ -58,7 +58,7 @@ class Limits:
 DEFAULT_LIMITS = Limits()
 
 # How long `fencelog serve` keeps polling its sockets after a request before it sleeps
-# (broker.loops.BusyPoll says why). A Server used as a library does not poll unless
+# (broker.event_loop.BusyPoll says why). A Server used as a library does not poll unless
 # asked: in a process it shares with other threads, a polling loop holds the GIL they
 # are waiting for.
 BUSY_POLL_US_DEFAULT = 500

@@ -63,7 +63,7 @@ from pyspark.sql.streaming.datasource import (
     SupportsTriggerAvailableNow,
 )
 
-from broker.client import Client, connect
+from broker.client.client import Client, connect
 from broker.errors import BrokerError, ErrorCode
 from broker.types import NewRecord
 

@@ -8,7 +8,7 @@ from typing import Annotated, Any
 
 import typer
 
-from broker.client import Start
+from broker.client.client import Start
 from broker.errors import BrokerError, ErrorCode
 from broker.types import Record
 from cli.context import state

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 
 import click
 
-from broker.client import Client, connect
+from broker.client.client import Client, connect
 from broker.storage.database import Durability
 
 

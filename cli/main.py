@@ -13,7 +13,7 @@ import click
 import typer
 
 from broker import __version__
-from broker.client import DEFAULT_BROKER
+from broker.client.client import DEFAULT_BROKER
 from broker.storage.database import Durability
 from cli import consume, own, produce, producers, serve, snapshot, status, topic, txn
 from cli.context import State

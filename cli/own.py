@@ -26,10 +26,10 @@ import click
 import typer
 from typer.core import TyperGroup
 
-from broker.client import Client
+from broker.client.client import Client
 from broker.core.ownership import Fence, parse_fence
+from broker.engine.ownership import Claimed
 from broker.errors import BrokerError, ErrorCode
-from broker.owners import Claimed
 from cli.context import state
 from cli.formats import parse_duration
 from cli.options import JsonFlag

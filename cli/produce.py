@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Annotated
 import click
 import typer
 
-from broker.client import Client
+from broker.client.client import Client
 from broker.core.exclusive import parse_access
 from broker.core.ownership import Fence
 from broker.core.txn import parse_txn_id
@@ -24,7 +24,7 @@ from cli.output import Output, progress
 from cli.own import fences_from
 
 if TYPE_CHECKING:
-    from broker.producer import Producer
+    from broker.client.producer import Producer
 
 
 def produce(

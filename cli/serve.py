@@ -20,7 +20,7 @@ from cli.formats import parse_duration
 _GC_YOUNG_OBJECTS = 50_000  # Python's default is 700
 
 if TYPE_CHECKING:
-    from broker.server import Server
+    from broker.server.server import Server
 
 
 def serve(
@@ -113,7 +113,7 @@ def serve(
     from dataclasses import replace
 
     from broker.limits import DEFAULT_LIMITS
-    from broker.server import Server  # asyncio and the server: only for serve
+    from broker.server.server import Server  # asyncio and the server: only for serve
 
     limits = replace(DEFAULT_LIMITS, session_timeout_ms=timeout_ms)
     server = Server(
@@ -124,7 +124,7 @@ def serve(
         drop_acks=drop_acks,
         busy_poll_us=busy_poll_us,
     )
-    from broker.loops import new_event_loop
+    from broker.event_loop import new_event_loop
 
     # The server makes and drops many small tuples per record (rows, frames) and keeps
     # few: collecting the youngest generation every 700 allocations cost about a sixth

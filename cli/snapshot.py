@@ -9,7 +9,7 @@ from typing import Annotated
 
 import typer
 
-from broker import backup
+from broker.engine import backup
 from broker.errors import BrokerError, ErrorCode
 from cli.context import state
 from cli.options import JsonFlag

@@ -21,8 +21,8 @@ import sys
 import time
 
 from broker.client import connect
+from broker.client.producer import ProducerFenced
 from broker.errors import BrokerError
-from broker.producer import ProducerFenced
 
 
 def main() -> int:

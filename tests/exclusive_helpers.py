@@ -11,9 +11,9 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from broker.client import Client
+from broker.client.client import Client
+from broker.client.producer import Producer
 from broker.errors import BrokerError
-from broker.producer import Producer
 from broker.types import Record
 
 STEP_S = 15.0  # a bound on every single wait; a test never sleeps for a fixed time

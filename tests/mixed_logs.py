@@ -15,7 +15,7 @@ from pathlib import Path
 
 from hypothesis import strategies as st
 
-from broker.client import Client, connect
+from broker.client.client import Client, connect
 from broker.types import NewRecord
 
 TOPIC = "t"

@@ -21,7 +21,7 @@ from typing import Any, TypeVar
 import servers
 from helpers import Process, fencelog_script, user_env
 
-from broker.client import Client
+from broker.client.client import Client
 from broker.limits import DEFAULT_LIMITS
 from broker.protocol.frames import CLOSED, NEED_DATA, FrameConnection, Sentinel
 from broker.protocol.messages import Message, Op, Reply, Request

@@ -26,10 +26,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
+from broker.client.producer import Producer
 from broker.core.producers import ProducerEntry
-from broker.engine import Engine
+from broker.engine.engine import Engine
 from broker.limits import DEFAULT_LIMITS, Limits
-from broker.producer import Producer
 from broker.protocol.frames import decode_body
 from broker.protocol.messages import Message
 from broker.types import AppendResult, NewRecord, Record

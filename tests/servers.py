@@ -29,7 +29,7 @@ from helpers import Process, fencelog_script
 from broker.limits import DEFAULT_LIMITS, Limits
 from broker.protocol.frames import CLOSED, NEED_DATA, FrameConnection, Sentinel
 from broker.protocol.messages import Message, Op, Reply, Request
-from broker.server import Server
+from broker.server.server import Server
 from broker.storage.database import Durability
 
 T = TypeVar("T")

@@ -22,7 +22,7 @@ from click.testing import CliRunner, Result
 from helpers import Invoke, Process, expect, fencelog_script, json_error, json_lines
 from owning import broker_target, resumed_and_killed, tool_env, wait_until
 
-from broker.client import Client, connect
+from broker.client.client import Client, connect
 from broker.errors import ErrorCode
 from cli.main import command
 

@@ -316,7 +316,7 @@ try:
     run()
 except SystemExit as exit:
     assert not exit.code, exit.code
-served = sorted(m for m in ("asyncio", "broker.remote", "broker.server") if m in sys.modules)
+served = sorted(m for m in ("asyncio", "broker.client.served", "broker.server") if m in sys.modules)
 print("served modules loaded:", served or "none")
 """
 

@@ -24,11 +24,11 @@ from click.testing import CliRunner, Result
 from helpers import Processes, expect, json_lines
 from servers import RawClient, ServeProcess, serving
 
-from broker.client import connect
+from broker.client.client import connect
+from broker.client.served import ServedTransport
 from broker.discovery import INFO_FILE, SOCKET_FILE, find_server
 from broker.errors import BrokerError, ErrorCode
 from broker.protocol.messages import Push
-from broker.remote import ServedTransport
 from broker.storage.database import DB_FILE
 from cli.main import command
 

@@ -26,7 +26,7 @@ from servers import ServerThread
 
 from broker.errors import ErrorCode
 from broker.limits import DEFAULT_LIMITS, Limits
-from broker.server import Server
+from broker.server.server import Server
 from broker.storage.database import DB_FILE
 
 TIMEOUT_MS = DEFAULT_LIMITS.txn_timeout_ms

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 import broker
-from broker.client import Client, connect
+from broker.client.client import Client, connect
 from broker.errors import BrokerError, ErrorCode
 from broker.limits import Limits
 from broker.types import NewRecord

@@ -26,14 +26,14 @@ from hypothesis import strategies as st
 from mixed_logs import OPERATIONS, TOPIC, mixed_log
 from servers import served
 
-from broker import server as server_module
-from broker.client import Client, connect
-from broker.embedded import EmbeddedTransport
-from broker.engine import Engine
+from broker.client.client import Client, connect
+from broker.client.embedded import EmbeddedTransport
+from broker.client.served import ServedTransport
+from broker.engine.engine import Engine
 from broker.errors import BrokerError, ErrorCode
 from broker.limits import DEFAULT_LIMITS, Limits
 from broker.protocol.messages import Op
-from broker.remote import ServedTransport
+from broker.server import server as server_module
 from broker.storage import columnar, logs, pages
 from broker.types import NewRecord
 

@@ -1,4 +1,4 @@
-"""Client.consume with its fetches kept ahead (broker/client.py `_FetchesAhead`).
+"""Client.consume with its fetches kept ahead (broker/client/client.py `_FetchesAhead`).
 
 Served, the next page's fetch leaves before the caller iterates the current one, and a
 consumer of one partition whose last page was full also sends a guessed fetch for the
@@ -25,7 +25,7 @@ from typing import TypeVar
 import pytest
 from servers import served
 
-from broker.client import Client, connect
+from broker.client.client import Client, connect
 from broker.limits import DEFAULT_LIMITS
 from broker.types import Record
 

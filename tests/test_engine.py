@@ -1,4 +1,4 @@
-"""broker/engine.py: topics, contiguous offsets, atomic batches, reads, the clock and
+"""broker/engine/engine.py: topics, contiguous offsets, atomic batches, reads, the clock and
 durability, through the public Engine API on a real SQLite file."""
 
 from __future__ import annotations

@@ -43,11 +43,11 @@ from owning import RawSession
 from servers import ServerThread, served
 
 import broker
-from broker.client import Client, connect
+from broker.client.client import Client, connect
+from broker.client.producer import Producer, ProducerFenced
 from broker.core.exclusive import Access, Mode
 from broker.errors import BrokerError, ErrorCode
 from broker.limits import DEFAULT_LIMITS
-from broker.producer import Producer, ProducerFenced
 from broker.protocol.messages import Op, Reply, Request
 from broker.types import NewRecord, Record
 

@@ -32,10 +32,10 @@ from exclusive_helpers import STEP_S, access_view, assert_never_interleaved, seg
 from helpers import Process
 from owning import resumed_and_killed, serving
 
-from broker.client import Client, connect
+from broker.client.client import Client, connect
+from broker.client.producer import Producer
 from broker.errors import BrokerError, ErrorCode
 from broker.limits import DEFAULT_LIMITS
-from broker.producer import Producer
 
 TOPIC = "control"
 TAKEOVERS = 3
@@ -45,9 +45,9 @@ PAUSE_ATTEMPTS = 4  # embedded: a writer paused holding the write lock is paused
 
 WRITER = """
 import dataclasses, sys, threading, time
-from broker.client import connect
+from broker.client.client import connect
 from broker.limits import DEFAULT_LIMITS
-from broker.producer import ProducerFenced
+from broker.client.producer import ProducerFenced
 
 target, topic, name, access, timeout_ms, pace = sys.argv[1:7]
 lock = threading.Lock()

@@ -25,7 +25,7 @@ from exclusive_helpers import STEP_S, access_view
 from helpers import Processes, expect, json_lines, user_env
 from owning import resumed_and_killed, serving, wait_until
 
-from broker.client import connect
+from broker.client.client import connect
 from broker.limits import DEFAULT_LIMITS
 from cli.main import command
 

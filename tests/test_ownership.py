@@ -28,7 +28,7 @@ from owning import (
     wait_until,
 )
 
-from broker.client import Client, connect
+from broker.client.client import Client, connect
 from broker.core.ownership import Fence
 from broker.errors import BrokerError, ErrorCode
 from broker.limits import DEFAULT_LIMITS
@@ -423,7 +423,7 @@ def test_a_severed_served_client_goes_on_with_a_new_session(data_dir: Path) -> N
 
 HOLDER = """
 import sys, time
-from broker.client import connect
+from broker.client.client import connect
 client = connect(sys.argv[1], durability="normal")
 [claimed] = client.own("workers", ["orders/0"], generation=int(sys.argv[2]))
 print(claimed.generation, client.session_id, flush=True)

@@ -29,7 +29,7 @@ import pytest
 from helpers import Process
 from owning import broker_target, python_process, resumed_and_killed
 
-from broker.client import Client, connect
+from broker.client.client import Client, connect
 from broker.core.ownership import Fence
 from broker.errors import BrokerError, ErrorCode
 
@@ -42,7 +42,7 @@ STEP_S = 20.0
 WRITER = """
 import sys, threading
 from dataclasses import replace
-from broker.client import connect
+from broker.client.client import connect
 from broker.errors import BrokerError, ErrorCode
 from broker.limits import DEFAULT_LIMITS
 

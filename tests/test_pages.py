@@ -25,7 +25,7 @@ from hypothesis import strategies as st
 from mixed_logs import OPERATIONS, TOPIC, apply, mixed_log
 from servers import RawClient, served
 
-from broker.client import Client, connect
+from broker.client.client import Client, connect
 from broker.limits import Limits
 from broker.protocol import codec
 from broker.protocol.frames import ProtocolError

@@ -1,4 +1,4 @@
-"""The idempotent Producer of broker/producer.py, embedded and served (a Server in a
+"""The idempotent Producer of broker/client/producer.py, embedded and served (a Server in a
 thread on 127.0.0.1): numbering from 1, one pid per partition, pipelined batches kept in
 order, saved state that resumes one generation up (replays answered as duplicates, the
 old instance fenced from the new one's first record), offset commits that carry the
@@ -20,10 +20,10 @@ from helpers import Processes
 from producing import FakeClock, delivery_faults, send_within, state_rows
 from servers import served
 
-from broker.client import Client, connect
+from broker.client.client import Client, connect
+from broker.client.producer import PartitionState, Producer, ProducerState
 from broker.errors import BrokerError, ErrorCode
 from broker.limits import DEFAULT_LIMITS
-from broker.producer import PartitionState, Producer, ProducerState
 from broker.types import NewRecord
 
 TOPIC = "orders"
@@ -318,7 +318,7 @@ def test_a_producer_leases_a_new_pid_before_the_broker_clock_ends_its_lease(
 
 RENEWING = r"""
 import collections, json, sys, time
-from broker.client import connect
+from broker.client.client import connect
 
 url, topic, seconds = sys.argv[1], sys.argv[2], float(sys.argv[3])
 with connect(url) as client:

@@ -37,7 +37,7 @@ from producing import (
 )
 from servers import ServeProcess, served, serving
 
-from broker.client import Client, connect
+from broker.client.client import Client, connect
 from broker.errors import ErrorCode
 from broker.protocol.messages import ErrorReply, Message, Op, Reply, Request
 from broker.storage import producers as producer_store
@@ -307,7 +307,7 @@ def test_kill_9_of_the_broker_during_a_produce_storm_loses_and_repeats_nothing(
 
 COPIER = r"""
 import json, sys
-from broker.client import connect
+from broker.client.client import connect
 from broker.errors import BrokerError
 
 data_dir, chunk = sys.argv[1], int(sys.argv[2])

@@ -19,11 +19,11 @@ import msgpack
 import pytest
 from producing import FakeClock, open_engine, state_rows
 
-from broker import backup
-from broker.engine import Engine, ProduceRequest
+from broker.engine import backup
+from broker.engine.engine import Engine, ProduceRequest
+from broker.engine.producer_table import Lease
 from broker.errors import BrokerError, ErrorCode
 from broker.limits import DEFAULT_LIMITS, Limits
-from broker.producers import Lease
 from broker.storage import producers as producer_store
 from broker.storage.database import (
     APPLICATION_ID,

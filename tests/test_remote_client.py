@@ -1,4 +1,4 @@
-"""broker/remote.py and broker/client.py against a served broker: the same Client, the
+"""broker/client/served.py and broker/client/client.py against a served broker: the same Client, the
 same results and the same BrokerError codes as embedded; a data directory that a server
 owns is reached through that server; pipelining on AsyncClient; reconnecting with backoff
 after a restart; a request in flight when the connection drops fails, never resends."""
@@ -18,13 +18,13 @@ import pytest
 from click.testing import CliRunner
 from servers import HOST, ServerThread, served, serving
 
-from broker.client import Client, connect
+from broker.client.client import Client, connect
+from broker.client.embedded import EmbeddedTransport
+from broker.client.served import Address, AsyncClient, ServedTransport
 from broker.discovery import find_server
-from broker.embedded import EmbeddedTransport
 from broker.errors import BrokerError, ErrorCode
 from broker.limits import BUSY_POLL_US_MAX, DEFAULT_LIMITS
 from broker.protocol.messages import Op, Push
-from broker.remote import Address, AsyncClient, ServedTransport
 from broker.types import NO_PRODUCER, NewRecord
 from cli.main import command
 
@@ -505,9 +505,9 @@ def test_closing_a_client_while_a_fetch_waits_in_another_thread_is_clean(
 def test_a_server_of_another_protocol_version_is_refused_with_both_versions_named(
     server: ServerThread, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import broker.server
+    import broker.server.server
 
-    monkeypatch.setattr(broker.server, "PROTOCOL_VERSION", 1)  # what an older server says
+    monkeypatch.setattr(broker.server.server, "PROTOCOL_VERSION", 1)  # what an older server says
     with pytest.raises(BrokerError) as caught:
         connect(server.address)
     assert caught.value.code is ErrorCode.PROTOCOL_ERROR

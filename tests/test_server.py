@@ -1,4 +1,4 @@
-"""broker/server.py in-process: a Server on 127.0.0.1 port 0 in its own thread and loop,
+"""broker/server/server.py in-process: a Server on 127.0.0.1 port 0 in its own thread and loop,
 reached through raw sockets (exact bytes in, exact frames out) and AsyncConnection.
 
 Bad input costs only its own connection: an error frame, then close, while the server and
@@ -22,16 +22,16 @@ import msgpack
 import pytest
 from servers import HOST, STEP_TIMEOUT_S, RawClient, ServerThread, served
 
-from broker.client import Client, connect
+from broker.client.client import Client, connect
+from broker.client.served import Address, AsyncConnection
 from broker.discovery import find_server
-from broker.engine import Engine, ProduceOutcome, ProduceRequest
+from broker.engine.engine import Engine, ProduceOutcome, ProduceRequest
 from broker.errors import BrokerError, ErrorCode
 from broker.limits import BUSY_POLL_US_MAX, DEFAULT_LIMITS
 from broker.protocol import codec
 from broker.protocol.frames import encode
 from broker.protocol.messages import ErrorReply, Message, Op, Push, Reply, Request
-from broker.remote import Address, AsyncConnection
-from broker.server import Server
+from broker.server.server import Server
 from broker.storage.database import DB_FILE
 from broker.types import NO_PRODUCER, NewRecord
 

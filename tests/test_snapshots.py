@@ -29,7 +29,7 @@ from producing import state_rows, states_from_records
 from servers import served, serving
 
 import broker
-from broker.client import connect
+from broker.client.client import connect
 from broker.storage import producers as producer_store
 from broker.storage.database import APPLICATION_ID, DB_FILE
 from broker.types import NewRecord, ProducerFields, Record
@@ -324,7 +324,7 @@ def test_snapshot_usage_errors_exit_2(invoke: Invoke) -> None:
 WRITER = r"""
 import sys
 from pathlib import Path
-from broker.client import connect
+from broker.client.client import connect
 from broker.types import NewRecord, ProducerFields
 
 target, stop = sys.argv[1], Path(sys.argv[2])

@@ -45,9 +45,9 @@ from pyspark.sql.streaming.readwriter import DataStreamWriter
 from servers import served
 
 import broker.spark
-from broker.client import Client, connect
+from broker.client.client import Client, connect
+from broker.engine.transactions import TxnInfo
 from broker.errors import BrokerError
-from broker.txns import TxnInfo
 from broker.types import NewRecord, Record
 
 ACTION_TIMEOUT_S = 120  # one streaming run; a batch action has pytest's timeout

@@ -17,7 +17,7 @@ import pytest
 import sqlite_utils
 
 import broker
-from broker.engine import ProduceRequest
+from broker.engine.engine import ProduceRequest
 from broker.errors import BrokerError, ErrorCode
 from broker.limits import DEFAULT_LIMITS
 from broker.storage.database import APPLICATION_ID, DB_FILE, SCHEMA_VERSION

@@ -26,13 +26,13 @@ import pytest
 from producing import FakeClock, open_engine
 from servers import ServerThread
 
-from broker.client import Client, connect
-from broker.engine import Engine
+from broker.client.client import Client, connect
+from broker.client.producer import PartitionState, ProducerState
+from broker.engine.engine import Engine
+from broker.engine.transactions import TxnInfo
 from broker.errors import BrokerError, ErrorCode
 from broker.limits import DEFAULT_LIMITS, Limits
-from broker.producer import PartitionState, ProducerState
-from broker.server import Server
-from broker.txns import TxnInfo
+from broker.server.server import Server
 from broker.types import NewRecord, ProducerFields, Record
 
 TIMEOUT_MS = DEFAULT_LIMITS.txn_timeout_ms

@@ -1,5 +1,5 @@
 """Crash safety of transactions (issue 7, DESIGN.md section 6), with real processes that
-die by SIGKILL at named failure points (FENCELOG_FAILPOINT=STEP[:N], broker/txns.py):
+die by SIGKILL at named failure points (FENCELOG_FAILPOINT=STEP[:N], broker/engine/transactions.py):
 
 - every failure point, in an embedded `fencelog` process and in a `fencelog serve`: after
   the restart each transaction is wholly in the logs (killed at or after PREPARE_COMMIT)
@@ -37,10 +37,10 @@ from producing import free_port
 from servers import HOST, ServeProcess
 
 import broker
-from broker.client import connect
+from broker.client.client import connect
+from broker.engine.transactions import FAILPOINT_ENV
 from broker.errors import BrokerError, ErrorCode
 from broker.storage.database import DB_FILE
-from broker.txns import FAILPOINT_ENV
 
 STEP_S = 20.0
 GROUP = "crashy"

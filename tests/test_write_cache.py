@@ -1,5 +1,5 @@
-"""broker/hot.py's WriteCache: a produce reuses the topic rows, log ends and epochs the
-previous produce on its connection read, and must trust them only while nothing else can
+"""broker/engine/write_cache.py's WriteCache: a produce reuses the topic rows, log ends and
+epochs the previous produce on its connection read, and must trust them only while nothing else can
 have changed them.
 
 Two engines open one data directory (two SQLite connections, as two processes would be):
@@ -23,10 +23,10 @@ import pytest
 from producing import FakeClock, open_engine
 
 from broker.core.exclusive import Access, Mode
-from broker.engine import Engine, ProduceOutcome, ProduceRequest
+from broker.engine.engine import Engine, ProduceOutcome, ProduceRequest
+from broker.engine.producer_table import Lease
 from broker.errors import BrokerError, ErrorCode
 from broker.limits import DEFAULT_LIMITS
-from broker.producers import Lease
 from broker.storage import logs
 from broker.types import AppendResult, NewRecord, ProducerFields
 

@@ -26,7 +26,7 @@ import sys
 import time
 from typing import Any
 
-from broker.client import Client, connect
+from broker.client.client import Client, connect
 from broker.errors import BrokerError, ErrorCode
 
 INPUT = "input"

@@ -17,15 +17,15 @@ from broker.core.exclusive import Attached, Mode
 from broker.core.ownership import Fence
 from broker.core.producers import ProducerEntry
 from broker.core.txn import parse_txn_id
-from broker.exclusives import AccessInfo, Attachment
-from broker.owners import Claimed, OwnershipInfo
-from broker.producers import Lease
+from broker.engine.exclusive_access import AccessInfo, Attachment
+from broker.engine.ownership import Claimed, OwnershipInfo
+from broker.engine.producer_table import Lease
+from broker.engine.transactions import JournalEntryInfo, TxnDetail, TxnInfo, TxnMember, TxnPartition
 from broker.protocol.frames import ProtocolError
 from broker.storage.logs import ROW_FIELDS, Row, records_of
 from broker.storage.ownership import AuditRow
 from broker.storage.pages import Chunk, Page, records_of_chunks
 from broker.storage.producers import OffsetRow, SnapshotRow
-from broker.txns import JournalEntryInfo, TxnDetail, TxnInfo, TxnMember, TxnPartition
 from broker.types import (
     AppendResult,
     BrokerStatus,

@@ -45,13 +45,13 @@ from typing import TYPE_CHECKING, Final
 import msgpack
 
 from broker.core import records as record_rules
+from broker.engine.exclusive_access import Attachment
+from broker.engine.producer_table import Lease
 from broker.errors import BrokerError, ErrorCode
-from broker.exclusives import Attachment
-from broker.producers import Lease
 from broker.types import NO_PRODUCER, AppendResult, Headers, NewRecord, ProducerFields
 
 if TYPE_CHECKING:
-    from broker.client import Client
+    from broker.client.client import Client
 
 RETRIABLE: Final = frozenset(
     {

@@ -1,6 +1,6 @@
 """The Python client: one interface whether the broker is embedded or served.
 
-    from broker.client import connect
+    from broker.client.client import connect
     with connect("./.fencelog") as client:          # a data directory: embedded
         client.create_topic("orders", partitions=4)
         client.produce("orders", [b"a", b"b"], key=b"k")
@@ -25,22 +25,22 @@ from collections.abc import Callable, Generator, Iterable, Iterator, Mapping, Se
 from pathlib import Path
 from typing import TYPE_CHECKING, Final, Literal, Protocol
 
+from broker.client.embedded import EmbeddedTransport
 from broker.core import records as record_rules
 from broker.core.ownership import Fence
 from broker.core.producers import ProducerEntry
 from broker.discovery import find_server
-from broker.embedded import EmbeddedTransport
-from broker.engine import Clock, Engine, wall_clock_ms
+from broker.engine.engine import Clock, Engine, wall_clock_ms
+from broker.engine.exclusive_access import AccessInfo, Attachment
+from broker.engine.ownership import Claimed, OwnershipInfo
+from broker.engine.producer_table import Lease
+from broker.engine.transactions import TxnDetail, TxnInfo, TxnMember
 from broker.errors import BrokerError, ErrorCode
-from broker.exclusives import AccessInfo, Attachment
 from broker.limits import DEFAULT_LIMITS, Limits
-from broker.owners import Claimed, OwnershipInfo
-from broker.producers import Lease
 from broker.storage.database import Durability
 from broker.storage.logs import Row
 from broker.storage.ownership import AuditRow
 from broker.storage.producers import OffsetRow, SnapshotRow
-from broker.txns import TxnDetail, TxnInfo, TxnMember
 from broker.types import (
     NO_PRODUCER,
     AppendResult,
@@ -57,8 +57,8 @@ if TYPE_CHECKING:  # imported when used: a one-shot embedded command needs neith
 
     import pyarrow as pa
 
-    from broker.producer import Producer, ProducerState
-    from broker.transaction import Transaction
+    from broker.client.producer import Producer, ProducerState
+    from broker.client.transaction import Transaction
 
 DEFAULT_BROKER: Final = "./.fencelog"
 Start = int | Literal["beginning", "end"]
@@ -439,13 +439,13 @@ class Client:
         epoch: int | None = None,
         wait_timeout_s: float = 30.0,
     ) -> Producer:
-        """A producer to topic: idempotent by default (see broker.producer).
+        """A producer to topic: idempotent by default (see broker.client.producer).
 
         access: None (plain writes), "shared", "exclusive" or "wait-exclusive" (blocks
         up to wait_timeout_s until promoted). `epoch`: the epoch a previous exclusive
         producer held, to re-attach without bumping it.
         """
-        from broker.producer import Producer, ProducerState
+        from broker.client.producer import Producer, ProducerState
 
         if isinstance(state, bytes):
             state = ProducerState.from_bytes(state)
@@ -503,7 +503,7 @@ class Client:
         self, group: str, topic: str
     ) -> tuple[dict[int, int], ProducerState | None]:
         """The group's next offsets per partition, and the producer state stored last."""
-        from broker.producer import ProducerState
+        from broker.client.producer import ProducerState
 
         rows = self._transport.committed_offsets(group, topic)
         newest = max(rows, key=lambda r: r.committed_ms, default=None)
@@ -524,14 +524,14 @@ class Client:
         """Begin a transaction of group; use it in a with-block (commit on exit, abort on
         an exception). With a key, a transaction already begun under that key (open or
         committed) is found again instead: `existing` is then True on its info."""
-        from broker.transaction import Transaction
+        from broker.client.transaction import Transaction
 
         return Transaction(self, self.txn_begin(group, key=key, timeout_ms=timeout_ms))
 
     def join_transaction(self, txn_id: int, member: str) -> Transaction:
         """Write into another process's transaction as a named member. Joining again
         under the same name (a retried task) discards that member's earlier records."""
-        from broker.transaction import Transaction
+        from broker.client.transaction import Transaction
 
         joined = self.txn_join(txn_id, member)
         info = self.txn_show(txn_id, records_max=0).info
@@ -648,7 +648,7 @@ class Client:
 def _state_blob(producer: Producer | ProducerState | None) -> bytes | None:
     if producer is None:
         return None
-    from broker.producer import Producer
+    from broker.client.producer import Producer
 
     state = producer.state() if isinstance(producer, Producer) else producer
     return state.to_bytes()
@@ -777,6 +777,6 @@ def connect(
         url = server.url()
     # asyncio and the served transport cost an embedded open (a one-shot CLI
     # command) about 60 ms to import: only here, when served.
-    from broker.remote import Address, ServedTransport
+    from broker.client.served import Address, ServedTransport
 
     return Client(ServedTransport(Address.parse(url), token=token), name)

@@ -4,8 +4,8 @@ Every operation follows the same shape: validate the input (core), open one SQLi
 transaction, load what the decision needs, decide (core), write, COMMIT, and only then
 answer. A failed operation rolls back and leaves nothing behind. The engine holds no
 state that another process sharing the data directory could make stale: what it needs it
-reads inside the transaction, except what broker/hot.py's WriteCache knows for certain
-nobody else has changed (the topic rows, log ends and epochs produces read).
+reads inside the transaction, except what the WriteCache (write_cache.py) knows for
+certain nobody else has changed (the topic rows, log ends and epochs produces read).
 """
 
 from __future__ import annotations
@@ -18,23 +18,23 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Final, NamedTuple, TypeVar, cast
 
-from broker import backup
 from broker.core import ownership as ownership_rules
 from broker.core import producers as producer_rules
 from broker.core import records as record_rules
 from broker.core.exclusive import Access
 from broker.core.ownership import Fence
 from broker.core.producers import Batch, ProducerEntry, Verdict
+from broker.engine import backup
+from broker.engine.exclusive_access import AccessInfo, Attachment, Exclusives
+from broker.engine.ownership import Owners
+from broker.engine.producer_table import Lease, ProducerTable, Staged, write_snapshot
+from broker.engine.transactions import Transactions, TxnDetail, TxnInfo, TxnMember
+from broker.engine.write_cache import WriteCache
 from broker.errors import BrokerError, ErrorCode
-from broker.exclusives import AccessInfo, Attachment, Exclusives
-from broker.hot import WriteCache
 from broker.limits import DEFAULT_LIMITS, Limits
-from broker.owners import Owners
-from broker.producers import Lease, ProducerTable, Staged, write_snapshot
 from broker.storage import logs, pages
 from broker.storage import producers as producer_store
 from broker.storage.database import SCHEMA_VERSION, Database, Durability
-from broker.txns import Transactions, TxnDetail, TxnInfo, TxnMember
 from broker.types import (
     NO_PRODUCER,
     AppendResult,

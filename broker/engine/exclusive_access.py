@@ -15,8 +15,8 @@ from dataclasses import dataclass
 from broker.core import exclusive as rules
 from broker.core.exclusive import Access, Attached, Mode
 from broker.core.ownership import check_name
+from broker.engine.ownership import Owners
 from broker.errors import BrokerError, ErrorCode
-from broker.owners import Owners
 from broker.storage import exclusive as store
 from broker.storage.database import Database
 

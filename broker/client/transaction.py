@@ -1,4 +1,5 @@
-"""A transaction as the Python client holds it (see broker/txns.py for the broker side).
+"""A transaction as the Python client holds it (broker/engine/transactions.py is the
+broker side).
 
     with client.transaction("billing") as txn:
         txn.produce("invoices", [b"inv-1"])
@@ -16,13 +17,13 @@ import contextlib
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING
 
+from broker.engine.transactions import TxnInfo, TxnMember
 from broker.errors import BrokerError, ErrorCode
-from broker.txns import TxnInfo, TxnMember
 from broker.types import AppendResult, Headers, ProducerFields
 
 if TYPE_CHECKING:
-    from broker.client import Client, Value
-    from broker.producer import Producer, ProducerState
+    from broker.client.client import Client, Value
+    from broker.client.producer import Producer, ProducerState
 
 
 class Transaction:

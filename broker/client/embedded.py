@@ -4,7 +4,7 @@ Besides calling the engine, it gives the process a session when it first claims
 something: a row in the sessions table kept alive by a heartbeat thread on its own
 SQLite connection. When the heartbeat finds the session severed (a newer claim took a
 resource from it), the severed callbacks run. A reader waiting for other processes'
-writes watches the WAL file (broker/watch.py).
+writes watches the WAL file (broker/client/wal_watch.py).
 """
 
 from __future__ import annotations
@@ -16,17 +16,17 @@ from typing import TYPE_CHECKING
 
 from broker.core.exclusive import Mode, parse_access, wait_timeout
 from broker.core.ownership import Fence
-from broker.engine import Engine
+from broker.engine.engine import Engine
+from broker.engine.exclusive_access import Attachment
+from broker.engine.ownership import Claimed, Owners, OwnershipInfo
 from broker.errors import BrokerError, ErrorCode
-from broker.exclusives import Attachment
-from broker.owners import Claimed, Owners, OwnershipInfo
 from broker.storage.database import Database
 from broker.storage.logs import Row
 from broker.storage.ownership import AuditRow
 from broker.types import AppendResult, NewRecord, ProducerFields, Record
 
 if TYPE_CHECKING:
-    from broker.watch import WalWatcher
+    from broker.client.wal_watch import WalWatcher
 
 SeveredCallback = Callable[[str], None]
 
@@ -151,7 +151,7 @@ class EmbeddedTransport:
             if found or remaining <= 0:
                 return found
             if self._watcher is None:
-                from broker.watch import WalWatcher  # watchfiles: only when following
+                from broker.client.wal_watch import WalWatcher  # watchfiles: only when following
 
                 # Watch first, then read again: a write between the two is not missed.
                 self._watcher = WalWatcher(self.engine.database.data_dir.path)
@@ -179,7 +179,7 @@ class EmbeddedTransport:
 
     def _wait_for_change(self, timeout_s: float) -> None:
         if self._watcher is None:
-            from broker.watch import WalWatcher
+            from broker.client.wal_watch import WalWatcher
 
             self._watcher = WalWatcher(self.engine.database.data_dir.path)
         # A holder that died writes nothing: the wait is short so that liveness is

@@ -12,9 +12,9 @@ import sqlite3
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 
-from broker import sessions
 from broker.core import ownership as rules
 from broker.core.ownership import Event, Fence, Grant, Holding
+from broker.engine import sessions
 from broker.errors import BrokerError, ErrorCode
 from broker.limits import Limits
 from broker.storage import ownership as store

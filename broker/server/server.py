@@ -43,10 +43,11 @@ from typing import Any, Final, Protocol, TypeVar, cast
 from broker import __version__
 from broker.core.exclusive import Mode, parse_access, wait_timeout
 from broker.discovery import SOCKET_FILE, ServerInfo, ServerLock
-from broker.engine import Clock, Engine, ProduceRequest, wall_clock_ms
+from broker.engine.engine import Clock, Engine, ProduceRequest, wall_clock_ms
+from broker.engine.sessions import connection_session_id, new_server_run
 from broker.errors import BrokerError, ErrorCode
+from broker.event_loop import BusyPoll
 from broker.limits import DEFAULT_LIMITS, Limits, limits_for_client
-from broker.loops import BusyPoll
 from broker.protocol import codec
 from broker.protocol.frames import NEED_DATA, FrameConnection, ProtocolError, Sentinel
 from broker.protocol.messages import (
@@ -58,7 +59,6 @@ from broker.protocol.messages import (
     Reply,
     Request,
 )
-from broker.sessions import connection_session_id, new_server_run
 from broker.storage.database import Durability
 from broker.types import NewRecord
 

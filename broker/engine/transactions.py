@@ -35,11 +35,11 @@ from typing import Final
 from broker.core import txn as rules
 from broker.core.ownership import Fence
 from broker.core.txn import CommitAction, Entry, TxnState, TxnView
+from broker.engine.exclusive_access import Exclusives
+from broker.engine.ownership import Owners
+from broker.engine.producer_table import ProducerTable
 from broker.errors import BrokerError, ErrorCode
-from broker.exclusives import Exclusives
 from broker.limits import Limits
-from broker.owners import Owners
-from broker.producers import ProducerTable
 from broker.storage import logs
 from broker.storage import producers as producer_store
 from broker.storage import txns as store

@@ -27,12 +27,13 @@ from typing import TYPE_CHECKING, Any, Final, TypeVar, cast
 from broker import __version__
 from broker.core.ownership import Fence
 from broker.core.producers import ProducerEntry
+from broker.engine.exclusive_access import AccessInfo, Attachment
+from broker.engine.ownership import Claimed, OwnershipInfo
+from broker.engine.producer_table import Lease
+from broker.engine.transactions import TxnDetail, TxnInfo, TxnMember
 from broker.errors import BrokerError, ErrorCode
-from broker.exclusives import AccessInfo, Attachment
+from broker.event_loop import BusyPoll, new_event_loop
 from broker.limits import DEFAULT_LIMITS, Limits, limits_from_server
-from broker.loops import BusyPoll, new_event_loop
-from broker.owners import Claimed, OwnershipInfo
-from broker.producers import Lease
 from broker.protocol import codec
 from broker.protocol.frames import NEED_DATA, FrameConnection, Sentinel
 from broker.protocol.messages import (
@@ -46,7 +47,6 @@ from broker.protocol.messages import (
 from broker.storage.logs import Row
 from broker.storage.ownership import AuditRow
 from broker.storage.producers import OffsetRow, SnapshotRow
-from broker.txns import TxnDetail, TxnInfo, TxnMember
 from broker.types import (
     NO_PRODUCER,
     AppendResult,
@@ -138,7 +138,7 @@ class AsyncConnection(asyncio.Protocol):
         self._out = bytearray()  # frames of this turn of the loop, not yet written
         self._last_sent = loop.time()
         self._heartbeat: asyncio.Task[None] | None = None
-        # while replies are awaited, poll rather than sleep (broker.loops.BusyPoll)
+        # while replies are awaited, poll rather than sleep (broker.event_loop.BusyPoll)
         self._busy_poll = busy_poll or BusyPoll(0)
         self.session_id = ""
         self.limits = DEFAULT_LIMITS
