@@ -27,7 +27,7 @@ from typing import Final, TypeVar
 from bench import raw
 from bench.measures import RateComparison, interleaved
 from broker.client.client import connect
-from broker.storage.database import Durability
+from broker.types import Durability
 
 TOPIC: Final = "bench"
 VALUE_BYTES: Final = 100

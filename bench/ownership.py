@@ -33,7 +33,7 @@ from bench.measures import interleaved, median
 from bench.processes import fencelog_server
 from bench.sections import Row, Section, series
 from broker.client.client import Client, connect
-from broker.storage.database import Durability
+from broker.types import Durability
 
 TITLE: Final = "Ownership (issue 4)"
 GROUP: Final = "bench"

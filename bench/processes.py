@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import IO, Any, Final, cast
 
 from bench.cli_produce import fencelog_script
-from broker.storage.database import Durability
+from broker.types import Durability
 
 HOST: Final = "127.0.0.1"
 READY_TIMEOUT_S: Final = 30.0

@@ -14,8 +14,10 @@ from pathlib import Path
 from typing import Final
 
 from broker.limits import DEFAULT_LIMITS
-from broker.storage.database import EMPTY_HEADERS, SCHEMA_SCRIPTS, Durability, _statements
+from broker.rows import EMPTY_HEADERS
+from broker.storage.database import SCHEMA_SCRIPTS, _statements
 from broker.storage.queries import Q
+from broker.types import Durability
 
 # The scan the issue names as the read baseline.
 COUNT_RECORDS: Final = "SELECT count(*) FROM records"

@@ -20,8 +20,8 @@ from typing import Final
 
 from bench import raw
 from bench.measures import RateComparison, interleaved
+from broker.discovery import DB_FILE
 from broker.engine.engine import Engine
-from broker.storage.database import DB_FILE
 from broker.storage.queries import Q
 from broker.types import NewRecord
 

@@ -42,8 +42,7 @@ from broker.client.client import Client, connect
 from broker.client.served import AsyncClient
 from broker.engine.engine import Engine
 from broker.event_loop import new_event_loop
-from broker.storage.database import Durability
-from broker.types import NewRecord
+from broker.types import Durability, NewRecord
 
 TITLE: Final = "Server (issue 3)"
 VALUE_BYTES: Final = 100

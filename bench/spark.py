@@ -22,7 +22,7 @@ Rules:
   every micro-batch after the first over the sum of their triggerExecution times.
 - Ceilings, in the same rounds: `bench_memory`, a Python data source that re-yields one
   pre-built Arrow batch of 10,000 rows shaped exactly like the connector's (the same
-  12 columns, built by broker.storage.columnar.rows_to_arrow) -> noop, and the same as
+  12 columns, built by broker.columnar.rows_to_arrow) -> noop, and the same as
   a stream with the same cap; `bench_count`, a Python Arrow sink that only counts rows
   (batch and stream). In each round the ceiling and fencelog take turns, rotating which
   goes first; a figure is the median of the rounds, the ratio median over median.
@@ -71,10 +71,10 @@ import broker.spark as connector
 from bench.measures import interleaved, median
 from bench.processes import ServerProcess, fencelog_server
 from bench.sections import Row, Section, rate, series, verdict
+from broker import columnar
 from broker.client.client import Client, connect
-from broker.storage import columnar
-from broker.storage.database import EMPTY_HEADERS
-from broker.storage.logs import Row as StoredRow
+from broker.rows import EMPTY_HEADERS
+from broker.rows import Row as StoredRow
 from broker.types import NewRecord
 
 TITLE: Final = "PySpark connector (issue 8)"
@@ -552,9 +552,9 @@ _PARTS: Final = {
     ("broker/client/client.py", "Client.fetch_rows"): "client.fetch_rows",
     ("broker/storage/logs.py", "read_rows"): "SQLite SELECT",
     ("broker/client/client.py", "Client.fetch_arrow"): "client.fetch_arrow",
-    ("broker/storage/columnar.py", "read_page"): "columnar read_page",
-    ("broker/storage/columnar.py", "rows_to_arrow"): "rows_to_arrow",
-    ("broker/storage/columnar.py", "rows_to_arrow.<locals>.<listcomp>"): TO_ARROW_COMPS,
+    ("broker/columnar.py", "read_page"): "columnar read_page",
+    ("broker/columnar.py", "rows_to_arrow"): "rows_to_arrow",
+    ("broker/columnar.py", "rows_to_arrow.<locals>.<listcomp>"): TO_ARROW_COMPS,
     ("broker/spark.py", "journal_rows"): "journal_rows",
     ("broker/spark.py", "records_of"): "records_of",
     ("broker/client/client.py", "Client.produce"): "client.produce",

@@ -40,8 +40,7 @@ from bench.measures import interleaved, median, percentile
 from bench.processes import fencelog_server
 from bench.sections import INFORMATION, Row, Section, rate, series, verdict
 from broker.client.client import Client, connect
-from broker.storage.database import Durability
-from broker.types import NewRecord
+from broker.types import Durability, NewRecord
 
 TITLE: Final = "Transactions (issue 7)"
 GROUP: Final = "bench"

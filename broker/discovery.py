@@ -19,6 +19,7 @@ from typing import Final
 
 from broker.errors import BrokerError, ErrorCode
 
+DB_FILE: Final = "fencelog.db"  # the database; SQLite keeps its -wal and -shm beside it
 LOCK_FILE: Final = "server.lock"
 INFO_FILE: Final = "server.json"
 SOCKET_FILE: Final = "fencelog.sock"

@@ -8,10 +8,13 @@ bench/RESULTS.md). Everything else is a frozen dataclass.
 
 from __future__ import annotations
 
+import enum
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import NamedTuple
+from typing import Literal, NamedTuple
 
 Headers = tuple[tuple[str, bytes], ...]
+Clock = Callable[[], int]  # the broker's clock: milliseconds since the epoch
 
 
 class Record(NamedTuple):
@@ -104,3 +107,180 @@ class BrokerStatus:
     topics: tuple[TopicInfo, ...]
     producer_ids: int = 0
     producer_evictions: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Fence:
+    group: str
+    resource: str
+    generation: int
+
+    def __str__(self) -> str:
+        return f"{self.group}:{self.resource}:{self.generation}"
+
+
+class Access(enum.StrEnum):
+    SHARED = "shared"
+    EXCLUSIVE = "exclusive"
+    WAIT_EXCLUSIVE = "wait-exclusive"
+
+
+class Mode(enum.StrEnum):
+    """What an attachment is now."""
+
+    SHARED = "shared"
+    EXCLUSIVE = "exclusive"
+    WAITING = "waiting"
+
+
+@dataclass(frozen=True, slots=True)
+class Attached:
+    attachment_id: int
+    session_id: str
+    name: str
+    mode: Mode
+    epoch: int
+    live: bool
+
+
+class ProducerEntry(NamedTuple):
+    """The state of one pid on one partition, as rebuilt from the log."""
+
+    producer_id: int
+    generation: int
+    high_water_sequence: int
+    first_record_ms: int
+    last_offset: int
+
+    def expires_ms(self, pid_lease_ms: int) -> int:
+        return self.first_record_ms + pid_lease_ms
+
+
+Durability = Literal["full", "normal"]
+
+
+@dataclass(frozen=True, slots=True)
+class Claimed:
+    group: str
+    resource: str
+    generation: int
+
+    @property
+    def fence(self) -> Fence:
+        """The fence a write or read under this claim carries."""
+        return Fence(self.group, self.resource, self.generation)
+
+
+@dataclass(frozen=True, slots=True)
+class OwnResult:
+    claimed: tuple[Claimed, ...]
+    severed: tuple[str, ...]  # sessions this claim severed
+
+
+@dataclass(frozen=True, slots=True)
+class ReleaseResult:
+    released: tuple[str, ...]
+    severed: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class OwnershipInfo:
+    group: str
+    resource: str
+    generation: int
+    holder: str | None
+    holder_live: bool
+    claimed_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class Lease:
+    producer_id: int
+    generation: int
+    sequence: int  # the high-water mark: the next record carries sequence + 1
+    expire_ms: int
+    now_ms: int = 0  # the broker's clock when it answered: expiry is judged against it
+
+
+@dataclass(frozen=True, slots=True)
+class Attachment:
+    attachment_id: int
+    topic: str
+    name: str
+    mode: Mode
+    epoch: int
+
+
+@dataclass(frozen=True, slots=True)
+class AccessInfo:
+    epoch: int
+    exclusive: Attached | None
+    shared: tuple[Attached, ...]
+    waiting: tuple[Attached, ...]
+
+    @property
+    def mode(self) -> str:
+        if self.exclusive is not None:
+            return "exclusive"
+        return "shared" if self.shared else "free"
+
+
+@dataclass(frozen=True, slots=True)
+class TxnPartition:
+    topic: str | None  # None: deleted after the transaction wrote to it
+    partition: int
+    records: int
+    bytes: int
+    base_offset: int | None  # where APPLY_COMMIT put the first record; None before
+
+
+@dataclass(frozen=True, slots=True)
+class TxnInfo:
+    txn_id: int
+    group: str
+    key: str | None
+    state: str
+    journal: int
+    began_ms: int
+    deadline_ms: int
+    ended_ms: int | None
+    reason: str | None
+    age_ms: int
+    partitions: tuple[TxnPartition, ...] = ()
+    existing: bool = False  # txn_begin with a key found this transaction already there
+
+    @property
+    def records(self) -> int:
+        return sum(p.records for p in self.partitions)
+
+
+@dataclass(frozen=True, slots=True)
+class TxnMember:
+    """A producer's place in a transaction: its pid and generation there. Joining again
+    under the same member name bumps the generation and discards the older records."""
+
+    txn_id: int
+    member: str
+    producer_id: int
+    generation: int
+    discarded: int = 0
+
+    @property
+    def producer(self) -> ProducerFields:
+        return ProducerFields(self.producer_id, self.generation, txn_id=self.txn_id)
+
+
+@dataclass(frozen=True, slots=True)
+class JournalEntryInfo:
+    journal: int
+    position: int
+    kind: str
+    at_ms: int
+    body: object
+
+
+@dataclass(frozen=True, slots=True)
+class TxnDetail:
+    info: TxnInfo
+    journal: tuple[JournalEntryInfo, ...]
+    records: tuple[Record, ...]  # still in the data journals (offset: journal position)

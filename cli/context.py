@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 import click
 
 from broker.client.client import Client, connect
-from broker.storage.database import Durability
+from broker.types import Durability
 
 
 @dataclass

@@ -14,7 +14,7 @@ import typer
 
 from broker import __version__
 from broker.client.client import DEFAULT_BROKER
-from broker.storage.database import Durability
+from broker.types import Durability
 from cli import consume, own, produce, producers, serve, snapshot, status, topic, txn
 from cli.context import State
 from cli.errors import FencelogGroup, exit_status_table

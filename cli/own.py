@@ -27,9 +27,9 @@ import typer
 from typer.core import TyperGroup
 
 from broker.client.client import Client
-from broker.core.ownership import Fence, parse_fence
-from broker.engine.ownership import Claimed
+from broker.core.ownership import parse_fence
 from broker.errors import BrokerError, ErrorCode
+from broker.types import Claimed, Fence
 from cli.context import state
 from cli.formats import parse_duration
 from cli.options import JsonFlag

@@ -12,10 +12,9 @@ import typer
 
 from broker.client.client import Client
 from broker.core.exclusive import parse_access
-from broker.core.ownership import Fence
 from broker.core.txn import parse_txn_id
 from broker.errors import BrokerError, ErrorCode
-from broker.types import AppendResult, Headers, NewRecord, ProducerFields
+from broker.types import AppendResult, Fence, Headers, NewRecord, ProducerFields
 from cli.context import state
 from cli.formats import Format, decode_input, parse_duration
 from cli.lines import line_batches

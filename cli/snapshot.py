@@ -9,7 +9,7 @@ from typing import Annotated
 
 import typer
 
-from broker.engine import backup
+from broker.client.embedded import restore_snapshot
 from broker.errors import BrokerError, ErrorCode
 from cli.context import state
 from cli.options import JsonFlag
@@ -130,7 +130,7 @@ def restore(
             advance(done - last[0])
             last[0] = done
 
-        size = backup.restore(snapshot_file, Path(target), force=force, progress=moved)
+        size = restore_snapshot(snapshot_file, Path(target), force=force, progress=moved)
     out = Output(as_json)
     if as_json:
         out.json({"data_dir": str(Path(target).resolve()), "bytes": size})

@@ -6,10 +6,8 @@ from typing import Annotated, Any
 
 import typer
 
-from broker.core.exclusive import Attached
-from broker.engine.exclusive_access import AccessInfo
 from broker.errors import BrokerError, ErrorCode
-from broker.types import TopicInfo
+from broker.types import AccessInfo, Attached, TopicInfo
 from cli.context import state
 from cli.options import JsonFlag
 from cli.output import Output

@@ -15,7 +15,7 @@ from typing import Annotated, Any
 import typer
 
 from broker.core.txn import parse_txn_id
-from broker.engine.transactions import TxnInfo
+from broker.types import TxnInfo
 from cli.consume import record_dict
 from cli.context import state
 from cli.formats import Format, Rendering, parse_duration

@@ -25,7 +25,7 @@ from typing import IO, Any, Protocol
 import sqlite_utils
 from click.testing import Result
 
-from broker.storage.database import DB_FILE
+from broker.discovery import DB_FILE
 
 _STRIPPED_ENV = ("PYTHONUNBUFFERED", "NO_COLOR", "FENCELOG_BROKER", "FENCELOG_DURABILITY")
 

@@ -27,12 +27,11 @@ from pathlib import Path
 from typing import Literal
 
 from broker.client.producer import Producer
-from broker.core.producers import ProducerEntry
 from broker.engine.engine import Engine
 from broker.limits import DEFAULT_LIMITS, Limits
 from broker.protocol.frames import decode_body
 from broker.protocol.messages import Message
-from broker.types import AppendResult, NewRecord, Record
+from broker.types import AppendResult, NewRecord, ProducerEntry, Record
 
 HOST = "127.0.0.1"
 START_MS = 1_000_000

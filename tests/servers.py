@@ -30,7 +30,7 @@ from broker.limits import DEFAULT_LIMITS, Limits
 from broker.protocol.frames import CLOSED, NEED_DATA, FrameConnection, Sentinel
 from broker.protocol.messages import Message, Op, Reply, Request
 from broker.server.server import Server
-from broker.storage.database import Durability
+from broker.types import Durability
 
 T = TypeVar("T")
 HOST = "127.0.0.1"

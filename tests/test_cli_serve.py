@@ -26,10 +26,9 @@ from servers import RawClient, ServeProcess, serving
 
 from broker.client.client import connect
 from broker.client.served import ServedTransport
-from broker.discovery import INFO_FILE, SOCKET_FILE, find_server
+from broker.discovery import DB_FILE, INFO_FILE, SOCKET_FILE, find_server
 from broker.errors import BrokerError, ErrorCode
 from broker.protocol.messages import Push
-from broker.storage.database import DB_FILE
 from cli.main import command
 
 TOKEN = "3f9a1c0e5b7d2a4c6e8f0a1b2c3d4e5f"

@@ -17,8 +17,9 @@ from click.testing import CliRunner
 from helpers import Invoke, expect, fencelog_script, json_error, json_lines, user_env
 
 import broker
+from broker.discovery import DB_FILE
 from broker.errors import ErrorCode
-from broker.storage.database import DB_FILE, SCHEMA_VERSION
+from broker.storage.database import SCHEMA_VERSION
 from broker.types import NewRecord
 from cli.main import command
 

@@ -24,10 +24,10 @@ from helpers import Invoke, Processes, expect, json_error, json_lines
 from producing import FakeClock
 from servers import ServerThread
 
+from broker.discovery import DB_FILE
 from broker.errors import ErrorCode
 from broker.limits import DEFAULT_LIMITS, Limits
 from broker.server.server import Server
-from broker.storage.database import DB_FILE
 
 TIMEOUT_MS = DEFAULT_LIMITS.txn_timeout_ms
 ABORTED = int(ErrorCode.TXN_ABORTED)

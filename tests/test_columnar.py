@@ -1,4 +1,4 @@
-"""Client.fetch_arrow (broker/storage/columnar.py): a page of a partition as one Arrow
+"""Client.fetch_arrow (broker/columnar.py): a page of a partition as one Arrow
 record batch, built by SQLite.
 
 What a user sees: exactly the records fetch_rows gives (offsets, timestamps, keys or
@@ -26,6 +26,7 @@ from hypothesis import strategies as st
 from mixed_logs import OPERATIONS, TOPIC, mixed_log
 from servers import served
 
+from broker import columnar
 from broker.client.client import Client, connect
 from broker.client.embedded import EmbeddedTransport
 from broker.client.served import ServedTransport
@@ -34,7 +35,7 @@ from broker.errors import BrokerError, ErrorCode
 from broker.limits import DEFAULT_LIMITS, Limits
 from broker.protocol.messages import Op
 from broker.server import server as server_module
-from broker.storage import columnar, logs, pages
+from broker.storage import logs, pages
 from broker.types import NewRecord
 
 PAGE = 7  # records per fetch: pages end inside produce batches
@@ -252,7 +253,7 @@ def test_without_pyarrow_fetch_arrow_says_what_to_install(
     client: Client, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setitem(sys.modules, "pyarrow", None)  # as if never installed
-    monkeypatch.delitem(sys.modules, "broker.storage.columnar")
+    monkeypatch.delitem(sys.modules, "broker.columnar")
     with pytest.raises(BrokerError) as missing:
         client.fetch_arrow(TOPIC, 0, 0)
     assert missing.value.code is ErrorCode.INVALID_ARGUMENT

@@ -17,7 +17,7 @@ import sqlite_utils
 from helpers import Processes
 
 import broker
-from broker.storage.database import DB_FILE
+from broker.discovery import DB_FILE
 
 PROCESSES = 4
 BATCHES = 50

@@ -18,10 +18,7 @@ from collections.abc import Sequence
 import pytest
 
 from broker.core.exclusive import (
-    Access,
     AttachDecision,
-    Attached,
-    Mode,
     check_write,
     decide_attach,
     grant,
@@ -29,6 +26,7 @@ from broker.core.exclusive import (
     parse_access,
 )
 from broker.errors import BrokerError, ErrorCode
+from broker.types import Access, Attached, Mode
 
 EPOCH = 4  # the topic's epoch in these tests
 

@@ -18,7 +18,6 @@ from broker.core.ownership import (
     NAME_CHARS_MAX,
     Decision,
     Event,
-    Fence,
     Grant,
     Holding,
     Refusal,
@@ -29,6 +28,7 @@ from broker.core.ownership import (
     refusal_error,
 )
 from broker.errors import BrokerError, ErrorCode
+from broker.types import Fence
 
 ME = "proc-me"
 OTHER = "conn-other"

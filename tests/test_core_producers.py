@@ -15,7 +15,6 @@ from hypothesis import strategies as st
 
 from broker.core.producers import (
     Batch,
-    ProducerEntry,
     Verdict,
     after_append,
     check_batch_fields,
@@ -23,6 +22,7 @@ from broker.core.producers import (
     latest_offset,
 )
 from broker.errors import BrokerError, ErrorCode
+from broker.types import ProducerEntry
 
 PID = 7
 LEASE_MS = 10_000

@@ -11,9 +11,9 @@ import pytest
 import sqlite_utils
 
 import broker
+from broker.discovery import DB_FILE
 from broker.errors import BrokerError, ErrorCode
 from broker.limits import Limits
-from broker.storage.database import DB_FILE
 from broker.types import NewRecord, ProducerFields
 
 

@@ -45,11 +45,10 @@ from servers import ServerThread, served
 import broker
 from broker.client.client import Client, connect
 from broker.client.producer import Producer, ProducerFenced
-from broker.core.exclusive import Access, Mode
 from broker.errors import BrokerError, ErrorCode
 from broker.limits import DEFAULT_LIMITS
 from broker.protocol.messages import Op, Reply, Request
-from broker.types import NewRecord, Record
+from broker.types import Access, Mode, NewRecord, Record
 
 TOPIC = "control"
 PAST_TIMEOUT_MS = DEFAULT_LIMITS.session_timeout_ms + 60_000

@@ -29,11 +29,11 @@ from owning import (
 )
 
 from broker.client.client import Client, connect
-from broker.core.ownership import Fence
+from broker.discovery import DB_FILE
 from broker.errors import BrokerError, ErrorCode
 from broker.limits import DEFAULT_LIMITS
 from broker.protocol.messages import Op, Push, Reply
-from broker.storage.database import DB_FILE
+from broker.types import Fence
 
 SEVERED_WITHIN_S = 5.0  # embedded: the next heartbeat (1 s); served: at once
 

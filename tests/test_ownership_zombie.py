@@ -30,8 +30,8 @@ from helpers import Process
 from owning import broker_target, python_process, resumed_and_killed
 
 from broker.client.client import Client, connect
-from broker.core.ownership import Fence
 from broker.errors import BrokerError, ErrorCode
+from broker.types import Fence
 
 ITERATIONS = 10
 GROUP = "journal"

@@ -25,18 +25,18 @@ from hypothesis import strategies as st
 from mixed_logs import OPERATIONS, TOPIC, apply, mixed_log
 from servers import RawClient, served
 
+from broker import rows
 from broker.client.client import Client, connect
 from broker.limits import Limits
 from broker.protocol import codec
 from broker.protocol.frames import ProtocolError
 from broker.protocol.messages import Op, Reply
-from broker.storage import logs, pages
 from broker.types import NewRecord, Record
 
 
 def stored(client: Client, positions: dict[int, int], max_records: int) -> list[Record]:
     """What a fetch must give: the stored rows of the same fetch, made Records one by one."""
-    return logs.records_of(TOPIC, client.fetch_rows(TOPIC, positions, max_records=max_records))
+    return rows.records_of(TOPIC, client.fetch_rows(TOPIC, positions, max_records=max_records))
 
 
 def assert_every_fetch_is_stored(client: Client, max_records: int) -> int:
@@ -225,11 +225,11 @@ def test_anything_a_server_might_send_is_records_or_a_protocol_error(chunk: obje
 
 @pytest.mark.parametrize("enabled", [True, False])
 def test_reading_a_page_leaves_the_collector_as_it_was(enabled: bool) -> None:
-    page = pages.Page(0, 0, 2, b"ab", 1, 5, b"", -1, [], (0, 0, 0, 0, None))
+    page = rows.Page(0, 0, 2, b"ab", 1, 5, b"", -1, [], (0, 0, 0, 0, None))
     was = gc.isenabled()
     try:
         gc.enable() if enabled else gc.disable()
-        assert [r.value for r in pages.records_of_page(TOPIC, page)] == [b"a", b"b"]
+        assert [r.value for r in rows.records_of_page(TOPIC, page)] == [b"a", b"b"]
         assert gc.isenabled() == enabled
     finally:
         gc.enable() if was else gc.disable()

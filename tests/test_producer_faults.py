@@ -38,10 +38,10 @@ from producing import (
 from servers import ServeProcess, served, serving
 
 from broker.client.client import Client, connect
+from broker.discovery import DB_FILE
 from broker.errors import ErrorCode
 from broker.protocol.messages import ErrorReply, Message, Op, Reply, Request
 from broker.storage import producers as producer_store
-from broker.storage.database import DB_FILE
 from broker.types import AppendResult, Record
 
 TOPIC = "orders"

@@ -19,21 +19,20 @@ import msgpack
 import pytest
 from producing import FakeClock, open_engine, state_rows
 
+from broker.discovery import DB_FILE
 from broker.engine import backup
 from broker.engine.engine import Engine, ProduceRequest
-from broker.engine.producer_table import Lease
 from broker.errors import BrokerError, ErrorCode
 from broker.limits import DEFAULT_LIMITS, Limits
+from broker.rows import EMPTY_HEADERS
 from broker.storage import producers as producer_store
 from broker.storage.database import (
     APPLICATION_ID,
-    DB_FILE,
-    EMPTY_HEADERS,
     SCHEMA_SCRIPTS,
     SCHEMA_VERSION,
     _statements,
 )
-from broker.types import NewRecord, ProducerFields
+from broker.types import Lease, NewRecord, ProducerFields
 
 LEASE_MS = 60_000
 TOPIC = "orders"

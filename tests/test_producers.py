@@ -30,13 +30,12 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 from producing import START_MS, FakeClock, state_rows, states_from_records
 
+from broker.discovery import DB_FILE
 from broker.engine.engine import Engine, ProduceRequest
-from broker.engine.producer_table import Lease
 from broker.errors import BrokerError, ErrorCode
 from broker.limits import DEFAULT_LIMITS, Limits
 from broker.storage import producers as producer_store
-from broker.storage.database import DB_FILE
-from broker.types import AppendResult, NewRecord, ProducerFields
+from broker.types import AppendResult, Lease, NewRecord, ProducerFields
 
 LEASE_MS = 60_000
 NEVER_LEASED = 1_000_000

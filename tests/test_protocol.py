@@ -27,7 +27,7 @@ from broker.protocol.frames import (
     encode,
 )
 from broker.protocol.messages import ErrorReply, Kind, Message, Op, Push, Reply, Request
-from broker.storage.database import encode_headers
+from broker.rows import encode_headers
 from broker.types import AppendResult, NewRecord, ProducerFields, Record
 
 FRAME_BYTES_MAX = 64 * 1024

@@ -24,7 +24,7 @@ from servers import HOST, STEP_TIMEOUT_S, RawClient, ServerThread, served
 
 from broker.client.client import Client, connect
 from broker.client.served import Address, AsyncConnection
-from broker.discovery import find_server
+from broker.discovery import DB_FILE, find_server
 from broker.engine.engine import Engine, ProduceOutcome, ProduceRequest
 from broker.errors import BrokerError, ErrorCode
 from broker.limits import BUSY_POLL_US_MAX, DEFAULT_LIMITS
@@ -32,7 +32,6 @@ from broker.protocol import codec
 from broker.protocol.frames import encode
 from broker.protocol.messages import ErrorReply, Message, Op, Push, Reply, Request
 from broker.server.server import Server
-from broker.storage.database import DB_FILE
 from broker.types import NO_PRODUCER, NewRecord
 
 T = TypeVar("T")

@@ -30,8 +30,9 @@ from servers import served, serving
 
 import broker
 from broker.client.client import connect
+from broker.discovery import DB_FILE
 from broker.storage import producers as producer_store
-from broker.storage.database import APPLICATION_ID, DB_FILE
+from broker.storage.database import APPLICATION_ID
 from broker.types import NewRecord, ProducerFields, Record
 from cli.main import command
 

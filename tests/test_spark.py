@@ -46,9 +46,8 @@ from servers import served
 
 import broker.spark
 from broker.client.client import Client, connect
-from broker.engine.transactions import TxnInfo
 from broker.errors import BrokerError
-from broker.types import NewRecord, Record
+from broker.types import NewRecord, Record, TxnInfo
 
 ACTION_TIMEOUT_S = 120  # one streaming run; a batch action has pytest's timeout
 DRIVER_TIMEOUT_S = 240.0  # one run of the subprocess driver (session start included)

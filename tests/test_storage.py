@@ -17,10 +17,11 @@ import pytest
 import sqlite_utils
 
 import broker
+from broker.discovery import DB_FILE
 from broker.engine.engine import ProduceRequest
 from broker.errors import BrokerError, ErrorCode
 from broker.limits import DEFAULT_LIMITS
-from broker.storage.database import APPLICATION_ID, DB_FILE, SCHEMA_VERSION
+from broker.storage.database import APPLICATION_ID, SCHEMA_VERSION
 from broker.storage.queries import RUN_ROWS
 from broker.types import NO_PRODUCER, NewRecord, ProducerFields
 

@@ -29,11 +29,10 @@ from servers import ServerThread
 from broker.client.client import Client, connect
 from broker.client.producer import PartitionState, ProducerState
 from broker.engine.engine import Engine
-from broker.engine.transactions import TxnInfo
 from broker.errors import BrokerError, ErrorCode
 from broker.limits import DEFAULT_LIMITS, Limits
 from broker.server.server import Server
-from broker.types import NewRecord, ProducerFields, Record
+from broker.types import NewRecord, ProducerFields, Record, TxnInfo
 
 TIMEOUT_MS = DEFAULT_LIMITS.txn_timeout_ms
 WAIT_MS = 20_000  # a long-poll that must be ended by the commit, long before this

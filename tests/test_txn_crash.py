@@ -38,9 +38,9 @@ from servers import HOST, ServeProcess
 
 import broker
 from broker.client.client import connect
+from broker.discovery import DB_FILE
 from broker.engine.transactions import FAILPOINT_ENV
 from broker.errors import BrokerError, ErrorCode
-from broker.storage.database import DB_FILE
 
 STEP_S = 20.0
 GROUP = "crashy"

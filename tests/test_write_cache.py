@@ -22,13 +22,11 @@ from pathlib import Path
 import pytest
 from producing import FakeClock, open_engine
 
-from broker.core.exclusive import Access, Mode
 from broker.engine.engine import Engine, ProduceOutcome, ProduceRequest
-from broker.engine.producer_table import Lease
 from broker.errors import BrokerError, ErrorCode
 from broker.limits import DEFAULT_LIMITS
 from broker.storage import logs
-from broker.types import AppendResult, NewRecord, ProducerFields
+from broker.types import Access, AppendResult, Lease, Mode, NewRecord, ProducerFields
 
 TOPIC = "t"
 

@@ -27,29 +27,31 @@ from typing import TYPE_CHECKING, Final, Literal, Protocol
 
 from broker.client.embedded import EmbeddedTransport
 from broker.core import records as record_rules
-from broker.core.ownership import Fence
-from broker.core.producers import ProducerEntry
 from broker.discovery import find_server
-from broker.engine.engine import Clock, Engine, wall_clock_ms
-from broker.engine.exclusive_access import AccessInfo, Attachment
-from broker.engine.ownership import Claimed, OwnershipInfo
-from broker.engine.producer_table import Lease
-from broker.engine.transactions import TxnDetail, TxnInfo, TxnMember
 from broker.errors import BrokerError, ErrorCode
 from broker.limits import DEFAULT_LIMITS, Limits
-from broker.storage.database import Durability
-from broker.storage.logs import Row
-from broker.storage.ownership import AuditRow
-from broker.storage.producers import OffsetRow, SnapshotRow
+from broker.rows import AuditRow, OffsetRow, Row, SnapshotRow
 from broker.types import (
     NO_PRODUCER,
+    AccessInfo,
     AppendResult,
+    Attachment,
     BrokerStatus,
+    Claimed,
+    Clock,
+    Durability,
+    Fence,
     Headers,
+    Lease,
     NewRecord,
+    OwnershipInfo,
+    ProducerEntry,
     ProducerFields,
     Record,
     TopicInfo,
+    TxnDetail,
+    TxnInfo,
+    TxnMember,
 )
 
 if TYPE_CHECKING:  # imported when used: a one-shot embedded command needs neither
@@ -275,7 +277,7 @@ class Client:
         fences: Sequence[Fence] = (),
     ) -> pa.RecordBatch:
         """fetch_rows() of one partition as one Arrow record batch (the columns of
-        broker.storage.columnar.ARROW_SCHEMA; no rows: nothing from that offset yet).
+        broker.columnar.ARROW_SCHEMA; no rows: nothing from that offset yet).
         Embedded, SQLite builds the columns without a Python object per record; a
         transport without a columnar fetch (a served broker, for now) fetches rows and
         converts them here. Needs pyarrow: install fencelog[spark]."""
@@ -735,9 +737,9 @@ def _start_offset(start: Start, end_offset: int) -> int:
 
 
 def _columnar() -> ModuleType:
-    """broker.storage.columnar, or a clear error where pyarrow is not installed."""
+    """broker.columnar, or a clear error where pyarrow is not installed."""
     try:
-        columnar = importlib.import_module("broker.storage.columnar")
+        columnar = importlib.import_module("broker.columnar")
     except ImportError as exc:
         raise BrokerError(
             ErrorCode.INVALID_ARGUMENT,
@@ -756,7 +758,7 @@ def connect(
     *,
     durability: Durability = "full",
     limits: Limits = DEFAULT_LIMITS,
-    clock: Clock = wall_clock_ms,
+    clock: Clock | None = None,
     token: str | None = None,
 ) -> Client:
     """Connect to a broker.
@@ -772,8 +774,7 @@ def connect(
     if "://" not in name:
         server = find_server(Path(name)) if Path(name).is_dir() else None
         if server is None:
-            engine = Engine.open(Path(name), durability=durability, limits=limits, clock=clock)
-            return Client(EmbeddedTransport(engine), name)
+            return Client(EmbeddedTransport.open(Path(name), durability, limits, clock), name)
         url = server.url()
     # asyncio and the served transport cost an embedded open (a one-shot CLI
     # command) about 60 ms to import: only here, when served.

@@ -12,18 +12,27 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING
 
-from broker.core.exclusive import Mode, parse_access, wait_timeout
-from broker.core.ownership import Fence
-from broker.engine.engine import Engine
-from broker.engine.exclusive_access import Attachment
-from broker.engine.ownership import Claimed, Owners, OwnershipInfo
+from broker.core.exclusive import parse_access, wait_timeout
+from broker.engine import Engine
 from broker.errors import BrokerError, ErrorCode
-from broker.storage.database import Database
-from broker.storage.logs import Row
-from broker.storage.ownership import AuditRow
-from broker.types import AppendResult, NewRecord, ProducerFields, Record
+from broker.limits import Limits
+from broker.rows import AuditRow, Row
+from broker.types import (
+    AppendResult,
+    Attachment,
+    Claimed,
+    Clock,
+    Durability,
+    Fence,
+    Mode,
+    NewRecord,
+    OwnershipInfo,
+    ProducerFields,
+    Record,
+)
 
 if TYPE_CHECKING:
     from broker.client.wal_watch import WalWatcher
@@ -34,10 +43,7 @@ SeveredCallback = Callable[[str], None]
 class _Heartbeat(threading.Thread):
     def __init__(self, engine: Engine, session_id: str, on_severed: Callable[[str], None]):
         super().__init__(name="fencelog-heartbeat", daemon=True)
-        self._database = Database.open(
-            engine.database.data_dir.path, engine.database.durability, engine.limits.busy_timeout_ms
-        )
-        self._owners = Owners(self._database, engine.limits, engine.clock, tuple)
+        self._heartbeats = engine.heartbeats()
         self._session_id = session_id
         self._interval_s = min(engine.limits.session_timeout_ms / 3000, 1.0)
         self._on_severed = on_severed
@@ -47,7 +53,7 @@ class _Heartbeat(threading.Thread):
         try:
             while not self._stopping.wait(self._interval_s):
                 try:
-                    alive = self._owners.heartbeat(self._session_id)
+                    alive = self._heartbeats.beat(self._session_id)
                 except BrokerError as exc:
                     # Another process held the write lock past the busy timeout: this
                     # beat is missed, not the session. The session timeout judges it.
@@ -58,7 +64,7 @@ class _Heartbeat(threading.Thread):
                     self._on_severed("severed: a newer claim took a resource of this session")
                     return
         finally:
-            self._database.close()
+            self._heartbeats.close()
 
     def stop(self) -> None:
         self._stopping.set()
@@ -68,6 +74,15 @@ class _Heartbeat(threading.Thread):
 
 class EmbeddedTransport:
     validates_records = True  # the engine in this process checks every batch
+
+    @classmethod
+    def open(
+        cls, path: Path, durability: Durability, limits: Limits, clock: Clock | None
+    ) -> EmbeddedTransport:
+        """Open the data directory in this process."""
+        if clock is None:
+            return cls(Engine.open(path, durability=durability, limits=limits))
+        return cls(Engine.open(path, durability=durability, limits=limits, clock=clock))
 
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
@@ -238,3 +253,13 @@ class EmbeddedTransport:
         if self._watcher is not None:
             self._watcher.close()
         self.engine.close()
+
+
+def restore_snapshot(
+    snapshot: Path, data_dir: Path, *, force: bool, progress: Callable[[int, int], None]
+) -> int:
+    """Restore a `fencelog snapshot` file into a data directory that no server owns;
+    the bytes restored. progress(done, total) is told as the copy goes."""
+    from broker.engine import backup
+
+    return backup.restore(snapshot, data_dir, force=force, progress=progress)

@@ -45,10 +45,16 @@ from typing import TYPE_CHECKING, Final
 import msgpack
 
 from broker.core import records as record_rules
-from broker.engine.exclusive_access import Attachment
-from broker.engine.producer_table import Lease
 from broker.errors import BrokerError, ErrorCode
-from broker.types import NO_PRODUCER, AppendResult, Headers, NewRecord, ProducerFields
+from broker.types import (
+    NO_PRODUCER,
+    AppendResult,
+    Attachment,
+    Headers,
+    Lease,
+    NewRecord,
+    ProducerFields,
+)
 
 if TYPE_CHECKING:
     from broker.client.client import Client

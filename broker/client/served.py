@@ -25,12 +25,6 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final, TypeVar, cast
 
 from broker import __version__
-from broker.core.ownership import Fence
-from broker.core.producers import ProducerEntry
-from broker.engine.exclusive_access import AccessInfo, Attachment
-from broker.engine.ownership import Claimed, OwnershipInfo
-from broker.engine.producer_table import Lease
-from broker.engine.transactions import TxnDetail, TxnInfo, TxnMember
 from broker.errors import BrokerError, ErrorCode
 from broker.event_loop import BusyPoll, new_event_loop
 from broker.limits import DEFAULT_LIMITS, Limits, limits_from_server
@@ -44,17 +38,25 @@ from broker.protocol.messages import (
     Push,
     Reply,
 )
-from broker.storage.logs import Row
-from broker.storage.ownership import AuditRow
-from broker.storage.producers import OffsetRow, SnapshotRow
+from broker.rows import AuditRow, OffsetRow, Row, SnapshotRow
 from broker.types import (
     NO_PRODUCER,
+    AccessInfo,
     AppendResult,
+    Attachment,
     BrokerStatus,
+    Claimed,
+    Fence,
+    Lease,
     NewRecord,
+    OwnershipInfo,
+    ProducerEntry,
     ProducerFields,
     Record,
     TopicInfo,
+    TxnDetail,
+    TxnInfo,
+    TxnMember,
 )
 
 if TYPE_CHECKING:
@@ -774,7 +776,7 @@ class ServedTransport:
         asked = asyncio.run_coroutine_threadsafe(work, self._loop)
 
         def batch() -> pa.RecordBatch:
-            from broker.storage import columnar  # pyarrow: only for columnar readers
+            from broker import columnar  # pyarrow: only for columnar readers
 
             ipc = asked.result()
             if ipc is None:  # the server has no pyarrow: rows, converted here

@@ -17,9 +17,8 @@ import contextlib
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING
 
-from broker.engine.transactions import TxnInfo, TxnMember
 from broker.errors import BrokerError, ErrorCode
-from broker.types import AppendResult, Headers, ProducerFields
+from broker.types import AppendResult, Headers, ProducerFields, TxnInfo, TxnMember
 
 if TYPE_CHECKING:
     from broker.client.client import Client, Value

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from watchfiles import Change, watch
 
-from broker.storage.database import DB_FILE
+from broker.discovery import DB_FILE
 
 _WATCHED = (DB_FILE, DB_FILE + "-wal")
 

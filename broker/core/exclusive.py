@@ -19,35 +19,11 @@ or Waiting (for exclusivity, first come first served).
 
 from __future__ import annotations
 
-import enum
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 from broker.errors import BrokerError, ErrorCode
-
-
-class Access(enum.StrEnum):
-    SHARED = "shared"
-    EXCLUSIVE = "exclusive"
-    WAIT_EXCLUSIVE = "wait-exclusive"
-
-
-class Mode(enum.StrEnum):
-    """What an attachment is now."""
-
-    SHARED = "shared"
-    EXCLUSIVE = "exclusive"
-    WAITING = "waiting"
-
-
-@dataclass(frozen=True, slots=True)
-class Attached:
-    attachment_id: int
-    session_id: str
-    name: str
-    mode: Mode
-    epoch: int
-    live: bool
+from broker.types import Access, Attached, Mode
 
 
 @dataclass(frozen=True, slots=True)

@@ -23,6 +23,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from broker.errors import BrokerError, ErrorCode
+from broker.types import Fence
 
 NAME_CHARS_MAX = 255
 # A claim may ask for at most this generation; stored generations only grow by one per
@@ -63,16 +64,6 @@ class Refusal:
     requested_generation: int
     current_generation: int
     holder: str
-
-
-@dataclass(frozen=True, slots=True)
-class Fence:
-    group: str
-    resource: str
-    generation: int
-
-    def __str__(self) -> str:
-        return f"{self.group}:{self.resource}:{self.generation}"
 
 
 def check_name(what: str, name: str) -> None:

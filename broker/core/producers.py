@@ -24,19 +24,7 @@ import enum
 from typing import NamedTuple
 
 from broker.errors import BrokerError, ErrorCode
-
-
-class ProducerEntry(NamedTuple):
-    """The state of one pid on one partition, as rebuilt from the log."""
-
-    producer_id: int
-    generation: int
-    high_water_sequence: int
-    first_record_ms: int
-    last_offset: int
-
-    def expires_ms(self, pid_lease_ms: int) -> int:
-        return self.first_record_ms + pid_lease_ms
+from broker.types import ProducerEntry
 
 
 class Verdict(enum.Enum):

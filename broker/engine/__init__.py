@@ -17,6 +17,7 @@ Only the server and the client's embedded transport import this package.
 
 from __future__ import annotations
 
-from broker.engine.engine import Clock, Engine, wall_clock_ms
+from broker.engine.engine import Engine, wall_clock_ms
+from broker.types import Clock
 
 __all__ = ["Clock", "Engine", "wall_clock_ms"]

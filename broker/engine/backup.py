@@ -16,9 +16,9 @@ import sqlite3
 from collections.abc import Callable
 from pathlib import Path
 
-from broker.discovery import find_server
+from broker.discovery import DB_FILE, find_server
 from broker.errors import BrokerError, ErrorCode
-from broker.storage.database import APPLICATION_ID, DB_FILE, SCHEMA_VERSION, DataDir
+from broker.storage.database import APPLICATION_ID, SCHEMA_VERSION, DataDir
 
 Progress = Callable[[int, int], None]  # (bytes done, bytes total)
 _COPY_CHUNK_BYTES = 1 << 20

@@ -18,37 +18,46 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Final, NamedTuple, TypeVar, cast
 
+from broker import rows
 from broker.core import ownership as ownership_rules
 from broker.core import producers as producer_rules
 from broker.core import records as record_rules
-from broker.core.exclusive import Access
-from broker.core.ownership import Fence
-from broker.core.producers import Batch, ProducerEntry, Verdict
+from broker.core.producers import Batch, Verdict
 from broker.engine import backup
-from broker.engine.exclusive_access import AccessInfo, Attachment, Exclusives
-from broker.engine.ownership import Owners
-from broker.engine.producer_table import Lease, ProducerTable, Staged, write_snapshot
-from broker.engine.transactions import Transactions, TxnDetail, TxnInfo, TxnMember
+from broker.engine.exclusive_access import Exclusives
+from broker.engine.ownership import Heartbeats, Owners
+from broker.engine.producer_table import ProducerTable, Staged, write_snapshot
+from broker.engine.transactions import Transactions
 from broker.engine.write_cache import WriteCache
 from broker.errors import BrokerError, ErrorCode
 from broker.limits import DEFAULT_LIMITS, Limits
 from broker.storage import logs, pages
 from broker.storage import producers as producer_store
-from broker.storage.database import SCHEMA_VERSION, Database, Durability
+from broker.storage.database import SCHEMA_VERSION, Database
 from broker.types import (
     NO_PRODUCER,
+    Access,
+    AccessInfo,
     AppendResult,
+    Attachment,
     BrokerStatus,
+    Clock,
+    Durability,
+    Fence,
+    Lease,
     NewRecord,
+    ProducerEntry,
     ProducerFields,
     Record,
     TopicInfo,
+    TxnDetail,
+    TxnInfo,
+    TxnMember,
 )
 
 if TYPE_CHECKING:  # pyarrow comes with the spark extra; fetch_arrow imports it
     import pyarrow as pa
 
-Clock = Callable[[], int]
 T = TypeVar("T")
 # A page is concatenated inside SQLite up to this many times read_bytes_max; a larger
 # one is read as rows (broker/storage/pages.py).
@@ -66,8 +75,8 @@ class ProduceRequest(NamedTuple):
 
 
 ProduceOutcome = list[AppendResult] | BrokerError
-_ROW_KEY = operator.itemgetter(logs.ROW_KEY)
-_ROW_VALUE = operator.itemgetter(logs.ROW_VALUE)
+_ROW_KEY = operator.itemgetter(rows.ROW_KEY)
+_ROW_VALUE = operator.itemgetter(rows.ROW_VALUE)
 _PARTITION = operator.itemgetter(3)
 _KEY = operator.itemgetter(1)
 
@@ -113,6 +122,14 @@ class Engine:
 
     def close(self) -> None:
         self.database.close()
+
+    def heartbeats(self) -> Heartbeats:
+        """Heartbeats for this process's session on a connection of their own, so that a
+        beat never waits behind this engine's writes (the heartbeat thread's)."""
+        database = Database.open(
+            self.database.data_dir.path, self.database.durability, self.limits.busy_timeout_ms
+        )
+        return Heartbeats(Owners(database, self.limits, self.clock, served_sessions=tuple))
 
     def __enter__(self) -> Engine:
         return self
@@ -398,7 +415,7 @@ class Engine:
         """A consistent one-file copy of the whole broker, taken online; its bytes."""
         return backup.take(self.database.conn, Path(out))
 
-    def producer_snapshots(self) -> list[producer_store.SnapshotRow]:
+    def producer_snapshots(self) -> list[rows.SnapshotRow]:
         with self.database.read() as conn:
             return producer_store.snapshots(conn)
 
@@ -459,7 +476,7 @@ class Engine:
                 raise BrokerError(ErrorCode.INVALID_ARGUMENT, "offsets are >= 0")
         return row
 
-    def committed_offsets(self, group: str, topic: str) -> list[producer_store.OffsetRow]:
+    def committed_offsets(self, group: str, topic: str) -> list[rows.OffsetRow]:
         ownership_rules.check_name("consumer group", group)
         with self.database.read() as conn:
             return producer_store.offsets_of(conn, group, self._topic(conn, topic).topic_id)
@@ -486,7 +503,7 @@ class Engine:
         partition, at most max_records in all (and about read_bytes_max bytes from each
         partition). Every fence must be current."""
         chunks = self.fetch_pages(topic, positions, max_records, fences)
-        return pages.records_of_chunks(topic, chunks)
+        return rows.records_of_chunks(topic, chunks)
 
     def fetch_pages(
         self,
@@ -494,14 +511,14 @@ class Engine:
         positions: dict[int, int],
         max_records: int | None,
         fences: Sequence[Fence] = (),
-    ) -> list[pages.Chunk]:
+    ) -> list[rows.Chunk]:
         """fetch() as pages (broker/storage/pages.py), one per partition read; a
         partition SQLite cannot page is given as its rows."""
         bytes_max = self.limits.read_bytes_max
 
         def page(
             conn: sqlite3.Connection, row: logs.TopicRow, partition: int, offset: int, limit: int
-        ) -> tuple[pages.Chunk, int]:
+        ) -> tuple[rows.Chunk, int]:
             found = pages.read_page(
                 conn, row, partition, offset, limit, bytes_max, PAGE_CONCAT * bytes_max
             )
@@ -518,17 +535,17 @@ class Engine:
         positions: dict[int, int],
         max_records: int | None,
         fences: Sequence[Fence] = (),
-    ) -> list[logs.Row]:
+    ) -> list[rows.Row]:
         """fetch() as stored rows, for whoever sends or converts them without Records."""
         bytes_max = self.limits.read_bytes_max
 
-        def rows(
+        def stored_rows(
             conn: sqlite3.Connection, row: logs.TopicRow, partition: int, offset: int, limit: int
-        ) -> tuple[list[logs.Row], int]:
+        ) -> tuple[list[rows.Row], int]:
             found = _within_bytes(logs.read_rows(conn, row, partition, offset, limit), bytes_max)
             return found, len(found)
 
-        chunks = self._read_partitions(topic, positions, max_records, fences, rows)
+        chunks = self._read_partitions(topic, positions, max_records, fences, stored_rows)
         return [row for chunk in chunks for row in chunk]
 
     def _read_partitions(
@@ -569,15 +586,15 @@ class Engine:
         fences: Sequence[Fence] = (),
     ) -> pa.RecordBatch:
         """fetch_rows() of one partition as an Arrow record batch
-        (broker/storage/columnar.py ARROW_SCHEMA), built by SQLite without a Python
+        (broker/columnar.py ARROW_SCHEMA), built by SQLite without a Python
         object per record; no rows past the end. Needs pyarrow (the spark extra)."""
-        from broker.storage import columnar  # pyarrow: only for columnar readers
+        from broker import columnar  # pyarrow: only for columnar readers
 
         chunks = self.fetch_pages(topic, {partition: offset}, max_records, fences)
         if not chunks:
             return columnar.empty_batch()
         (chunk,) = chunks
-        if isinstance(chunk, pages.Page):
+        if isinstance(chunk, rows.Page):
             return columnar.page_to_arrow(topic, chunk)
         return columnar.rows_to_arrow(topic, chunk)
 
@@ -777,7 +794,7 @@ def _check_offset(offset: int) -> None:
         )
 
 
-def _within_bytes(found: list[logs.Row], bytes_max: int) -> list[logs.Row]:
+def _within_bytes(found: list[rows.Row], bytes_max: int) -> list[rows.Row]:
     """The first rows within bytes_max of keys and values (at least one)."""
     size = sum(map(len, map(_ROW_VALUE, found)))
     if any(map(_ROW_KEY, found)):

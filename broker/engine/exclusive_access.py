@@ -10,38 +10,14 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Callable
-from dataclasses import dataclass
 
 from broker.core import exclusive as rules
-from broker.core.exclusive import Access, Attached, Mode
 from broker.core.ownership import check_name
 from broker.engine.ownership import Owners
 from broker.errors import BrokerError, ErrorCode
 from broker.storage import exclusive as store
 from broker.storage.database import Database
-
-
-@dataclass(frozen=True, slots=True)
-class Attachment:
-    attachment_id: int
-    topic: str
-    name: str
-    mode: Mode
-    epoch: int
-
-
-@dataclass(frozen=True, slots=True)
-class AccessInfo:
-    epoch: int
-    exclusive: Attached | None
-    shared: tuple[Attached, ...]
-    waiting: tuple[Attached, ...]
-
-    @property
-    def mode(self) -> str:
-        if self.exclusive is not None:
-            return "exclusive"
-        return "shared" if self.shared else "free"
+from broker.types import Access, AccessInfo, Attached, Attachment, Mode
 
 
 class Exclusives:

@@ -10,49 +10,16 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Callable, Collection, Sequence
-from dataclasses import dataclass
 
+from broker import rows
 from broker.core import ownership as rules
-from broker.core.ownership import Event, Fence, Grant, Holding
+from broker.core.ownership import Event, Grant, Holding
 from broker.engine import sessions
 from broker.errors import BrokerError, ErrorCode
 from broker.limits import Limits
 from broker.storage import ownership as store
 from broker.storage.database import Database
-
-
-@dataclass(frozen=True, slots=True)
-class Claimed:
-    group: str
-    resource: str
-    generation: int
-
-    @property
-    def fence(self) -> Fence:
-        """The fence a write or read under this claim carries."""
-        return Fence(self.group, self.resource, self.generation)
-
-
-@dataclass(frozen=True, slots=True)
-class OwnResult:
-    claimed: tuple[Claimed, ...]
-    severed: tuple[str, ...]  # sessions this claim severed
-
-
-@dataclass(frozen=True, slots=True)
-class ReleaseResult:
-    released: tuple[str, ...]
-    severed: tuple[str, ...]
-
-
-@dataclass(frozen=True, slots=True)
-class OwnershipInfo:
-    group: str
-    resource: str
-    generation: int
-    holder: str | None
-    holder_live: bool
-    claimed_ms: int
+from broker.types import Claimed, Fence, OwnershipInfo, OwnResult, ReleaseResult
 
 
 class Owners:
@@ -272,8 +239,23 @@ class Owners:
                 if group is None or row.group == group
             ]
 
-    def history(self, group: str | None, limit: int) -> list[store.AuditRow]:
+    def history(self, group: str | None, limit: int) -> list[rows.AuditRow]:
         if limit <= 0:
             raise BrokerError(ErrorCode.INVALID_ARGUMENT, f"limit must be > 0, not {limit}")
         with self.database.read() as conn:
             return store.recent_audit(conn, group, limit)
+
+
+class Heartbeats:
+    """A process session's heartbeats on their own connection (Engine.heartbeats)."""
+
+    def __init__(self, owners: Owners) -> None:
+        self._owners = owners
+
+    def beat(self, session_id: str) -> bool:
+        """Keep the session alive; False once it was severed. STORAGE_BUSY: another
+        process held the write lock past the busy timeout, and this beat is missed."""
+        return self._owners.heartbeat(session_id)
+
+    def close(self) -> None:
+        self._owners.database.close()

@@ -31,15 +31,15 @@ import random
 import sqlite3
 from collections import OrderedDict
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 
 import msgpack
 
-from broker.core.producers import Batch, ProducerEntry, after_append, latest_offset
+from broker.core.producers import Batch, after_append, latest_offset
 from broker.errors import BrokerError, ErrorCode
 from broker.limits import Limits
 from broker.storage import producers as store
 from broker.storage.database import Database
+from broker.types import Lease, ProducerEntry
 
 Key = tuple[int, int, int]  # topic_id, partition, producer_id
 Part = tuple[int, int]  # topic_id, partition
@@ -47,15 +47,6 @@ _Mark = tuple[dict[Key, ProducerEntry], dict[Key, int], dict[Part, int], int]
 PID_COUNTER = "next_producer_id"
 PID_WRAP = 1 << 31
 _GENERATION_START_MAX = 1 << 20
-
-
-@dataclass(frozen=True, slots=True)
-class Lease:
-    producer_id: int
-    generation: int
-    sequence: int  # the high-water mark: the next record carries sequence + 1
-    expire_ms: int
-    now_ms: int = 0  # the broker's clock when it answered: expiry is judged against it
 
 
 class ProducerTable:

@@ -29,11 +29,9 @@ import os
 import signal
 import sqlite3
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Final
 
 from broker.core import txn as rules
-from broker.core.ownership import Fence
 from broker.core.txn import CommitAction, Entry, TxnState, TxnView
 from broker.engine.exclusive_access import Exclusives
 from broker.engine.ownership import Owners
@@ -44,71 +42,20 @@ from broker.storage import logs
 from broker.storage import producers as producer_store
 from broker.storage import txns as store
 from broker.storage.database import Database
-from broker.types import AppendResult, NewRecord, ProducerFields, Record
+from broker.types import (
+    AppendResult,
+    Fence,
+    JournalEntryInfo,
+    NewRecord,
+    ProducerFields,
+    TxnDetail,
+    TxnInfo,
+    TxnMember,
+    TxnPartition,
+)
 
 FAILPOINT_ENV: Final = "FENCELOG_FAILPOINT"
 FAILPOINT_STEPS: Final = ("begin", "data", "prepare", "apply", "complete", "ack")
-
-
-@dataclass(frozen=True, slots=True)
-class TxnPartition:
-    topic: str | None  # None: deleted after the transaction wrote to it
-    partition: int
-    records: int
-    bytes: int
-    base_offset: int | None  # where APPLY_COMMIT put the first record; None before
-
-
-@dataclass(frozen=True, slots=True)
-class TxnInfo:
-    txn_id: int
-    group: str
-    key: str | None
-    state: str
-    journal: int
-    began_ms: int
-    deadline_ms: int
-    ended_ms: int | None
-    reason: str | None
-    age_ms: int
-    partitions: tuple[TxnPartition, ...] = ()
-    existing: bool = False  # txn_begin with a key found this transaction already there
-
-    @property
-    def records(self) -> int:
-        return sum(p.records for p in self.partitions)
-
-
-@dataclass(frozen=True, slots=True)
-class TxnMember:
-    """A producer's place in a transaction: its pid and generation there. Joining again
-    under the same member name bumps the generation and discards the older records."""
-
-    txn_id: int
-    member: str
-    producer_id: int
-    generation: int
-    discarded: int = 0
-
-    @property
-    def producer(self) -> ProducerFields:
-        return ProducerFields(self.producer_id, self.generation, txn_id=self.txn_id)
-
-
-@dataclass(frozen=True, slots=True)
-class JournalEntryInfo:
-    journal: int
-    position: int
-    kind: str
-    at_ms: int
-    body: object
-
-
-@dataclass(frozen=True, slots=True)
-class TxnDetail:
-    info: TxnInfo
-    journal: tuple[JournalEntryInfo, ...]
-    records: tuple[Record, ...]  # still in the data journals (offset: journal position)
 
 
 class Failpoints:

@@ -13,28 +13,42 @@ from typing import Any, Final, TypeVar, cast
 
 import msgpack
 
-from broker.core.exclusive import Attached, Mode
-from broker.core.ownership import Fence
-from broker.core.producers import ProducerEntry
 from broker.core.txn import parse_txn_id
-from broker.engine.exclusive_access import AccessInfo, Attachment
-from broker.engine.ownership import Claimed, OwnershipInfo
-from broker.engine.producer_table import Lease
-from broker.engine.transactions import JournalEntryInfo, TxnDetail, TxnInfo, TxnMember, TxnPartition
 from broker.protocol.frames import ProtocolError
-from broker.storage.logs import ROW_FIELDS, Row, records_of
-from broker.storage.ownership import AuditRow
-from broker.storage.pages import Chunk, Page, records_of_chunks
-from broker.storage.producers import OffsetRow, SnapshotRow
+from broker.rows import (
+    ROW_FIELDS,
+    AuditRow,
+    Chunk,
+    OffsetRow,
+    Page,
+    Row,
+    SnapshotRow,
+    records_of,
+    records_of_chunks,
+)
 from broker.types import (
+    AccessInfo,
     AppendResult,
+    Attached,
+    Attachment,
     BrokerStatus,
+    Claimed,
+    Fence,
     Headers,
+    JournalEntryInfo,
+    Lease,
+    Mode,
     NewRecord,
+    OwnershipInfo,
     PartitionInfo,
+    ProducerEntry,
     ProducerFields,
     Record,
     TopicInfo,
+    TxnDetail,
+    TxnInfo,
+    TxnMember,
+    TxnPartition,
 )
 
 T = TypeVar("T")

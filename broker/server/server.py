@@ -41,9 +41,9 @@ from pathlib import Path
 from typing import Any, Final, Protocol, TypeVar, cast
 
 from broker import __version__
-from broker.core.exclusive import Mode, parse_access, wait_timeout
+from broker.core.exclusive import parse_access, wait_timeout
 from broker.discovery import SOCKET_FILE, ServerInfo, ServerLock
-from broker.engine.engine import Clock, Engine, ProduceRequest, wall_clock_ms
+from broker.engine.engine import Engine, ProduceRequest, wall_clock_ms
 from broker.engine.sessions import connection_session_id, new_server_run
 from broker.errors import BrokerError, ErrorCode
 from broker.event_loop import BusyPoll
@@ -59,8 +59,7 @@ from broker.protocol.messages import (
     Reply,
     Request,
 )
-from broker.storage.database import Durability
-from broker.types import NewRecord
+from broker.types import Clock, Durability, Mode, NewRecord
 
 log = logging.getLogger("fencelog.server")
 T = TypeVar("T")
@@ -552,7 +551,7 @@ class Server:
         reader = self._reader
 
         def page() -> tuple[int, bytes]:
-            from broker.storage import columnar  # pyarrow: only for columnar readers
+            from broker import columnar  # pyarrow: only for columnar readers
 
             batch = reader.fetch_arrow(topic, partition, offset, max_records, fences)
             return batch.num_rows, columnar.batch_to_ipc(batch)

@@ -24,15 +24,14 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
-from typing import Final, Literal, NoReturn
+from typing import Final, NoReturn
 
-import msgpack
-
+from broker.discovery import DB_FILE
 from broker.errors import BrokerError, ErrorCode
+from broker.rows import decode_headers
+from broker.types import Durability
 
-DB_FILE: Final = "fencelog.db"
 APPLICATION_ID: Final = 0x46454E43  # "FENC"
-Durability = Literal["full", "normal"]
 DURABILITIES: Final[tuple[Durability, ...]] = ("full", "normal")
 _SYNCHRONOUS: Final[dict[Durability, str]] = {"full": "FULL", "normal": "NORMAL"}
 # Files fencelog itself may leave in a data directory; anything else makes it foreign.
@@ -41,20 +40,7 @@ _OWN_FILE = re.compile(
 )
 
 
-def decode_headers(stored: bytes) -> tuple[tuple[str, bytes], ...]:
-    headers: tuple[tuple[str, bytes], ...] = msgpack.unpackb(stored, use_list=False, raw=False)
-    return headers
-
-
 sqlite3.register_converter("fencelog_headers", decode_headers)
-
-
-def encode_headers(headers: tuple[tuple[str, bytes], ...]) -> bytes:
-    packed: bytes = msgpack.packb(headers, use_bin_type=True)
-    return packed
-
-
-EMPTY_HEADERS: Final = encode_headers(())
 
 
 def _schema_scripts() -> list[tuple[int, str]]:

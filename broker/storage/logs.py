@@ -13,8 +13,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from itertools import repeat
 
+from broker.rows import (
+    EMPTY_HEADERS,
+    Row,
+    encode_headers,
+)
 from broker.storage import producers as producer_store
-from broker.storage.database import EMPTY_HEADERS, decode_headers, encode_headers
 from broker.storage.queries import RUN_ROWS, Q
 from broker.types import NewRecord, PartitionInfo, ProducerFields, Record
 
@@ -254,30 +258,11 @@ def plain_records(records: Sequence[NewRecord]) -> bool:
     )
 
 
-# A stored record without its topic, headers still msgpack: (partition, offset,
-# timestamp_ms, key, value, headers, producer_id, generation, sequence, epoch, txn_id).
-# What the server sends and the Spark reader turns into columns; records_of() makes
-# Records of them.
-Row = tuple[int, int, int, bytes | None, bytes, bytes, int, int, int, int, int | None]
-ROW_KEY, ROW_VALUE, ROW_HEADERS, ROW_FIELDS = 3, 4, 5, 11
-
-
 def read_rows(
     conn: sqlite3.Connection, topic: TopicRow, partition: int, offset: int, max_records: int
 ) -> list[Row]:
     cursor = conn.execute(Q["records_read_rows"], (topic.topic_id, partition, offset, max_records))
     return cursor.fetchall()
-
-
-def records_of(topic: str, rows: Sequence[Row]) -> list[Record]:
-    new, empty = tuple.__new__, EMPTY_HEADERS
-    return [
-        new(
-            Record,
-            (topic, p, o, t, k, v, () if h == empty else decode_headers(h), pid, g, s, e, x),
-        )
-        for p, o, t, k, v, h, pid, g, s, e, x in rows
-    ]
 
 
 def read_compacted(conn: sqlite3.Connection, topic: TopicRow, partition: int) -> list[Record]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import sqlite3
 from dataclasses import dataclass
 
+from broker.rows import AuditRow
 from broker.storage.queries import Q
 
 
@@ -23,19 +24,6 @@ class HoldingRow:
     generation: int
     holder: str | None
     claimed_ms: int
-
-
-@dataclass(frozen=True, slots=True)
-class AuditRow:
-    audit_id: int
-    at_ms: int
-    group: str
-    resource: str
-    event: str
-    session_id: str | None
-    generation: int
-    requested: int | None
-    other: str | None
 
 
 def upsert_session(conn: sqlite3.Connection, session_id: str, pid: int, now_ms: int) -> None:

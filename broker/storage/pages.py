@@ -26,42 +26,16 @@ Rules a page keeps:
 from __future__ import annotations
 
 import contextlib
-import gc
 import sqlite3
-from collections.abc import Iterable, Iterator, Sequence
-from itertools import accumulate, repeat
-from typing import Final, NamedTuple
+from collections.abc import Iterator
+from itertools import accumulate
 
-from broker.storage.database import decode_headers
-from broker.storage.logs import Row, TopicRow, records_of
+from broker.rows import (
+    Page,
+)
+from broker.storage.logs import TopicRow
 from broker.storage.queries import Q
-from broker.types import Record
 
-NO_TXN: Final = -1  # txn_id in a page's text of a record outside transactions
-
-# (producer_id, generation, sequence, epoch, txn_id) of a record
-ProducerColumns = tuple[int, int, int, int, int | None]
-
-
-class Page(NamedTuple):
-    """`count` records of one partition from `offset`. A column given as an int (or
-    `producer` as a tuple) is every record's; given as bytes it is one decimal number
-    per record, a line each."""
-
-    partition: int
-    offset: int
-    record_count: int
-    values: bytes  # every value, concatenated in offset order
-    value_lengths: int | bytes
-    timestamps: int | bytes  # timestamp_ms
-    keys: bytes  # every key, concatenated (b"" when no record has one)
-    key_lengths: int | bytes  # -1: no key
-    headers: list[tuple[int, bytes]]  # (offset, stored headers) of records that have some
-    producer: ProducerColumns | tuple[bytes, bytes, bytes, bytes, bytes]  # txn_id -1: none
-
-
-# What a fetch gives for one partition: a page, or its rows where SQLite cannot page it
-Chunk = Page | list[Row]
 _PageRange = tuple[int, int, int, int]  # topic_id, partition, first offset, last offset
 
 
@@ -164,112 +138,3 @@ def _within(sizes: bytes, bytes_max: int) -> int:
 
 
 # a page's records ---------------------------------------------------------------------
-
-
-def records_of_chunks(topic: str, chunks: Sequence[Chunk]) -> list[Record]:
-    """The records of a fetch's pages and rows, in their order."""
-    found: list[Record] = []
-    for chunk in chunks:
-        if isinstance(chunk, Page):
-            found += records_of_page(topic, chunk)
-        else:
-            found += records_of(topic, chunk)
-    return found
-
-
-def records_of_page(topic: str, page: Page) -> list[Record]:
-    """The page's records, built column by column with no Python loop per record.
-    ValueError: the page contradicts itself (a column of another length, lengths that
-    do not add up to the concatenation)."""
-    count = page.record_count
-    if count == 0:
-        return []
-    values = _split(page.values, page.value_lengths, count, "value")
-    keys: Iterator[bytes | None] | list[bytes | None]
-    if page.key_lengths == -1:
-        keys = repeat(None, count)
-    else:
-        keys = _split_keys(page.keys, page.key_lengths, count)
-    headers: Iterator[tuple[tuple[str, bytes], ...]] | list[tuple[tuple[str, bytes], ...]]
-    if page.headers:
-        headers = [()] * count
-        for offset, stored in page.headers:
-            index = offset - page.offset
-            if not 0 <= index < count:
-                raise ValueError(f"headers of offset {offset}, outside the page")
-            headers[index] = decode_headers(stored)
-    else:
-        headers = repeat((), count)
-    pid, generation, sequence, epoch, txns = (
-        _column(column, count, "producer field") for column in page.producer
-    )
-    txn_id: Iterable[int | None] = txns
-    if isinstance(page.producer[4], bytes):
-        txn_id = [None if txn == NO_TXN else txn for txn in txns]
-    columns = zip(
-        repeat(topic, count),
-        repeat(page.partition, count),
-        range(page.offset, page.offset + count),
-        _column(page.timestamps, count, "timestamp"),
-        keys,
-        values,
-        headers,
-        pid,
-        generation,
-        sequence,
-        epoch,
-        txn_id,
-        strict=True,
-    )
-    with _collector_paused():
-        return list(map(tuple.__new__, repeat(Record), columns))
-
-
-@contextlib.contextmanager
-def _collector_paused() -> Iterator[None]:
-    """Python's cycle collector paused while a page's Records are made: they hold
-    numbers, bytes and strings, no cycles, and a run of the collector every 700 new
-    tuples cost a third of the time of making them (0.35 us a record, measured)."""
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
-
-
-def _column(column: int | bytes | None, count: int, what: str) -> Iterable[int | None]:
-    if not isinstance(column, bytes):
-        return repeat(column, count)
-    numbers = list(map(int, column.split()))
-    if len(numbers) != count:
-        raise ValueError(f"{len(numbers)} {what}s for a page of {count} records")
-    return numbers
-
-
-def _split(data: bytes, lengths: int | bytes, count: int, what: str) -> list[bytes]:
-    if isinstance(lengths, bytes):
-        return _slices(data, list(map(int, lengths.split())), count, what)
-    if lengths * count != len(data):
-        raise ValueError(f"{count} {what}s of {lengths} bytes in {len(data)} bytes")
-    if lengths == 0:
-        return [b""] * count
-    return [data[start : start + lengths] for start in range(0, len(data), lengths)]
-
-
-def _slices(data: bytes, sizes: list[int], count: int, what: str) -> list[bytes]:
-    if len(sizes) != count:
-        raise ValueError(f"{len(sizes)} {what} lengths for a page of {count} records")
-    ends = list(accumulate(sizes))
-    if ends[-1] != len(data) or min(sizes) < 0:
-        raise ValueError(f"{what} lengths that do not add up to {len(data)} bytes")
-    return list(map(data.__getitem__, map(slice, [0, *ends[:-1]], ends)))
-
-
-def _split_keys(data: bytes, lengths: int | bytes, count: int) -> list[bytes | None]:
-    sizes = list(map(int, lengths.split())) if isinstance(lengths, bytes) else [lengths] * count
-    found: list[bytes | None] = list(_slices(data, [max(0, n) for n in sizes], count, "key"))
-    if min(sizes) < 0:
-        found = [None if size < 0 else key for size, key in zip(sizes, found, strict=True)]
-    return found

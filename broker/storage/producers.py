@@ -6,6 +6,7 @@ from __future__ import annotations
 import sqlite3
 from dataclasses import dataclass
 
+from broker.rows import OffsetRow, SnapshotRow
 from broker.storage.queries import Q
 
 
@@ -26,23 +27,6 @@ class LastRecord:
     generation: int
     sequence: int
     timestamp_ms: int
-
-
-@dataclass(frozen=True, slots=True)
-class SnapshotRow:
-    snapshot_id: int
-    created_ms: int
-    producers: int
-    evictions: int
-    bytes: int
-
-
-@dataclass(frozen=True, slots=True)
-class OffsetRow:
-    partition: int
-    next_offset: int
-    producer_state: bytes | None
-    committed_ms: int
 
 
 def last_records_after(

@@ -13,7 +13,7 @@ from itertools import repeat
 
 import msgpack
 
-from broker.storage.database import EMPTY_HEADERS, encode_headers
+from broker.rows import EMPTY_HEADERS, encode_headers
 from broker.storage.logs import VALUE, plain_records
 from broker.storage.queries import RUN_ROWS, Q
 from broker.types import NewRecord, Record

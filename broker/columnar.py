@@ -23,9 +23,8 @@ import pyarrow.compute as pc
 import pyarrow.csv as pa_csv
 import pyarrow.ipc as pa_ipc
 
-from broker.storage import pages
-from broker.storage.database import EMPTY_HEADERS, decode_headers
-from broker.storage.logs import Row
+from broker import rows
+from broker.rows import EMPTY_HEADERS, Row, decode_headers
 
 ARROW_SCHEMA: Final = pa.schema(
     [
@@ -55,7 +54,7 @@ def empty_batch() -> pa.RecordBatch:
     )
 
 
-def page_to_arrow(topic: str, page: pages.Page) -> pa.RecordBatch:
+def page_to_arrow(topic: str, page: rows.Page) -> pa.RecordBatch:
     """A page (broker/storage/pages.py) as one batch, column by column."""
     count = page.record_count
     if count == 0:
@@ -81,7 +80,7 @@ def page_to_arrow(topic: str, page: pages.Page) -> pa.RecordBatch:
     ]
     if isinstance(page.producer[-1], bytes):
         txn = producer[-1]
-        producer[-1] = pc.if_else(pc.equal(txn, pages.NO_TXN), pa.scalar(None, pa.int64()), txn)
+        producer[-1] = pc.if_else(pc.equal(txn, rows.NO_TXN), pa.scalar(None, pa.int64()), txn)
     columns = [
         pa.repeat(pa.scalar(topic, pa.string()), count),
         pa.repeat(pa.scalar(page.partition, pa.int32()), count),
