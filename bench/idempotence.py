@@ -39,6 +39,7 @@ from broker.client.served import AsyncClient
 from broker.engine.engine import Engine
 from broker.event_loop import new_event_loop
 from broker.limits import DEFAULT_LIMITS
+from broker.protocol import ops
 from broker.types import NewRecord, ProducerFields
 
 TITLE: Final = "Idempotent producers (issue 5)"
@@ -187,7 +188,7 @@ def _served(work_dir: Path, sizes: IdempotenceSizes) -> tuple[Overhead, Overhead
 
         def fresh_topic() -> str:
             topic = next(topics)
-            runner.run(client.create_topic(topic, 1))
+            runner.run(client.call(ops.CREATE_TOPIC, topic, 1))
             return topic
 
         def batches_round(idempotent: bool) -> float:

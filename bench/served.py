@@ -21,6 +21,7 @@ from collections.abc import Sequence
 from typing import Final
 
 from broker.client.served import Address, AsyncClient
+from broker.protocol import ops
 from broker.protocol.messages import Op
 from broker.types import NO_PRODUCER, NewRecord, ProducerFields
 
@@ -32,7 +33,7 @@ def async_client(address: str, busy_poll_us: int = 0) -> AsyncClient:
 
 
 async def end_offset(client: AsyncClient, topic: str) -> int:
-    info = await client.describe_topic(topic)
+    info = await client.call(ops.DESCRIBE_TOPIC, topic)
     return info.partition_details[PARTITION].end_offset
 
 
@@ -56,7 +57,7 @@ async def numbering(client: AsyncClient, topic: str, idempotent: bool) -> Number
     """A fresh pid's numbering for the partition, or none (pid 0)."""
     if not idempotent:
         return Numbering()
-    lease = await client.lease_pid(topic, PARTITION)
+    lease = await client.call(ops.LEASE_PID, topic, PARTITION)
     return Numbering(lease.producer_id, lease.generation, lease.sequence)
 
 

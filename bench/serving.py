@@ -42,6 +42,7 @@ from broker.client.client import Client, connect
 from broker.client.served import AsyncClient
 from broker.engine.engine import Engine
 from broker.event_loop import new_event_loop
+from broker.protocol import ops
 from broker.types import Durability, NewRecord
 
 TITLE: Final = "Server (issue 3)"
@@ -191,7 +192,7 @@ class _Topics:
 
     def new(self, loop: asyncio.Runner, client: AsyncClient, prefix: str) -> str:
         name = f"{prefix}-{next(self._numbers)}"
-        loop.run(client.create_topic(name, 1))
+        loop.run(client.call(ops.CREATE_TOPIC, name, 1))
         return name
 
 
@@ -469,7 +470,7 @@ def _consume(
     (`Client.consume`), and Engine.read in this process on the server's own data
     directory."""
     records = sizes.consume_records
-    loop.run(client.create_topic(read.TOPIC, 1))
+    loop.run(client.call(ops.CREATE_TOPIC, read.TOPIC, 1))
     value_batches = append.value_batches(records, seed=43)
     record_batches = [[NewRecord(v, None, (), 0) for v in batch] for batch in value_batches]
     loop.run(served.batches_pipelined(client, read.TOPIC, record_batches, 1, idempotent=False))

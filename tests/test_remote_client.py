@@ -24,6 +24,7 @@ from broker.client.served import Address, AsyncClient, ServedTransport
 from broker.discovery import find_server
 from broker.errors import BrokerError, ErrorCode
 from broker.limits import BUSY_POLL_US_MAX, DEFAULT_LIMITS
+from broker.protocol import ops
 from broker.protocol.messages import Op, Push
 from broker.types import NO_PRODUCER, NewRecord
 from cli.main import command
@@ -339,8 +340,12 @@ def test_async_client_pipelines_many_requests_each_with_its_own_result(
     async def scenario() -> None:
         client = AsyncClient(Address("tcp", HOST, server.port))
         try:
-            await asyncio.gather(*(client.create_topic(f"t{n}", n + 1) for n in range(10)))
-            described = await asyncio.gather(*(client.describe_topic(f"t{n}") for n in range(10)))
+            await asyncio.gather(
+                *(client.call(ops.CREATE_TOPIC, f"t{n}", n + 1) for n in range(10))
+            )
+            described = await asyncio.gather(
+                *(client.call(ops.DESCRIBE_TOPIC, f"t{n}") for n in range(10))
+            )
             assert [(t.name, t.partitions) for t in described] == [
                 (f"t{n}", n + 1) for n in range(10)
             ]
@@ -414,7 +419,7 @@ def test_connecting_to_nothing_fails_with_connection_failed_after_the_timeout() 
     async def scenario() -> BrokerError:
         client = AsyncClient(Address("tcp", HOST, port), connect_timeout_s=0.5)
         with pytest.raises(BrokerError) as excinfo:
-            await client.list_topics()
+            await client.call(ops.LIST_TOPICS)
         return excinfo.value
 
     started = time.monotonic()
@@ -433,7 +438,7 @@ def test_a_fetch_in_flight_when_the_session_is_severed_goes_on_with_a_new_sessio
     async def scenario() -> None:
         client = AsyncClient(Address("tcp", HOST, server.port), on_push=pushes.append)
         try:
-            await client.create_topic("sev", 1)
+            await client.call(ops.CREATE_TOPIC, "sev", 1)
             first_session = (await client.connection()).session_id
             waiting = asyncio.ensure_future(client.fetch("sev", {0: 0}, 10, 20_000))
             await asyncio.sleep(0.2)
@@ -458,7 +463,7 @@ def test_a_produce_in_flight_when_the_session_is_severed_fails_as_severed(
     async def scenario() -> None:
         client = AsyncClient(Address("tcp", HOST, server.port))
         try:
-            await client.create_topic("sev", 1)
+            await client.call(ops.CREATE_TOPIC, "sev", 1)
             connection = await client.connection()
             server.call(lambda: server.server.sever(connection.session_id, "test says so"))
             deadline = asyncio.get_running_loop().time() + 10
@@ -539,13 +544,13 @@ def test_an_async_client_polls_while_it_awaits_a_reply_for_at_most_its_window(
 
     async def cpu_of_a_long_poll_then_idle(address: str, busy_poll_us: int) -> list[float]:
         client = AsyncClient(Address.parse(address), busy_poll_us=busy_poll_us)
-        await client.create_topic("quiet", 1)
+        await client.call(ops.CREATE_TOPIC, "quiet", 1)
         spent = []
         for wait in (client.fetch("quiet", {0: 0}, 10, 500), asyncio.sleep(0.3)):
             start = time.thread_time()
             assert not await wait  # nothing to fetch; sleep returns None
             spent.append(time.thread_time() - start)
-        await client.delete_topic("quiet")
+        await client.call(ops.DELETE_TOPIC, "quiet")
         await client.close()
         return spent
 

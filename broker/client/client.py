@@ -23,14 +23,16 @@ import os
 import time
 from collections.abc import Callable, Generator, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Final, Literal, Protocol
+from typing import TYPE_CHECKING, Final, Literal, ParamSpec, Protocol, TypeVar
 
 from broker.client.embedded import EmbeddedTransport
 from broker.core import records as record_rules
 from broker.discovery import find_server
 from broker.errors import BrokerError, ErrorCode
 from broker.limits import DEFAULT_LIMITS, Limits
-from broker.rows import AuditRow, OffsetRow, Row, SnapshotRow
+from broker.protocol import ops
+from broker.protocol.ops import Operation
+from broker.rows import AuditRow, Row, SnapshotRow
 from broker.types import (
     NO_PRODUCER,
     AccessInfo,
@@ -65,17 +67,14 @@ if TYPE_CHECKING:  # imported when used: a one-shot embedded command needs neith
 DEFAULT_BROKER: Final = "./.fencelog"
 Start = int | Literal["beginning", "end"]
 Value = bytes | str | NewRecord
+P = ParamSpec("P")
+R = TypeVar("R")
 
 
 class _Transport(Protocol):
     limits: Limits
     validates_records: bool  # True: the engine behind it checks records itself, here
 
-    def create_topic(self, name: str, partitions: int, *, owner_group: str | None) -> TopicInfo: ...
-    def delete_topic(self, name: str) -> None: ...
-    def list_topics(self) -> list[TopicInfo]: ...
-    def describe_topic(self, name: str) -> TopicInfo: ...
-    def status(self) -> BrokerStatus: ...
     def produce(
         self,
         topic: str,
@@ -116,37 +115,12 @@ class _Transport(Protocol):
     ) -> list[str]: ...
     def ownership(self, group: str | None) -> list[OwnershipInfo]: ...
     def ownership_history(self, group: str | None, limit: int) -> list[AuditRow]: ...
-    def lease_pid(self, topic: str, partition: int, pid: int | None) -> Lease: ...
-    def producer_states(self, topic: str) -> list[tuple[int, ProducerEntry]]: ...
-    def snapshot_producers(self) -> int: ...
-    def producer_snapshots(self) -> list[SnapshotRow]: ...
-    def commit_offsets(
-        self, group: str, topic: str, offsets: dict[int, int], producer_state: bytes | None
-    ) -> None: ...
-    def committed_offsets(self, group: str, topic: str) -> list[OffsetRow]: ...
     def backup(self, path: str) -> int: ...
     def attach(
         self, topic: str, access: str, name: str, epoch: int | None, wait_ms: int
     ) -> Attachment: ...
     def detach(self, topic: str, attachment_id: int) -> None: ...
-    def topic_access(self, topic: str) -> AccessInfo: ...
-    def read_compacted(self, topic: str, partition: int) -> list[Record]: ...
-    def txn_begin(self, group: str, key: str | None, timeout_ms: int | None) -> TxnInfo: ...
-    def txn_join(self, txn_id: int, member: str) -> TxnMember: ...
-    def txn_commit(
-        self, txn_id: int, group: str | None, members: Mapping[str, int] | None
-    ) -> TxnInfo: ...
-    def txn_abort(self, txn_id: int, group: str | None) -> TxnInfo: ...
-    def txn_list(self, include_ended: bool, limit: int) -> list[TxnInfo]: ...
-    def txn_show(self, txn_id: int, records_max: int | None) -> TxnDetail: ...
-    def txn_commit_offsets(
-        self,
-        txn_id: int,
-        group: str,
-        topic: str,
-        offsets: dict[int, int],
-        producer_state: bytes | None,
-    ) -> None: ...
+    def call(self, entry: Operation[P, R], *args: P.args, **kwargs: P.kwargs) -> R: ...
     def close(self) -> None: ...
 
 
@@ -172,22 +146,22 @@ class Client:
     def create_topic(
         self, name: str, partitions: int = 1, *, owner_group: str | None = None
     ) -> TopicInfo:
-        return self._transport.create_topic(name, partitions, owner_group=owner_group)
+        return self._transport.call(ops.CREATE_TOPIC, name, partitions, owner_group=owner_group)
 
     def delete_topic(self, name: str) -> None:
-        self._transport.delete_topic(name)
+        self._transport.call(ops.DELETE_TOPIC, name)
 
     def list_topics(self) -> list[TopicInfo]:
-        return self._transport.list_topics()
+        return self._transport.call(ops.LIST_TOPICS)
 
     def describe_topic(self, name: str) -> TopicInfo:
-        return self._transport.describe_topic(name)
+        return self._transport.call(ops.DESCRIBE_TOPIC, name)
 
     def end_offsets(self, topic: str) -> list[int]:
         return [p.end_offset for p in self.describe_topic(topic).partition_details]
 
     def status(self) -> BrokerStatus:
-        return self._transport.status()
+        return self._transport.call(ops.STATUS)
 
     # produce ------------------------------------------------------------------------
 
@@ -466,29 +440,29 @@ class Client:
 
     def topic_access(self, topic: str) -> AccessInfo:
         """A topic's epoch, its exclusive producer, shared producers and waiters."""
-        return self._transport.topic_access(topic)
+        return self._transport.call(ops.TOPIC_ACCESS, topic)
 
     def read_compacted(self, topic: str, partition: int | None = None) -> list[Record]:
         """The newest record of every key (all partitions, or one), in offset order."""
         partitions = (
             range(self.describe_topic(topic).partitions) if partition is None else [partition]
         )
-        return [r for p in partitions for r in self._transport.read_compacted(topic, p)]
+        return [r for p in partitions for r in self._transport.call(ops.READ_COMPACTED, topic, p)]
 
     def lease_pid(self, topic: str, partition: int, pid: int | None = None) -> Lease:
         """A new producer id for (topic, partition), or an existing pid's state there."""
-        return self._transport.lease_pid(topic, partition, pid)
+        return self._transport.call(ops.LEASE_PID, topic, partition, pid)
 
     def producer_states(self, topic: str) -> list[tuple[int, ProducerEntry]]:
         """(partition, state) of every producer id the broker holds for topic."""
-        return self._transport.producer_states(topic)
+        return self._transport.call(ops.PRODUCERS, topic)
 
     def snapshot_producers(self) -> int:
         """Store a producer-state snapshot with its offset vector; its id."""
-        return self._transport.snapshot_producers()
+        return self._transport.call(ops.PRODUCER_SNAPSHOT)
 
     def producer_snapshots(self) -> list[SnapshotRow]:
-        return self._transport.producer_snapshots()
+        return self._transport.call(ops.PRODUCER_SNAPSHOTS)
 
     def commit_offsets(
         self,
@@ -499,7 +473,7 @@ class Client:
         producer: Producer | ProducerState | None = None,
     ) -> None:
         """Store a consumer group's next offsets, with a producer's state to resume."""
-        self._transport.commit_offsets(group, topic, dict(offsets), _state_blob(producer))
+        self._transport.call(ops.COMMIT_OFFSETS, group, topic, dict(offsets), _state_blob(producer))
 
     def committed_offsets(
         self, group: str, topic: str
@@ -507,7 +481,7 @@ class Client:
         """The group's next offsets per partition, and the producer state stored last."""
         from broker.client.producer import ProducerState
 
-        rows = self._transport.committed_offsets(group, topic)
+        rows = self._transport.call(ops.COMMITTED_OFFSETS, group, topic)
         newest = max(rows, key=lambda r: r.committed_ms, default=None)
         state = None
         if newest is not None and newest.producer_state is not None:
@@ -543,10 +517,10 @@ class Client:
         self, group: str, *, key: str | None = None, timeout_ms: int | None = None
     ) -> TxnInfo:
         """BEGIN in the group's journal; the new (or, with key, found) transaction."""
-        return self._transport.txn_begin(group, key, timeout_ms)
+        return self._transport.call(ops.TXN_BEGIN, group, key, timeout_ms)
 
     def txn_join(self, txn_id: int, member: str) -> TxnMember:
-        return self._transport.txn_join(txn_id, member)
+        return self._transport.call(ops.TXN_JOIN, txn_id, member)
 
     def txn_commit(
         self,
@@ -559,22 +533,22 @@ class Client:
         Committing twice answers the commit again; an aborted one is TXN_ABORTED.
         `members` ({member: generation}) commits only those members' records, as of
         those generations (a coordinator names the attempts that succeeded)."""
-        return self._transport.txn_commit(txn_id, group, members)
+        return self._transport.call(ops.TXN_COMMIT, txn_id, group, members)
 
     def txn_abort(self, txn_id: int, *, group: str | None = None) -> TxnInfo:
-        return self._transport.txn_abort(txn_id, group)
+        return self._transport.call(ops.TXN_ABORT, txn_id, group)
 
     def txn_list(self, *, include_ended: bool = False, limit: int = 100) -> list[TxnInfo]:
         """Open and committing transactions (with include_ended, the newest of all)."""
         if limit < 0:
             raise BrokerError(ErrorCode.INVALID_ARGUMENT, f"limit must be >= 0, not {limit}")
-        return self._transport.txn_list(include_ended, limit)
+        return self._transport.call(ops.TXN_LIST, include_ended, limit)
 
     def txn_show(self, txn_id: int, *, records_max: int | None = None) -> TxnDetail:
         """A transaction, its journal entries and the records still in its data journals."""
         if records_max is not None and records_max < 0:
             raise BrokerError(ErrorCode.INVALID_ARGUMENT, "records_max must be >= 0")
-        return self._transport.txn_show(txn_id, records_max)
+        return self._transport.call(ops.TXN_SHOW, txn_id, records_max)
 
     def txn_commit_offsets(
         self,
@@ -586,8 +560,8 @@ class Client:
         producer: Producer | ProducerState | None = None,
     ) -> None:
         """Consumer offsets (and a producer's state) that take effect at the commit."""
-        self._transport.txn_commit_offsets(
-            txn_id, group, topic, dict(offsets), _state_blob(producer)
+        self._transport.call(
+            ops.TXN_COMMIT_OFFSETS, txn_id, group, topic, dict(offsets), _state_blob(producer)
         )
 
     # ownership ----------------------------------------------------------------------

@@ -13,12 +13,13 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, ParamSpec, TypeVar
 
 from broker.core.exclusive import parse_access, wait_timeout
 from broker.engine import Engine
 from broker.errors import BrokerError, ErrorCode
 from broker.limits import Limits
+from broker.protocol.ops import Operation
 from broker.rows import AuditRow, Row
 from broker.types import (
     AppendResult,
@@ -38,6 +39,8 @@ if TYPE_CHECKING:
     from broker.client.wal_watch import WalWatcher
 
 SeveredCallback = Callable[[str], None]
+P = ParamSpec("P")
+R = TypeVar("R")
 
 
 class _Heartbeat(threading.Thread):
@@ -93,29 +96,14 @@ class EmbeddedTransport:
         self._severed_callbacks: list[SeveredCallback] = []
         self._severed_reason: str | None = None
         self._closed = False
-        self.create_topic = engine.create_topic
-        self.delete_topic = engine.delete_topic
-        self.list_topics = engine.list_topics
-        self.describe_topic = engine.describe_topic
-        self.status = engine.status
-        self.lease_pid = engine.lease_pid
-        self.producer_states = engine.producer_states
-        self.snapshot_producers = engine.snapshot_producers
-        self.producer_snapshots = engine.producer_snapshots
-        self.commit_offsets = engine.commit_offsets
-        self.committed_offsets = engine.committed_offsets
         self.backup = engine.backup
-        self.topic_access = engine.topic_access
-        self.read_compacted = engine.read_compacted
         self.fetch_arrow = engine.fetch_arrow  # columnar; Client.fetch_arrow looks for it
         self.broker_now_ms = engine.clock
-        self.txn_begin = engine.txn_begin
-        self.txn_join = engine.txn_join
-        self.txn_commit = engine.txn_commit
-        self.txn_abort = engine.txn_abort
-        self.txn_list = engine.txn_list
-        self.txn_show = engine.txn_show
-        self.txn_commit_offsets = engine.txn_commit_offsets
+
+    def call(self, entry: Operation[P, R], *args: P.args, **kwargs: P.kwargs) -> R:
+        """One operation of the table: the engine method it names, called here."""
+        result: R = getattr(self.engine, entry.method)(*args, **kwargs)
+        return result
 
     # records ------------------------------------------------------------------------
 

@@ -20,9 +20,9 @@ import contextlib
 import itertools
 import os
 import threading
-from collections.abc import Callable, Coroutine, Mapping, Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Final, TypeVar, cast
+from typing import TYPE_CHECKING, Any, Final, ParamSpec, TypeVar, cast
 
 from broker import __version__
 from broker.errors import BrokerError, ErrorCode
@@ -38,52 +38,33 @@ from broker.protocol.messages import (
     Push,
     Reply,
 )
-from broker.rows import AuditRow, OffsetRow, Row, SnapshotRow
+from broker.protocol.ops import OPERATIONS, Operation
+from broker.rows import AuditRow, Row
 from broker.types import (
     NO_PRODUCER,
-    AccessInfo,
     AppendResult,
     Attachment,
-    BrokerStatus,
     Claimed,
     Fence,
-    Lease,
     NewRecord,
     OwnershipInfo,
-    ProducerEntry,
     ProducerFields,
     Record,
-    TopicInfo,
-    TxnDetail,
-    TxnInfo,
-    TxnMember,
 )
 
 if TYPE_CHECKING:
     import pyarrow as pa
 
 T = TypeVar("T")
+P = ParamSpec("P")
+R = TypeVar("R")
 _BACKOFF_FIRST_S: Final = 0.02
 _BACKOFF_MAX_S: Final = 1.0
+# Requests sent once more on a new connection when the connection ended under them: the
+# table's retry-safe operations (broker/protocol/ops.py), and these of their own.
 RETRY_SAFE: Final = frozenset(
-    {
-        Op.HEARTBEAT,
-        Op.LIST_TOPICS,
-        Op.DESCRIBE_TOPIC,
-        Op.STATUS,
-        Op.FETCH,
-        Op.OWN,
-        Op.OWNERSHIP,
-        Op.OWN_HISTORY,
-        # committing or aborting twice is answered as done; joining twice only bumps
-        # the member's generation before it has written anything
-        Op.TXN_JOIN,
-        Op.TXN_COMMIT,
-        Op.TXN_ABORT,
-        Op.TXN_LIST,
-        Op.TXN_SHOW,
-        Op.TXN_COMMIT_OFFSETS,
-    }
+    {Op.HEARTBEAT, Op.FETCH, Op.OWN, Op.OWNERSHIP, Op.OWN_HISTORY}
+    | {entry.op for entry in OPERATIONS if entry.retry_safe}
 )
 _ENDED: Final = frozenset({ErrorCode.CONNECTION_FAILED, ErrorCode.SEVERED})
 
@@ -426,31 +407,17 @@ class AsyncClient:
                 raise
         return await (await self.connection()).request(op, args)
 
+    async def call(self, entry: Operation[P, R], *args: P.args, **kwargs: P.kwargs) -> R:
+        """One operation of the table (broker/protocol/ops.py), e.g.
+        `await client.call(ops.CREATE_TOPIC, "orders", 4)`."""
+        return entry.decode_reply(await self.request(entry.op, entry.args(*args, **kwargs)))
+
     async def close(self) -> None:
         self._closed = True
         if self._connection is not None:
             await self._connection.close()
 
     # operations -----------------------------------------------------------------------
-
-    async def create_topic(
-        self, name: str, partitions: int, *, owner_group: str | None = None
-    ) -> TopicInfo:
-        args = {"name": name, "partitions": partitions, "owner_group": owner_group}
-        return codec.topic_from_wire(await self.request(Op.CREATE_TOPIC, args))
-
-    async def delete_topic(self, name: str) -> None:
-        await self.request(Op.DELETE_TOPIC, {"name": name})
-
-    async def list_topics(self) -> list[TopicInfo]:
-        reply = await self.request(Op.LIST_TOPICS, {})
-        return [codec.topic_from_wire(t) for t in reply["topics"]]
-
-    async def describe_topic(self, name: str) -> TopicInfo:
-        return codec.topic_from_wire(await self.request(Op.DESCRIBE_TOPIC, {"name": name}))
-
-    async def status(self) -> BrokerStatus:
-        return codec.status_from_wire(await self.request(Op.STATUS, {}))
 
     async def produce(
         self,
@@ -567,87 +534,8 @@ class AsyncClient:
     async def session_id(self) -> str:
         return (await self.connection()).session_id
 
-    async def lease_pid(self, topic: str, partition: int, pid: int | None = None) -> Lease:
-        args = {"topic": topic, "partition": partition, "pid": pid}
-        return codec.lease_from_wire(await self.request(Op.LEASE_PID, args))
-
-    async def producer_states(self, topic: str) -> list[tuple[int, ProducerEntry]]:
-        reply = await self.request(Op.PRODUCERS, {"topic": topic})
-        return codec.entries_from_wire(reply["producers"])
-
-    async def snapshot_producers(self) -> int:
-        return int((await self.request(Op.PRODUCER_SNAPSHOT, {}))["snapshot_id"])
-
-    async def producer_snapshots(self) -> list[SnapshotRow]:
-        reply = await self.request(Op.PRODUCER_SNAPSHOTS, {})
-        return codec.snapshots_from_wire(reply["snapshots"])
-
-    async def commit_offsets(
-        self, group: str, topic: str, offsets: dict[int, int], producer_state: bytes | None
-    ) -> None:
-        args = {
-            "group": group,
-            "topic": topic,
-            "offsets": list(offsets.items()),
-            "producer_state": producer_state,
-        }
-        await self.request(Op.COMMIT_OFFSETS, args)
-
-    async def committed_offsets(self, group: str, topic: str) -> list[OffsetRow]:
-        reply = await self.request(Op.COMMITTED_OFFSETS, {"group": group, "topic": topic})
-        return codec.offsets_from_wire(reply["offsets"])
-
     async def backup(self, path: str) -> int:
         return int((await self.request(Op.BACKUP, {"path": path}))["bytes"])
-
-    async def txn_begin(
-        self, group: str, key: str | None = None, timeout_ms: int | None = None
-    ) -> TxnInfo:
-        args = {"group": group, "key": key, "timeout_ms": timeout_ms}
-        return codec.txn_from_wire(await self.request(Op.TXN_BEGIN, args))
-
-    async def txn_join(self, txn_id: int, member: str) -> TxnMember:
-        reply = await self.request(Op.TXN_JOIN, {"txn_id": txn_id, "member": member})
-        return codec.member_from_wire(reply)
-
-    async def txn_commit(
-        self, txn_id: int, group: str | None = None, members: Mapping[str, int] | None = None
-    ) -> TxnInfo:
-        args = {
-            "txn_id": txn_id,
-            "group": group,
-            "members": None if members is None else list(members.items()),
-        }
-        return codec.txn_from_wire(await self.request(Op.TXN_COMMIT, args))
-
-    async def txn_abort(self, txn_id: int, group: str | None = None) -> TxnInfo:
-        reply = await self.request(Op.TXN_ABORT, {"txn_id": txn_id, "group": group})
-        return codec.txn_from_wire(reply)
-
-    async def txn_list(self, include_ended: bool = False, limit: int = 100) -> list[TxnInfo]:
-        reply = await self.request(Op.TXN_LIST, {"all": include_ended, "limit": limit})
-        return [codec.txn_from_wire(wire) for wire in reply["txns"]]
-
-    async def txn_show(self, txn_id: int, records_max: int | None = None) -> TxnDetail:
-        reply = await self.request(Op.TXN_SHOW, {"txn_id": txn_id, "records_max": records_max})
-        return codec.detail_from_wire(reply)
-
-    async def txn_commit_offsets(
-        self,
-        txn_id: int,
-        group: str,
-        topic: str,
-        offsets: dict[int, int],
-        producer_state: bytes | None,
-    ) -> None:
-        args = {
-            "txn_id": txn_id,
-            "group": group,
-            "topic": topic,
-            "offsets": list(offsets.items()),
-            "producer_state": producer_state,
-        }
-        await self.request(Op.TXN_COMMIT_OFFSETS, args)
 
     async def attach(
         self, topic: str, access: str, name: str, epoch: int | None, wait_ms: int
@@ -659,13 +547,6 @@ class AsyncClient:
 
     async def detach(self, topic: str, attachment_id: int) -> None:
         await self.request(Op.DETACH, {"topic": topic, "attachment": attachment_id})
-
-    async def topic_access(self, topic: str) -> AccessInfo:
-        return codec.access_from_wire(await self.request(Op.TOPIC_ACCESS, {"topic": topic}))
-
-    async def read_compacted(self, topic: str, partition: int) -> list[Record]:
-        reply = await self.request(Op.READ_COMPACTED, {"topic": topic, "partition": partition})
-        return codec.records_from_wire(reply["records"])
 
 
 class ServedTransport:
@@ -701,21 +582,6 @@ class ServedTransport:
 
     def session_id(self) -> str:
         return self._call(self.client.session_id())
-
-    def create_topic(self, name: str, partitions: int, *, owner_group: str | None) -> TopicInfo:
-        return self._call(self.client.create_topic(name, partitions, owner_group=owner_group))
-
-    def delete_topic(self, name: str) -> None:
-        self._call(self.client.delete_topic(name))
-
-    def list_topics(self) -> list[TopicInfo]:
-        return self._call(self.client.list_topics())
-
-    def describe_topic(self, name: str) -> TopicInfo:
-        return self._call(self.client.describe_topic(name))
-
-    def status(self) -> BrokerStatus:
-        return self._call(self.client.status())
 
     def produce(
         self,
@@ -812,26 +678,6 @@ class ServedTransport:
     def ownership_history(self, group: str | None, limit: int) -> list[AuditRow]:
         return self._call(self.client.ownership_history(group, limit))
 
-    def lease_pid(self, topic: str, partition: int, pid: int | None) -> Lease:
-        return self._call(self.client.lease_pid(topic, partition, pid))
-
-    def producer_states(self, topic: str) -> list[tuple[int, ProducerEntry]]:
-        return self._call(self.client.producer_states(topic))
-
-    def snapshot_producers(self) -> int:
-        return self._call(self.client.snapshot_producers())
-
-    def producer_snapshots(self) -> list[SnapshotRow]:
-        return self._call(self.client.producer_snapshots())
-
-    def commit_offsets(
-        self, group: str, topic: str, offsets: dict[int, int], producer_state: bytes | None
-    ) -> None:
-        self._call(self.client.commit_offsets(group, topic, offsets, producer_state))
-
-    def committed_offsets(self, group: str, topic: str) -> list[OffsetRow]:
-        return self._call(self.client.committed_offsets(group, topic))
-
     def backup(self, path: str) -> int:
         return self._call(self.client.backup(os.path.abspath(path)))
 
@@ -843,41 +689,8 @@ class ServedTransport:
     def detach(self, topic: str, attachment_id: int) -> None:
         self._call(self.client.detach(topic, attachment_id))
 
-    def topic_access(self, topic: str) -> AccessInfo:
-        return self._call(self.client.topic_access(topic))
-
-    def read_compacted(self, topic: str, partition: int) -> list[Record]:
-        return self._call(self.client.read_compacted(topic, partition))
-
-    def txn_begin(self, group: str, key: str | None, timeout_ms: int | None) -> TxnInfo:
-        return self._call(self.client.txn_begin(group, key, timeout_ms))
-
-    def txn_join(self, txn_id: int, member: str) -> TxnMember:
-        return self._call(self.client.txn_join(txn_id, member))
-
-    def txn_commit(
-        self, txn_id: int, group: str | None, members: Mapping[str, int] | None
-    ) -> TxnInfo:
-        return self._call(self.client.txn_commit(txn_id, group, members))
-
-    def txn_abort(self, txn_id: int, group: str | None) -> TxnInfo:
-        return self._call(self.client.txn_abort(txn_id, group))
-
-    def txn_list(self, include_ended: bool, limit: int) -> list[TxnInfo]:
-        return self._call(self.client.txn_list(include_ended, limit))
-
-    def txn_show(self, txn_id: int, records_max: int | None) -> TxnDetail:
-        return self._call(self.client.txn_show(txn_id, records_max))
-
-    def txn_commit_offsets(
-        self,
-        txn_id: int,
-        group: str,
-        topic: str,
-        offsets: dict[int, int],
-        producer_state: bytes | None,
-    ) -> None:
-        self._call(self.client.txn_commit_offsets(txn_id, group, topic, offsets, producer_state))
+    def call(self, entry: Operation[P, R], *args: P.args, **kwargs: P.kwargs) -> R:
+        return self._call(self.client.call(entry, *args, **kwargs))
 
     def run_async(self, work: Coroutine[Any, Any, T]) -> concurrent.futures.Future[T]:
         """Start a coroutine on this transport's loop (the pipelined producer's pumps)."""

@@ -48,7 +48,7 @@ from broker.engine.sessions import connection_session_id, new_server_run
 from broker.errors import BrokerError, ErrorCode
 from broker.event_loop import BusyPoll
 from broker.limits import DEFAULT_LIMITS, Limits, limits_for_client
-from broker.protocol import codec
+from broker.protocol import codec, ops
 from broker.protocol.frames import NEED_DATA, FrameConnection, ProtocolError, Sentinel
 from broker.protocol.messages import (
     ARROW_FEATURE,
@@ -167,37 +167,20 @@ class Server:
         self._lock: ServerLock | None = None
         self.info: ServerInfo | None = None
         self._handlers: dict[Op, Handler] = {
+            entry.op: self._operation(entry) for entry in ops.OPERATIONS
+        }
+        self._handlers |= {
             Op.HEARTBEAT: self._heartbeat,
             Op.GOODBYE: self._heartbeat,
-            Op.CREATE_TOPIC: self._create_topic,
-            Op.DELETE_TOPIC: self._delete_topic,
-            Op.LIST_TOPICS: self._list_topics,
-            Op.DESCRIBE_TOPIC: self._describe_topic,
-            Op.STATUS: self._status,
             Op.FETCH: self._fetch,
             Op.FETCH_ARROW: self._fetch_arrow,
             Op.OWN: self._own,
             Op.RELEASE: self._release,
             Op.OWNERSHIP: self._ownership,
             Op.OWN_HISTORY: self._own_history,
-            Op.LEASE_PID: self._lease_pid,
-            Op.PRODUCERS: self._producers,
-            Op.PRODUCER_SNAPSHOT: self._producer_snapshot,
-            Op.PRODUCER_SNAPSHOTS: self._producer_snapshots,
-            Op.COMMIT_OFFSETS: self._commit_offsets,
-            Op.COMMITTED_OFFSETS: self._committed_offsets,
             Op.BACKUP: self._backup,
             Op.ATTACH: self._attach,
             Op.DETACH: self._detach,
-            Op.TOPIC_ACCESS: self._topic_access,
-            Op.READ_COMPACTED: self._read_compacted,
-            Op.TXN_BEGIN: self._txn_begin,
-            Op.TXN_JOIN: self._txn_join,
-            Op.TXN_COMMIT: self._txn_commit,
-            Op.TXN_ABORT: self._txn_abort,
-            Op.TXN_LIST: self._txn_list,
-            Op.TXN_SHOW: self._txn_show,
-            Op.TXN_COMMIT_OFFSETS: self._txn_commit_offsets,
         }
         self._access_changed: dict[str, asyncio.Event] = {}
         self._run = new_server_run()
@@ -459,31 +442,25 @@ class Server:
     async def _heartbeat(self, session: Session, args: dict[str, Any]) -> dict[str, Any]:
         return {}
 
-    async def _create_topic(self, session: Session, args: dict[str, Any]) -> dict[str, Any]:
-        name = codec.field(args, "name", str)
-        partitions = codec.field(args, "partitions", int)
-        owner_group = codec.field(args, "owner_group", str, optional=True)
-        info = await self._write(
-            lambda: self._writer.create_topic(name, partitions, owner_group=owner_group)
-        )
-        return codec.topic_to_wire(info)
+    def _operation(self, entry: ops.Operation[Any, Any]) -> Handler:
+        """The handler of a table operation: decode, call the engine method it names on
+        the writer or the reader, wake the fetches it wrote for, encode."""
+        on_writer = entry.side is ops.Side.WRITE
 
-    async def _delete_topic(self, session: Session, args: dict[str, Any]) -> dict[str, Any]:
-        name = codec.field(args, "name", str)
-        await self._write(lambda: self._writer.delete_topic(name))
-        self._wake(name)
-        return {}
+        async def handle(session: Session, args: dict[str, Any]) -> dict[str, Any]:
+            call_args = entry.decode_args(args)
+            if on_writer:
+                method = getattr(self._writer, entry.method)
+                result = await self._write(lambda: method(**call_args))
+            else:
+                method = getattr(self._reader, entry.method)
+                result = await self._read(lambda: method(**call_args))
+            if entry.wakes is not None:
+                for topic in entry.wakes(args, result):
+                    self._wake(topic)
+            return entry.reply(result)
 
-    async def _list_topics(self, session: Session, args: dict[str, Any]) -> dict[str, Any]:
-        topics = await self._read(self._reader.list_topics)
-        return {"topics": [codec.topic_to_wire(t) for t in topics]}
-
-    async def _describe_topic(self, session: Session, args: dict[str, Any]) -> dict[str, Any]:
-        name = codec.field(args, "name", str)
-        return codec.topic_to_wire(await self._read(lambda: self._reader.describe_topic(name)))
-
-    async def _status(self, session: Session, args: dict[str, Any]) -> dict[str, Any]:
-        return codec.status_to_wire(await self._read(self._reader.status))
+        return handle
 
     def _enqueue_produce(self, session: Session, args: dict[str, Any]) -> _Answer:
         """A produce joins the next group commit at once, with no task of its own: the
@@ -619,39 +596,6 @@ class Server:
         rows = await self._read(lambda: self._reader.owners.history(group, limit))
         return {"history": codec.audit_to_wire(rows)}
 
-    async def _lease_pid(self, session: Session, args: dict[str, Any]) -> dict[str, Any]:
-        topic = codec.field(args, "topic", str)
-        partition = codec.field(args, "partition", int)
-        pid = codec.field(args, "pid", int, optional=True)
-        lease = await self._write(lambda: self._writer.lease_pid(topic, partition, pid))
-        return codec.lease_to_wire(lease)
-
-    async def _producers(self, session: Session, args: dict[str, Any]) -> dict[str, Any]:
-        topic = codec.field(args, "topic", str)
-        entries = await self._write(lambda: self._writer.producer_states(topic))
-        return {"producers": codec.entries_to_wire(entries)}
-
-    async def _producer_snapshot(self, session: Session, args: dict[str, Any]) -> dict[str, Any]:
-        return {"snapshot_id": await self._write(self._writer.snapshot_producers)}
-
-    async def _producer_snapshots(self, session: Session, args: dict[str, Any]) -> dict[str, Any]:
-        rows = await self._read(self._reader.producer_snapshots)
-        return {"snapshots": codec.snapshots_to_wire(rows)}
-
-    async def _commit_offsets(self, session: Session, args: dict[str, Any]) -> dict[str, Any]:
-        group = codec.field(args, "group", str)
-        topic = codec.field(args, "topic", str)
-        offsets = codec.offset_map_from_wire(args.get("offsets"))
-        state = codec.field(args, "producer_state", bytes, optional=True)
-        await self._write(lambda: self._writer.commit_offsets(group, topic, offsets, state))
-        return {}
-
-    async def _committed_offsets(self, session: Session, args: dict[str, Any]) -> dict[str, Any]:
-        group = codec.field(args, "group", str)
-        topic = codec.field(args, "topic", str)
-        rows = await self._read(lambda: self._reader.committed_offsets(group, topic))
-        return {"offsets": codec.offsets_to_wire(rows)}
-
     async def _backup(self, session: Session, args: dict[str, Any]) -> dict[str, Any]:
         out = codec.field(args, "path", str)
         if not os.path.isabs(out):
@@ -693,67 +637,6 @@ class Server:
         topic = codec.field(args, "topic", str)
         await self._write(lambda: self._writer.detach_producer(attachment_id))
         self._access_wake(topic)
-        return {}
-
-    async def _topic_access(self, session: Session, args: dict[str, Any]) -> dict[str, Any]:
-        topic = codec.field(args, "topic", str)
-        return codec.access_to_wire(await self._write(lambda: self._writer.topic_access(topic)))
-
-    async def _read_compacted(self, session: Session, args: dict[str, Any]) -> dict[str, Any]:
-        topic = codec.field(args, "topic", str)
-        partition = codec.field(args, "partition", int)
-        found = await self._read(lambda: self._reader.read_compacted(topic, partition))
-        return {"records": codec.records_to_wire(found)}
-
-    async def _txn_begin(self, session: Session, args: dict[str, Any]) -> dict[str, Any]:
-        group = codec.field(args, "group", str)
-        key = codec.field(args, "key", str, optional=True)
-        timeout_ms = codec.field(args, "timeout_ms", int, optional=True)
-        info = await self._write(lambda: self._writer.txn_begin(group, key, timeout_ms))
-        return codec.txn_to_wire(info)
-
-    async def _txn_join(self, session: Session, args: dict[str, Any]) -> dict[str, Any]:
-        txn_id = codec.txn_id_from_wire(args)
-        member = codec.field(args, "member", str)
-        joined = await self._write(lambda: self._writer.txn_join(txn_id, member))
-        return codec.member_to_wire(joined)
-
-    async def _txn_commit(self, session: Session, args: dict[str, Any]) -> dict[str, Any]:
-        txn_id = codec.txn_id_from_wire(args)
-        group = codec.field(args, "group", str, optional=True)
-        members = codec.members_from_wire(args.get("members"))
-        info = await self._write(lambda: self._writer.txn_commit(txn_id, group, members))
-        for part in info.partitions:
-            if part.topic is not None:
-                self._wake(part.topic)
-        return codec.txn_to_wire(info)
-
-    async def _txn_abort(self, session: Session, args: dict[str, Any]) -> dict[str, Any]:
-        txn_id = codec.txn_id_from_wire(args)
-        group = codec.field(args, "group", str, optional=True)
-        return codec.txn_to_wire(await self._write(lambda: self._writer.txn_abort(txn_id, group)))
-
-    async def _txn_list(self, session: Session, args: dict[str, Any]) -> dict[str, Any]:
-        include_ended = codec.field(args, "all", bool, optional=True) or False
-        limit = codec.non_negative(args, "limit")
-        found = await self._write(lambda: self._writer.txn_list(include_ended, limit))
-        return {"txns": [codec.txn_to_wire(info) for info in found]}
-
-    async def _txn_show(self, session: Session, args: dict[str, Any]) -> dict[str, Any]:
-        txn_id = codec.txn_id_from_wire(args)
-        records_max = codec.non_negative(args, "records_max", optional=True)
-        detail = await self._write(lambda: self._writer.txn_show(txn_id, records_max))
-        return codec.detail_to_wire(detail)
-
-    async def _txn_commit_offsets(self, session: Session, args: dict[str, Any]) -> dict[str, Any]:
-        txn_id = codec.txn_id_from_wire(args)
-        group = codec.field(args, "group", str)
-        topic = codec.field(args, "topic", str)
-        offsets = codec.offset_map_from_wire(args.get("offsets"))
-        state = codec.field(args, "producer_state", bytes, optional=True)
-        await self._write(
-            lambda: self._writer.txn_commit_offsets(txn_id, group, topic, offsets, state)
-        )
         return {}
 
     def _access_wake(self, topic: str | None = None) -> None:
