@@ -421,7 +421,7 @@ def test_a_produce_that_arrives_while_another_write_holds_the_writer_commits_aft
         await loop.run_in_executor(None, creating.wait, 30)
         producer = await open_connection(server)
         produce = asyncio.ensure_future(producer.request(Op.PRODUCE, produce_args("a", b"v")))
-        while not server.server._produce_pending:  # read, and waiting for the writer
+        while not server.server._group_commit.waiting:  # read, and waiting for the writer
             await asyncio.sleep(0.001)
         release.set()
         replies = [await produce, await create]

@@ -1,6 +1,8 @@
 """`fencelog serve`: the asyncio server that moves bytes between sockets and the engine.
 
-- server.py: `Server`, its life cycle, sessions, and the handlers of the native protocol.
+- server.py: `Server`, its life cycle, session reaping and the request handlers;
+- connection.py: one connection's session, frames in and replies out, in order;
+- group_commit.py: concurrent produces committed in one SQLite transaction.
 
 It imports the engine; nothing outside cli/serve.py and tests imports it.
 """

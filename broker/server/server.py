@@ -8,9 +8,13 @@ Shape:
   (fetch, list, describe, status, on the reader thread). In WAL mode readers never wait
   for the writer. Produce groups use the writer on the event loop itself; every other
   change uses it on the writer thread; an asyncio lock keeps them one at a time.
-- Group commit: produce requests queue up (no task each) while the writer commits the
-  previous group, then go into one SQLite transaction together. A request is answered
-  only after that COMMIT returns; the replies of one group leave in one write.
+- Group commit (group_commit.py): produce requests queue up (no task each) while the
+  writer commits the previous group, then go into one SQLite transaction together. A
+  request is answered only after that COMMIT returns; the replies of one group leave in
+  one write.
+- A connection's bytes, its session and its replies in order: connection.py.
+- The requests that are a plain engine call are the table's (broker/protocol/ops.py)
+  and share one handler; the rest (HELLO, FETCH, OWN, ATTACH...) have their own here.
 - Fetch long-polls: with nothing to return it waits, up to the request's wait_ms, for
   the writer to commit to that topic.
 - Sessions end on disconnect, on a protocol error, or after session_timeout_ms without
@@ -22,7 +26,6 @@ Shape:
 from __future__ import annotations
 
 import asyncio
-import collections
 import contextlib
 import functools
 import hmac
@@ -33,12 +36,11 @@ import logging
 import operator
 import os
 import random
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
-from typing import Any, Final, Protocol, TypeVar, cast
+from typing import Any, Final, TypeVar
 
 from broker import __version__
 from broker.core.exclusive import parse_access, wait_timeout
@@ -49,7 +51,7 @@ from broker.errors import BrokerError, ErrorCode
 from broker.event_loop import BusyPoll
 from broker.limits import DEFAULT_LIMITS, Limits, limits_for_client
 from broker.protocol import codec, ops
-from broker.protocol.frames import NEED_DATA, FrameConnection, ProtocolError, Sentinel
+from broker.protocol.frames import FrameConnection, ProtocolError
 from broker.protocol.messages import (
     ARROW_FEATURE,
     PROTOCOL_VERSION,
@@ -59,70 +61,22 @@ from broker.protocol.messages import (
     Reply,
     Request,
 )
-from broker.types import Clock, Durability, Mode, NewRecord
+from broker.server.connection import (
+    Answer,
+    Connection,
+    Session,
+    closed_before_run,
+    done,
+    failed,
+    peer_of,
+)
+from broker.server.group_commit import GroupCommit
+from broker.types import Clock, Durability, Mode
 
 log = logging.getLogger("fencelog.server")
 T = TypeVar("T")
 _UNIX_PATH_BYTES_MAX: Final = 100
-Handler = Callable[["Session", dict[str, Any]], Awaitable[dict[str, Any]]]
-_Pending = tuple[int, Op, "_Answer"]
-
-
-@dataclass(eq=False)
-class Session:
-    session_id: str
-    peer: str
-    transport: asyncio.Transport
-    last_seen: float
-    reply_now: Callable[[], None]  # send the replies that are ready, in this turn
-    authenticated: bool = False
-    said_hello: bool = False
-    inflight: int = 0  # requests read and not yet answered: a waiting session is not idle
-
-    def close(self) -> None:
-        self.transport.close()
-
-
-class _Answer(Protocol):
-    """What a connection waits on for each request, in order: an asyncio future (a
-    handler's task) or a produce's place in the group commit."""
-
-    def done(self) -> bool: ...
-    def cancelled(self) -> bool: ...
-    def exception(self) -> BaseException | None: ...
-    def result(self) -> dict[str, Any]: ...
-
-
-@dataclass(slots=True)
-class _PendingProduce:
-    """A produce waiting for its group commit: an _Answer with no future, no callback
-    and no task; the commit loop fills in the outcome, then sends the session's replies."""
-
-    request: ProduceRequest
-    size: int
-    session: Session
-    outcome: dict[str, Any] | BrokerError | None = None
-
-    def done(self) -> bool:
-        return self.outcome is not None
-
-    def cancelled(self) -> bool:
-        return False
-
-    def exception(self) -> BaseException | None:
-        return self.outcome if isinstance(self.outcome, BrokerError) else None
-
-    def result(self) -> dict[str, Any]:
-        if isinstance(self.outcome, BrokerError):
-            raise self.outcome
-        assert self.outcome is not None
-        return self.outcome
-
-    def answer(self, outcome: dict[str, Any] | BrokerError, now: float) -> None:
-        self.outcome = outcome
-        session = self.session
-        session.inflight -= 1
-        session.last_seen = now
+Handler = Callable[[Session, dict[str, Any]], Awaitable[dict[str, Any]]]
 
 
 class Server:
@@ -153,10 +107,8 @@ class Server:
         self._servers: list[asyncio.Server] = []
         self._stopping = asyncio.Event()
         self._stopped = asyncio.Event()
-        self._connections: set[_Connection] = set()
+        self._connections: set[Connection] = set()
         self._ending: set[asyncio.Future[None]] = set()  # sessions being ended in the engine
-        self._produce_pending: list[_PendingProduce] = []
-        self._produce_ready = asyncio.Event()
         # The writer engine's one connection: produce groups run on the event loop, every
         # other write on the writer thread; the lock keeps them one at a time.
         self._writer_lock = asyncio.Lock()
@@ -206,7 +158,7 @@ class Server:
             engine.owners.served_sessions = self.sessions.keys
         loop = asyncio.get_running_loop()
         try:
-            tcp = await loop.create_server(partial(_Connection, self), host, port)
+            tcp = await loop.create_server(partial(Connection, self), host, port)
         except OSError as exc:
             self._release_start()
             raise BrokerError(
@@ -223,7 +175,7 @@ class Server:
             old_umask = os.umask(0o077)
             try:
                 self._servers.append(
-                    await loop.create_unix_server(partial(_Connection, self), unix_path)
+                    await loop.create_unix_server(partial(Connection, self), unix_path)
                 )
             finally:
                 os.umask(old_umask)
@@ -231,8 +183,9 @@ class Server:
             os.getpid(), f"{bound[0]}:{bound[1]}", str(unix_path) if unix_path else None
         )
         self._lock.publish(self.info)
+        self._group_commit = GroupCommit(self._writer, self._writer_lock, self.limits, self._wake)
         self._background = [
-            asyncio.create_task(self._commit_loop(), name="group-commit"),
+            asyncio.create_task(self._group_commit.run(), name="group-commit"),
             asyncio.create_task(self._reap_sessions(), name="session-reaper"),
             asyncio.create_task(self._expire_txns(), name="txn-expiry"),
         ]
@@ -322,7 +275,7 @@ class Server:
             return None
         session = Session(
             connection_session_id(self._run, next(self._session_ids)),
-            _peer(transport),
+            peer_of(transport),
             transport,
             asyncio.get_running_loop().time(),
             reply_now,
@@ -331,9 +284,9 @@ class Server:
         self.sessions[session.session_id] = session
         return session
 
-    def _start(self, session: Session, request: Request) -> _Answer:
+    def _start(self, session: Session, request: Request) -> Answer:
         if request.op is Op.HELLO:
-            return _done(self._hello(session, request.args))
+            return done(self._hello(session, request.args))
         if not session.said_hello or not session.authenticated:
             raise ProtocolError("the first request on a connection is HELLO")
         if request.op is Op.PRODUCE:
@@ -348,7 +301,7 @@ class Server:
     ) -> dict[str, Any]:
         if self.sessions.get(session.session_id) is not session:
             # Severed (or timed out) after this request was read: it must not act.
-            raise _closed_before_run()
+            raise closed_before_run()
         session.inflight += 1
         try:
             return await handler(session, args)
@@ -462,12 +415,12 @@ class Server:
 
         return handle
 
-    def _enqueue_produce(self, session: Session, args: dict[str, Any]) -> _Answer:
+    def _enqueue_produce(self, session: Session, args: dict[str, Any]) -> Answer:
         """A produce joins the next group commit at once, with no task of its own: the
-        group's COMMIT answers it (in _commit_loop)."""
+        group's COMMIT answers it (broker/server/group_commit.py)."""
         try:
             if self.sessions.get(session.session_id) is not session:
-                raise _closed_before_run()
+                raise closed_before_run()
             # the usual request (a topic, no fences, no attachment) without the general
             # checks, which still judge anything else
             topic = args.get("topic")
@@ -483,12 +436,9 @@ class Server:
                 attachment = codec.field(args, "attachment", int)
             request = ProduceRequest(topic, records, producer, fences or (), attachment)
         except BrokerError as error:
-            return _failed(error)
+            return failed(error)
         session.inflight += 1
-        pending = _PendingProduce(request, _value_bytes(records), session)
-        self._produce_pending.append(pending)
-        self._produce_ready.set()
-        return pending
+        return self._group_commit.enqueue(request, session)
 
     async def _fetch(self, session: Session, args: dict[str, Any]) -> dict[str, Any]:
         topic = codec.field(args, "topic", str)
@@ -656,61 +606,6 @@ class Server:
     async def _read(self, work: Callable[[], T]) -> T:
         return await asyncio.get_running_loop().run_in_executor(self._reader_pool, work)
 
-    async def _commit_loop(self) -> None:
-        """Group commit. Each round takes every produce read since the last one (up to
-        the group limits) into one SQLite transaction, run right here on the event loop:
-        a hand-off to a thread and back would cost more than a small group's COMMIT.
-        While it runs, new requests wait in the sockets; they make the next group. A
-        group's replies leave as soon as its COMMIT returns, not a turn of the loop later."""
-        limits = self.limits
-        loop = asyncio.get_running_loop()
-        while True:
-            await self._produce_ready.wait()
-            self._produce_ready.clear()
-            async with self._writer_lock:
-                while self._produce_pending:
-                    group = self._take_group(limits)
-                    requests = [pending.request for pending in group]
-                    try:
-                        outcomes = self._writer.produce_group(requests)
-                    except BrokerError as error:
-                        outcomes = [error] * len(group)
-                    except Exception as exc:  # a bug of ours: answer, and keep committing
-                        log.exception("a group commit of %d produces failed", len(group))
-                        outcomes = [BrokerError(ErrorCode.INTERNAL, repr(exc))] * len(group)
-                    now = loop.time()
-                    for pending, outcome in zip(group, outcomes, strict=True):
-                        pending.answer(
-                            outcome
-                            if isinstance(outcome, BrokerError)
-                            else {"results": codec.results_to_wire(outcome)},
-                            now,
-                        )
-                    for topic in {request.topic for request in requests}:
-                        self._wake(topic)
-                    for session in {pending.session for pending in group}:
-                        session.reply_now()
-
-    def _take_group(self, limits: Limits) -> list[_PendingProduce]:
-        """The next group: every waiting produce, up to the group limits, or half of
-        them when at least twice group_commit_split_requests wait. The first half's
-        replies then leave while the second half commits, so a client with a window
-        of requests in flight refills it while the server works, instead of the two
-        taking turns (one-record requests, 32 in flight: about 17k to 23k records/s)."""
-        pending = self._produce_pending
-        requests_max = limits.group_commit_requests_max
-        if len(pending) >= 2 * limits.group_commit_split_requests:
-            requests_max = min(requests_max, (len(pending) + 1) // 2)
-        count, size = 0, 0
-        while (
-            count < len(pending) and count < requests_max and size < limits.group_commit_bytes_max
-        ):
-            size += pending[count].size
-            count += 1
-        group = pending[:count]
-        del pending[:count]
-        return group
-
     def _wake(self, topic: str) -> None:
         event = self._topic_events.pop(topic, None)
         if event is not None:
@@ -731,232 +626,3 @@ def _is_loopback(host: str) -> bool:
         return ipaddress.ip_address(host).is_loopback
     except ValueError:
         return False
-
-
-def _peer(transport: asyncio.BaseTransport) -> str:
-    peer = transport.get_extra_info("peername")
-    return f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else "unix"
-
-
-def _reply_of(request_id: int, future: _Answer) -> Reply | ErrorReply:
-    """The reply to a finished request."""
-    if future.cancelled():
-        return ErrorReply(
-            request_id, int(ErrorCode.BROKER_SHUTTING_DOWN), "the server stopped first", {}
-        )
-    error = future.exception()
-    if error is None:
-        return Reply(request_id, future.result())
-    if isinstance(error, BrokerError):
-        return ErrorReply(request_id, int(error.code), error.message, dict(error.details))
-    # a bug of ours: the session still gets an answer
-    log.error("request %d failed", request_id, exc_info=error)
-    return ErrorReply(request_id, int(ErrorCode.INTERNAL), repr(error), {})
-
-
-class _Connection(asyncio.Protocol):
-    """One connection's bytes, with no task of its own: data_received parses frames and
-    starts their requests; as requests finish, their replies leave in request order,
-    those ready together in one write.
-
-    Back pressure: at inflight_requests_max unanswered requests, or while the socket's
-    send buffer is full, frames wait undecoded and the socket is not read.
-    """
-
-    def __init__(self, server: Server) -> None:
-        self._server = server
-        self._frames = FrameConnection(server.limits.frame_bytes_max)
-        self._pending: collections.deque[_Pending] = collections.deque()
-        self._transport: asyncio.Transport | None = None
-        self._session: Session | None = None
-        self._reading = True  # False once no more requests will be taken
-        self._paused = False  # the transport is not being read
-        self._write_blocked = False
-        self._pump_scheduled = False
-        self._eof = False
-        self._ended = False
-        self.closed: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-
-    # asyncio.Protocol ---------------------------------------------------------------
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        # a stream transport (uvloop's do not subclass asyncio.Transport)
-        self._transport = stream = cast(asyncio.Transport, transport)
-        self._session = self._server._connection_made(stream, self._pump)
-        if self._session is None:
-            self._reading = False
-        else:
-            self._server._connections.add(self)
-
-    def data_received(self, data: bytes) -> None:
-        if not self._reading:
-            return
-        self._server.busy_poll.kick()
-        self._frames.receive_data(data)
-        self._take_requests()
-
-    def eof_received(self) -> bool:
-        # The peer closed its side: what it sent is still answered, then we close.
-        self._eof = True
-        if self._reading:
-            self._frames.receive_data(b"")
-            self._take_requests()
-        return True
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        self._reading = False
-        self._server._connections.discard(self)
-        self._end_session()
-        if not self.closed.done():
-            self.closed.set_result(None)
-
-    def pause_writing(self) -> None:
-        self._write_blocked = True
-        self._pause()
-
-    def resume_writing(self) -> None:
-        self._write_blocked = False
-        self._take_requests()
-
-    # requests in, replies out -------------------------------------------------------
-
-    def finish(self) -> None:
-        """Take no more requests; close once those already taken are answered."""
-        self._reading = False
-        self._pause()
-        self._schedule_pump()
-
-    def abort(self) -> None:
-        if self._transport is not None:
-            self._transport.abort()
-
-    def _end_session(self) -> None:
-        if self._session is not None and not self._ended:
-            self._ended = True
-            self._server._connection_ended(self._session)
-
-    def _take_requests(self) -> None:
-        session, server = self._session, self._server
-        if session is None:
-            return
-        room = server.limits.inflight_requests_max
-        loop_time = asyncio.get_running_loop().time
-        try:
-            while self._reading and len(self._pending) < room and not self._write_blocked:
-                message = self._frames.next_message()
-                if message is NEED_DATA:
-                    if self._frames.buffered_bytes > server.limits.connection_buffer_bytes_max:
-                        raise ProtocolError("connection buffer limit exceeded")
-                    self._resume()
-                    break
-                if isinstance(message, Sentinel):  # the peer closed cleanly
-                    self._reading = False
-                    self._end_session()
-                    break
-                if not isinstance(message, Request):
-                    raise ProtocolError("a client sends requests only")
-                session.last_seen = loop_time()
-                answer = server._start(session, message)
-                self._pending.append((message.request_id, message.op, answer))
-                if isinstance(answer, asyncio.Future):  # a produce wakes us itself
-                    answer.add_done_callback(self._finished)
-                if message.op is Op.GOODBYE:
-                    self._reading = False
-            else:
-                self._pause()
-        except BrokerError as error:  # malformed input or failed authentication
-            log.info("session %s (%s): %s", session.session_id, session.peer, error.message)
-            self._reading = False
-            self._pending.append((0, Op.NONE, _failed(error)))
-        self._schedule_pump()
-
-    def _finished(self, _future: asyncio.Future[dict[str, Any]]) -> None:
-        self._schedule_pump()
-
-    def _schedule_pump(self) -> None:
-        # Every request finished in one turn of the loop is answered by one pump, in one
-        # write. (A group commit pumps as soon as its COMMIT returns: Session.reply_now.)
-        if not self._pump_scheduled:
-            self._pump_scheduled = True
-            asyncio.get_running_loop().call_soon(self._scheduled_pump)
-
-    def _scheduled_pump(self) -> None:
-        if self._pump_scheduled:  # not already done by a pump since it was scheduled
-            self._pump()
-
-    def _pump(self) -> None:
-        self._pump_scheduled = False
-        transport = self._transport
-        assert transport is not None
-        pending, frames, out = self._pending, self._frames, bytearray()
-        close = False
-        every_ack = not self._server._drop_acks
-        while pending and pending[0][2].done():
-            request_id, op, future = pending.popleft()
-            if every_ack and type(future) is _PendingProduce and type(future.outcome) is dict:
-                out += frames.send_reply(request_id, future.outcome)  # a stored produce
-                continue
-            message = _reply_of(request_id, future)
-            if not self._server._replied(op, message):
-                close = True
-                break
-            out += frames.send(message)
-            # FENCELOG_FAILPOINT=ack: die once a commit's reply has left
-            if op is Op.TXN_COMMIT and isinstance(message, Reply):
-                failpoints = self._server._writer.txns.failpoints
-                if failpoints.step == "ack":
-                    transport.write(bytes(out))
-                    out.clear()
-                    failpoints.reached("ack")
-            if (isinstance(message, ErrorReply) and request_id == 0) or op is Op.GOODBYE:
-                close = True  # nothing more on this connection
-                break
-        if out and not transport.is_closing():
-            transport.write(bytes(out))
-            self._server.busy_poll.kick()  # the client is likely to send again soon
-        if close or (not self._reading and not pending):
-            self._reading = False
-            transport.close()
-        elif self._reading and self._paused:
-            self._take_requests()
-
-    def _pause(self) -> None:
-        if not self._paused and self._transport is not None and not self._eof:
-            self._paused = True
-            with contextlib.suppress(RuntimeError):  # already closing
-                self._transport.pause_reading()
-
-    def _resume(self) -> None:
-        if self._paused and self._transport is not None:
-            self._paused = False
-            with contextlib.suppress(RuntimeError):
-                self._transport.resume_reading()
-
-
-def _closed_before_run() -> BrokerError:
-    return BrokerError(
-        ErrorCode.SEVERED,
-        "this session was closed before the request ran",
-        hint="the client reconnects with a new session",
-    )
-
-
-def _value_bytes(records: Sequence[NewRecord]) -> int:
-    if len(records) == 1:  # the usual produce, without the passes
-        return len(records[0].value)
-    return sum(map(len, map(_VALUE, records)))
-
-
-_VALUE = operator.itemgetter(0)
-
-
-def _done(result: dict[str, Any]) -> asyncio.Future[dict[str, Any]]:
-    future: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
-    future.set_result(result)
-    return future
-
-
-def _failed(error: BrokerError) -> asyncio.Future[dict[str, Any]]:
-    future: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
-    future.set_exception(error)
-    return future

@@ -1,0 +1,114 @@
+"""Group commit: concurrent produce requests share one SQLite transaction.
+
+Each round takes every produce read since the last one (up to the group limits) into
+one writer transaction, run right on the event loop: a hand-off to a thread and back
+would cost more than a small group's COMMIT. While it runs, new requests wait in the
+sockets; they make the next group. A request is answered only after its group's COMMIT
+returns, and the group's replies leave at once, not a turn of the loop later.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import operator
+from collections.abc import Callable, Sequence
+
+from broker.engine.engine import Engine, ProduceRequest
+from broker.errors import BrokerError, ErrorCode
+from broker.limits import Limits
+from broker.protocol import codec
+from broker.server.connection import PendingProduce, Session
+from broker.types import NewRecord
+
+log = logging.getLogger("fencelog.server")
+
+
+class GroupCommit:
+    """The produces waiting for the next group, and the loop that commits them."""
+
+    def __init__(
+        self,
+        writer: Engine,
+        writer_lock: asyncio.Lock,
+        limits: Limits,
+        wake: Callable[[str], None],
+    ) -> None:
+        self._writer = writer
+        self._writer_lock = writer_lock  # the writer's one connection: one user at a time
+        self.limits = limits
+        self._wake = wake  # long-polling fetches of a topic look again
+        self._pending: list[PendingProduce] = []
+        self._ready = asyncio.Event()
+
+    @property
+    def waiting(self) -> int:
+        """Produces read and not yet in a group."""
+        return len(self._pending)
+
+    def enqueue(self, request: ProduceRequest, session: Session) -> PendingProduce:
+        """The produce joins the next group; its COMMIT answers it."""
+        pending = PendingProduce(request, _value_bytes(request.records), session)
+        self._pending.append(pending)
+        self._ready.set()
+        return pending
+
+    async def run(self) -> None:
+        """Commit groups as produces come, until cancelled."""
+        limits = self.limits
+        loop = asyncio.get_running_loop()
+        while True:
+            await self._ready.wait()
+            self._ready.clear()
+            async with self._writer_lock:
+                while self._pending:
+                    group = self._take_group(limits)
+                    requests = [pending.request for pending in group]
+                    try:
+                        outcomes = self._writer.produce_group(requests)
+                    except BrokerError as error:
+                        outcomes = [error] * len(group)
+                    except Exception as exc:  # a bug of ours: answer, and keep committing
+                        log.exception("a group commit of %d produces failed", len(group))
+                        outcomes = [BrokerError(ErrorCode.INTERNAL, repr(exc))] * len(group)
+                    now = loop.time()
+                    for pending, outcome in zip(group, outcomes, strict=True):
+                        pending.answer(
+                            outcome
+                            if isinstance(outcome, BrokerError)
+                            else {"results": codec.results_to_wire(outcome)},
+                            now,
+                        )
+                    for topic in {request.topic for request in requests}:
+                        self._wake(topic)
+                    for session in {pending.session for pending in group}:
+                        session.reply_now()
+
+    def _take_group(self, limits: Limits) -> list[PendingProduce]:
+        """The next group: every waiting produce, up to the group limits, or half of
+        them when at least twice group_commit_split_requests wait. The first half's
+        replies then leave while the second half commits, so a client with a window
+        of requests in flight refills it while the server works, instead of the two
+        taking turns (one-record requests, 32 in flight: about 17k to 23k records/s)."""
+        pending = self._pending
+        requests_max = limits.group_commit_requests_max
+        if len(pending) >= 2 * limits.group_commit_split_requests:
+            requests_max = min(requests_max, (len(pending) + 1) // 2)
+        count, size = 0, 0
+        while (
+            count < len(pending) and count < requests_max and size < limits.group_commit_bytes_max
+        ):
+            size += pending[count].size
+            count += 1
+        group = pending[:count]
+        del pending[:count]
+        return group
+
+
+def _value_bytes(records: Sequence[NewRecord]) -> int:
+    if len(records) == 1:  # the usual produce, without the passes
+        return len(records[0].value)
+    return sum(map(len, map(_VALUE, records)))
+
+
+_VALUE = operator.itemgetter(0)
