@@ -32,7 +32,7 @@ import contextlib
 import shutil
 import tempfile
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -48,7 +48,6 @@ from hypothesis.stateful import (
     multiple,
     precondition,
     rule,
-    run_state_machine_as_test,
 )
 from owning import wait_until
 from servers import ServerThread
@@ -546,6 +545,7 @@ class OwnershipMachine(RuleBasedStateMachine):
                 assert len(actor.told) <= min(actor.severings, 1), (actor, actor.told)
 
 
+THREADS_END_WITHIN_S = 5.0
 SETTINGS = settings(
     max_examples=25,
     stateful_step_count=40,
@@ -571,14 +571,19 @@ class ServedOwnership(OwnershipMachine):
     served = True
 
 
-@pytest.mark.parametrize(
-    "machine", [EmbeddedOwnership, ServedOwnership], ids=["embedded", "served"]
-)
-def test_ownership_follows_the_model(machine: type[OwnershipMachine]) -> None:
+TestEmbeddedOwnership = EmbeddedOwnership.TestCase
+TestEmbeddedOwnership.settings = SETTINGS
+TestServedOwnership = ServedOwnership.TestCase
+TestServedOwnership.settings = SETTINGS
+
+
+@pytest.fixture(autouse=True)
+def no_thread_is_left() -> Iterator[None]:
+    """Every thread the examples start (servers, clients, heartbeats) ends with them."""
     before = set(threading.enumerate())
-    run_state_machine_as_test(machine, settings=SETTINGS)
+    yield
     wait_until(
         lambda: not set(threading.enumerate()) - before,
-        NOTICE_WITHIN_S,
-        "every thread the examples started (servers, clients, heartbeats) has ended",
+        THREADS_END_WITHIN_S,
+        "every thread the examples started has ended",
     )
