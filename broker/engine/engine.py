@@ -53,6 +53,7 @@ from broker.types import (
     TxnDetail,
     TxnInfo,
     TxnMember,
+    check_durability,
 )
 
 if TYPE_CHECKING:  # pyarrow comes with the spark extra; fetch_arrow imports it
@@ -113,7 +114,7 @@ class Engine:
         limits: Limits = DEFAULT_LIMITS,
         clock: Clock = wall_clock_ms,
     ) -> Engine:
-        database = Database.open(Path(path), durability, limits.busy_timeout_ms)
+        database = Database.open(Path(path), check_durability(durability), limits.busy_timeout_ms)
         try:
             return cls(database, limits, clock)
         except BaseException:  # a bad FENCELOG_FAILPOINT, or a recovery that failed

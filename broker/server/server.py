@@ -59,7 +59,7 @@ from broker.protocol.messages import (
     Reply,
     Request,
 )
-from broker.types import Clock, Durability, NewRecord
+from broker.types import Clock, Durability, NewRecord, check_durability
 
 log = logging.getLogger("fencelog.server")
 T = TypeVar("T")
@@ -144,7 +144,7 @@ class Server:
         self.busy_poll = BusyPoll(busy_poll_us)
         self._drop_acks = drop_acks
         self.data_dir = data_dir
-        self.durability = durability
+        self.durability = check_durability(durability)
         self.limits = limits
         self._auth_token = auth_token
         self._clock = clock
