@@ -19,15 +19,14 @@ from typing import Final
 
 from broker.client.client import connect
 from broker.errors import BrokerError
-from broker.storage.database import DURABILITIES
+from broker.types import check_durability
 
 HOLD_TIMEOUT_S: Final = 60.0  # beyond the busy timeout a new claim may wait (30 s)
 
 
 def hold(broker: str, durability: str, group: str, topic: str, resource: str) -> str:
     """Claim `resource`, write under its fence until rejected; the line to report."""
-    chosen = next(d for d in DURABILITIES if d == durability)
-    client = connect(broker, durability=chosen)
+    client = connect(broker, durability=check_durability(durability))
     try:
         (claimed,) = client.own(group, [resource])
         print("ready", flush=True)

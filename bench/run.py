@@ -39,7 +39,7 @@ from bench import (
 )
 from bench.machine import Machine, describe, finished
 from bench.measures import EngineCliResults, Sizes
-from broker.storage.database import DURABILITIES
+from broker.types import DURABILITIES
 
 RESULTS_FILE: Final = Path(__file__).resolve().parent / "RESULTS.md"
 FULL: Final = Sizes(

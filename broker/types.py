@@ -11,7 +11,9 @@ from __future__ import annotations
 import enum
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Literal, NamedTuple
+from typing import Final, Literal, NamedTuple, get_args
+
+from broker.errors import BrokerError, ErrorCode
 
 Headers = tuple[tuple[str, bytes], ...]
 Clock = Callable[[], int]  # the broker's clock: milliseconds since the epoch
@@ -157,6 +159,20 @@ class ProducerEntry(NamedTuple):
 
 
 Durability = Literal["full", "normal"]
+DURABILITIES: Final[tuple[Durability, ...]] = get_args(Durability)
+
+
+def check_durability(durability: object) -> Durability:
+    """The one check of a durability taken from outside (the CLI's --durability,
+    connect(), Engine.open, Server): the value as a Durability, or INVALID_ARGUMENT."""
+    for known in DURABILITIES:
+        if durability == known:
+            return known
+    raise BrokerError(
+        ErrorCode.INVALID_ARGUMENT,
+        f"unknown durability {durability!r}",
+        hint="use full or normal",
+    )
 
 
 @dataclass(frozen=True, slots=True)

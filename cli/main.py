@@ -14,7 +14,7 @@ import typer
 
 from broker import __version__
 from broker.client.client import DEFAULT_BROKER
-from broker.types import Durability
+from broker.types import DURABILITIES, check_durability
 from cli import consume, own, produce, producers, serve, snapshot, status, topic, txn
 from cli.context import State
 from cli.errors import FencelogGroup, exit_status_table
@@ -61,7 +61,7 @@ def main(
             envvar="FENCELOG_DURABILITY",
             help="full: an acknowledged write survives power loss (fsync on every commit). "
             "normal: it survives a crash of the process, not of the machine.",
-            click_type=click.Choice(["full", "normal"]),
+            click_type=click.Choice(DURABILITIES),
         ),
     ] = "full",
     auth_token_file: Annotated[
@@ -78,9 +78,8 @@ def main(
     ] = False,
 ) -> None:
     """fencelog: a local message broker on SQLite for exactly-once work."""
-    chosen: Durability = "full" if durability == "full" else "normal"
     token = serve.read_token(auth_token_file) if auth_token_file else None
-    ctx.obj = State(broker=broker, durability=chosen, token=token)
+    ctx.obj = State(broker=broker, durability=check_durability(durability), token=token)
 
 
 app.add_typer(topic.app, name="topic")

@@ -196,6 +196,18 @@ def test_malformed_broker_address_is_invalid_argument(
     assert list(tmp_path.iterdir()) == []  # nothing created as a data directory
 
 
+@pytest.mark.parametrize("target", ["data", "tcp://127.0.0.1:9"])
+def test_unknown_durability_is_invalid_argument_embedded_or_served(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, target: str
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(BrokerError) as excinfo:
+        connect(target, durability="sometimes")  # type: ignore[arg-type]
+    assert excinfo.value.code is ErrorCode.INVALID_ARGUMENT
+    assert excinfo.value.message == "unknown durability 'sometimes'"
+    assert list(tmp_path.iterdir()) == []  # nothing created as a data directory
+
+
 def test_broker_from_environment(
     tmp_path: Path, data_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -9,6 +9,9 @@ values in, a decision out; no SQLite, no socket, no sleep.
 - The first live waiter (FIFO) is promoted once nobody else is attached.
 - A write passes only from the current exclusive attachment, or while nobody holds the
   topic exclusively.
+- A wait for exclusive access (ExclusiveWait) keeps waiting, in slices of at most
+  recheck_s, until its attachment no longer waits; at its deadline, or when its server
+  is stopping, it gives up with WAIT_TIMEOUT. Time is a number here, never a sleep.
 """
 
 from __future__ import annotations
@@ -19,6 +22,10 @@ import pytest
 
 from broker.core.exclusive import (
     AttachDecision,
+    ExclusiveWait,
+    GiveUp,
+    KeepWaiting,
+    check_wait_ms,
     check_write,
     decide_attach,
     grant,
@@ -271,3 +278,94 @@ def test_a_waiter_may_not_write_before_it_is_promoted() -> None:
 @pytest.mark.parametrize("writer", [None, Mode.SHARED])
 def test_plain_and_shared_writes_pass_while_nobody_holds_the_topic(writer: Mode | None) -> None:
     check_write(None if writer is None else attached(2, writer), EPOCH, None)
+
+
+# waiting for exclusive access -----------------------------------------------------------
+
+T0 = 1000.0  # a driver's monotonic clock, in seconds
+
+
+def wait(wait_ms: int = 300, recheck_s: float = 0.5) -> ExclusiveWait:
+    return ExclusiveWait("orders", wait_ms, recheck_s)
+
+
+@pytest.mark.parametrize("wait_ms", [-1, -30_000])
+def test_a_negative_wait_is_invalid(wait_ms: int) -> None:
+    for check in (check_wait_ms, wait):
+        with pytest.raises(BrokerError) as caught:
+            check(wait_ms)
+        assert caught.value.code is ErrorCode.INVALID_ARGUMENT
+        assert caught.value.message == f"wait_ms must be >= 0, not {wait_ms}"
+
+
+def test_no_wait_is_a_valid_wait() -> None:
+    check_wait_ms(0)
+    assert wait(0).deadline(T0) == T0
+
+
+def test_the_deadline_is_wait_ms_after_the_attach() -> None:
+    assert wait(300).deadline(T0) == pytest.approx(T0 + 0.3)
+
+
+@pytest.mark.parametrize("mode", [Mode.SHARED, Mode.EXCLUSIVE])
+@pytest.mark.parametrize(("now", "stopping"), [(T0, False), (T0 + 9, False), (T0, True)])
+def test_an_attachment_that_no_longer_waits_is_done(mode: Mode, now: float, stopping: bool) -> None:
+    """Promoted (or never queued): done, even past the deadline or while stopping."""
+    assert wait().step(mode, T0 + 0.3, now, stopping=stopping) is None
+
+
+def test_a_waiter_before_its_deadline_waits_at_most_recheck_s_then_looks_again() -> None:
+    assert wait(recheck_s=0.5).step(Mode.WAITING, T0 + 2.0, T0) == KeepWaiting(0.5)
+
+
+def test_a_waiter_near_its_deadline_waits_only_what_remains() -> None:
+    step = wait(recheck_s=0.5).step(Mode.WAITING, T0 + 0.3, T0 + 0.1)
+    assert isinstance(step, KeepWaiting)
+    assert step.timeout_s == pytest.approx(0.2)
+
+
+@pytest.mark.parametrize("now", [T0 + 0.3, T0 + 5.0])
+def test_a_waiter_at_or_past_its_deadline_gives_up_with_wait_timeout(now: float) -> None:
+    step = wait(300).step(Mode.WAITING, T0 + 0.3, now)
+    assert isinstance(step, GiveUp)
+    error = step.error
+    assert error.code is ErrorCode.WAIT_TIMEOUT
+    assert error.message == "no exclusive access to orders within 300 ms"
+    assert error.details["topic"] == "orders"
+    assert error.hint == "the producer left the queue; try again or wait longer"
+
+
+def test_a_waiter_gives_up_when_its_server_is_stopping_even_with_time_left() -> None:
+    step = wait(30_000).step(Mode.WAITING, T0 + 30.0, T0, stopping=True)
+    assert isinstance(step, GiveUp)
+    assert step.error.code is ErrorCode.WAIT_TIMEOUT
+
+
+def test_no_wait_on_a_held_topic_gives_up_at_once() -> None:
+    policy = wait(0)
+    assert isinstance(policy.step(Mode.WAITING, policy.deadline(T0), T0), GiveUp)
+
+
+def drive(policy: ExclusiveWait, promoted_at: float | None) -> tuple[list[float], str]:
+    """What a driver does, on a simulated clock: each wait lasts its whole timeout, and
+    the attachment stops waiting once the clock reaches promoted_at."""
+    now, waits = T0, list[float]()
+    deadline = policy.deadline(now)
+    mode = Mode.WAITING
+    while (step := policy.step(mode, deadline, now)) is not None:
+        if isinstance(step, GiveUp):
+            return waits, "gave up"
+        assert len(waits) < 100, f"the wait never ends: {waits[-3:]}"
+        waits.append(round(step.timeout_s, 6))
+        now += step.timeout_s
+        if promoted_at is not None and now >= promoted_at:
+            mode = Mode.EXCLUSIVE
+    return waits, "done"
+
+
+def test_a_driven_wait_looks_again_every_recheck_s_until_its_deadline() -> None:
+    assert drive(wait(1200, recheck_s=0.5), None) == ([0.5, 0.5, 0.2], "gave up")
+
+
+def test_a_driven_wait_ends_once_the_attachment_is_promoted() -> None:
+    assert drive(wait(1200, recheck_s=0.5), T0 + 0.7) == ([0.5, 0.5], "done")

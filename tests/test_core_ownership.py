@@ -23,6 +23,7 @@ from broker.core.ownership import (
     Refusal,
     check_claims,
     check_fence,
+    check_owner_fences,
     decide_claims,
     parse_fence,
     refusal_error,
@@ -252,6 +253,51 @@ def test_a_fence_with_an_oversized_name_is_invalid_name() -> None:
     with pytest.raises(BrokerError) as caught:
         parse_fence(f"{'g' * (NAME_CHARS_MAX + 1)}:journal/0:5")
     assert caught.value.code is ErrorCode.INVALID_NAME
+
+
+# owner-group topics -----------------------------------------------------------------------
+
+
+def test_a_topic_without_an_owner_group_needs_no_fence() -> None:
+    check_owner_fences(None, "journal", [0, 1], [])
+
+
+def test_an_owner_group_write_passes_with_the_fence_of_each_partition_it_writes() -> None:
+    fences = [Fence("samza", "journal/0", 5), Fence("samza", "journal/1", 2)]
+    check_owner_fences("samza", "journal", [1, 0], fences)
+    check_owner_fences("samza", "journal", [1], fences[1:])  # only the partitions written
+
+
+@pytest.mark.parametrize(
+    ("partitions", "fences", "missing"),
+    [
+        ([0], [], "journal/0"),  # no fence
+        ([1], [Fence("samza", "journal/0", 5)], "journal/1"),  # another partition's
+        ([0], [Fence("other", "journal/0", 5)], "journal/0"),  # the resource in another group
+        ([0], [Fence("samza", "orders/0", 5)], "journal/0"),  # another topic's partition
+        ([0], [Fence("samza", "journal", 5)], "journal/0"),  # the topic, not its partition
+        ([1, 0], [Fence("samza", "journal/1", 5)], "journal/0"),  # one of two is missing
+        ([2, 1], [], "journal/1"),  # the lowest partition without one is named
+    ],
+)
+def test_an_owner_group_write_without_its_partitions_fence_is_fenced(
+    partitions: list[int], fences: list[Fence], missing: str
+) -> None:
+    with pytest.raises(BrokerError) as caught:
+        check_owner_fences("samza", "journal", partitions, fences)
+    error = caught.value
+    assert error.code is ErrorCode.FENCED
+    assert error.message == f"writes to {missing} need the fence of samza:{missing}"
+    assert error.details["group"] == "samza"
+    assert error.details["resource"] == missing
+    assert error.hint == (
+        f"claim it (fencelog own samza {missing}) and pass --fence samza:{missing}:GENERATION"
+    )
+
+
+def test_the_owner_group_rule_leaves_the_generation_to_check_fence() -> None:
+    """Any generation names the partition here; whether it is current is check_fence's."""
+    check_owner_fences("samza", "journal", [0], [Fence("samza", "journal/0", 0)])
 
 
 # properties ---------------------------------------------------------------------------------

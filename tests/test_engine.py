@@ -14,7 +14,7 @@ import broker
 from broker.discovery import DB_FILE
 from broker.errors import BrokerError, ErrorCode
 from broker.limits import Limits
-from broker.types import NewRecord, ProducerFields
+from broker.types import DURABILITIES, NewRecord, ProducerFields, check_durability
 
 
 def values(records: list[broker.Record]) -> list[bytes]:
@@ -347,6 +347,18 @@ def test_unknown_durability_is_invalid(data_dir: Path) -> None:
         broker.open(data_dir, durability="sometimes")  # type: ignore[arg-type]
     assert excinfo.value.code is ErrorCode.INVALID_ARGUMENT
     assert "sometimes" in excinfo.value.message
+
+
+def test_check_durability_returns_each_level_and_refuses_anything_else() -> None:
+    """The one check every entry point (CLI, connect, Engine.open, Server) calls."""
+    assert DURABILITIES == ("full", "normal")
+    assert [check_durability(d) for d in DURABILITIES] == ["full", "normal"]
+    for unknown in ("sometimes", "FULL", "", " full", None, 1):
+        with pytest.raises(BrokerError) as excinfo:
+            check_durability(unknown)
+        assert excinfo.value.code is ErrorCode.INVALID_ARGUMENT
+        assert excinfo.value.message == f"unknown durability {unknown!r}"
+        assert excinfo.value.hint == "use full or normal"
 
 
 def test_status_reports_every_partitions_end_offset(engine: broker.Engine, data_dir: Path) -> None:

@@ -127,6 +127,13 @@ def test_a_busy_poll_window_out_of_range_is_refused(data_dir: Path, busy_poll_us
     assert f"busy polling lasts 0 to {BUSY_POLL_US_MAX} us, not {busy_poll_us}" in str(caught.value)
 
 
+def test_an_unknown_durability_is_refused_by_the_server_before_it_starts(data_dir: Path) -> None:
+    with pytest.raises(BrokerError) as caught:
+        Server(data_dir, durability="sometimes")  # type: ignore[arg-type]
+    assert caught.value.code is ErrorCode.INVALID_ARGUMENT
+    assert caught.value.message == "unknown durability 'sometimes'"
+
+
 def test_a_request_before_hello_is_refused_and_closed(
     server: ServerThread, bystander: Client
 ) -> None:

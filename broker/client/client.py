@@ -54,6 +54,7 @@ from broker.types import (
     TxnDetail,
     TxnInfo,
     TxnMember,
+    check_durability,
 )
 
 if TYPE_CHECKING:  # imported when used: a one-shot embedded command needs neither
@@ -742,6 +743,7 @@ def connect(
     case the connection goes through that server. None means $FENCELOG_BROKER, or
     ./.fencelog. `durability`, `limits` and `clock` apply to an embedded open only.
     """
+    durability = check_durability(durability)
     name = os.fspath(target) if target is not None else None
     name = name or os.environ.get("FENCELOG_BROKER") or DEFAULT_BROKER
     url = name

@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, ParamSpec, TypeVar
 
-from broker.core.exclusive import parse_access, wait_timeout
+from broker.core.exclusive import ExclusiveWait, GiveUp, parse_access
 from broker.engine import Engine
 from broker.errors import BrokerError, ErrorCode
 from broker.limits import Limits
@@ -28,7 +28,6 @@ from broker.types import (
     Clock,
     Durability,
     Fence,
-    Mode,
     NewRecord,
     OwnershipInfo,
     ProducerFields,
@@ -167,16 +166,16 @@ class EmbeddedTransport:
         self, topic: str, access: str, name: str, epoch: int | None, wait_ms: int
     ) -> Attachment:
         """Attach; a waiter polls (woken by other processes' writes) until promoted."""
+        wait = ExclusiveWait(topic, wait_ms, recheck_s=0.5)
         attached = self.engine.attach_producer(
             topic, self.session_id(), parse_access(access), name, epoch
         )
-        deadline = time.monotonic() + wait_ms / 1000
-        while attached.mode is Mode.WAITING:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
+        deadline = wait.deadline(time.monotonic())
+        while step := wait.step(attached.mode, deadline, time.monotonic()):
+            if isinstance(step, GiveUp):
                 self.engine.detach_producer(attached.attachment_id)
-                raise wait_timeout(topic, wait_ms)
-            self._wait_for_change(min(remaining, 0.5))
+                raise step.error
+            self._wait_for_change(step.timeout_s)
             attached = self.engine.poll_attachment(attached.attachment_id, topic)
         return attached
 

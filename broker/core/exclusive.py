@@ -15,6 +15,10 @@ or Waiting (for exclusivity, first come first served).
   at the current epoch; any other write is refused while an exclusive producer is
   attached. Every record carries the epoch it was written under, so the log is a
   sequence of segments, one per epoch, never interleaved.
+- A wait-for-exclusive attach waits (ExclusiveWait) until its attachment no longer
+  waits, for up to wait_ms; then, or when its server is stopping, it detaches and fails
+  with WAIT_TIMEOUT. The server (asyncio) and the embedded transport (threads, WAL
+  watcher) drive the same policy, each with its own clock and way of waiting.
 """
 
 from __future__ import annotations
@@ -131,3 +135,56 @@ def wait_timeout(topic: str, wait_ms: int) -> BrokerError:
         topic=topic,
         hint="the producer left the queue; try again or wait longer",
     )
+
+
+# waiting for exclusive access ---------------------------------------------------------
+
+
+def check_wait_ms(wait_ms: int) -> None:
+    if wait_ms < 0:
+        raise BrokerError(ErrorCode.INVALID_ARGUMENT, f"wait_ms must be >= 0, not {wait_ms}")
+
+
+@dataclass(frozen=True, slots=True)
+class KeepWaiting:
+    """Wait for a change to the topic's attachments for at most timeout_s, then look at
+    the attachment again."""
+
+    timeout_s: float
+
+
+@dataclass(frozen=True, slots=True)
+class GiveUp:
+    """Detach the waiting attachment (it leaves the queue), then raise error."""
+
+    error: BrokerError
+
+
+@dataclass(frozen=True, slots=True)
+class ExclusiveWait:
+    """The wait of one attach for exclusive access. Times are seconds on the driver's
+    monotonic clock. The driver: build it (wait_ms is checked), attach, take
+    deadline(now), then until step() says None (done: the attachment no longer waits):
+    on GiveUp detach and raise its error; on KeepWaiting wait for a change, at most its
+    timeout_s, and load the attachment again."""
+
+    topic: str
+    wait_ms: int
+    recheck_s: float  # the longest a driver waits before looking at the attachment again
+
+    def __post_init__(self) -> None:
+        check_wait_ms(self.wait_ms)
+
+    def deadline(self, now: float) -> float:
+        return now + self.wait_ms / 1000
+
+    def step(
+        self, mode: Mode, deadline: float, now: float, *, stopping: bool = False
+    ) -> KeepWaiting | GiveUp | None:
+        """What to do next, with the attachment in `mode` at time `now`."""
+        if mode is not Mode.WAITING:
+            return None
+        remaining = deadline - now
+        if remaining <= 0 or stopping:
+            return GiveUp(wait_timeout(self.topic, self.wait_ms))
+        return KeepWaiting(min(remaining, self.recheck_s))

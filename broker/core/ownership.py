@@ -14,12 +14,16 @@ The request is atomic: if any resource is refused, nothing is granted.
 
 A fence (group, resource, generation) on a produce or fetch passes only when that
 generation is the current one and its holder is live.
+
+A topic created with an owner group takes a write to partition P only with a fence of
+`TOPIC/P` in that group (check_owner_fences; whether that fence is current and live is
+check_fence's).
 """
 
 from __future__ import annotations
 
 import enum
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from broker.errors import BrokerError, ErrorCode
@@ -180,3 +184,25 @@ def parse_fence(text: str) -> Fence:
 
 def partition_resource(topic: str, partition: int) -> str:
     return f"{topic}/{partition}"
+
+
+def check_owner_fences(
+    owner_group: str | None, topic: str, partitions: Iterable[int], fences: Sequence[Fence]
+) -> None:
+    """A write to these partitions of `topic` (created with `owner_group`, or None) must
+    carry, for each partition P, a fence of (owner_group, TOPIC/P); a fence of another
+    group or resource does not count. FENCED names the first partition without one."""
+    if owner_group is None:
+        return
+    fenced = {f.resource for f in fences if f.group == owner_group}
+    for partition in sorted(partitions):
+        resource = partition_resource(topic, partition)
+        if resource not in fenced:
+            raise BrokerError(
+                ErrorCode.FENCED,
+                f"writes to {resource} need the fence of {owner_group}:{resource}",
+                group=owner_group,
+                resource=resource,
+                hint=f"claim it (fencelog own {owner_group} {resource}) and pass "
+                f"--fence {owner_group}:{resource}:GENERATION",
+            )

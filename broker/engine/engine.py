@@ -53,6 +53,7 @@ from broker.types import (
     TxnDetail,
     TxnInfo,
     TxnMember,
+    check_durability,
 )
 
 if TYPE_CHECKING:  # pyarrow comes with the spark extra; fetch_arrow imports it
@@ -113,7 +114,7 @@ class Engine:
         limits: Limits = DEFAULT_LIMITS,
         clock: Clock = wall_clock_ms,
     ) -> Engine:
-        database = Database.open(Path(path), durability, limits.busy_timeout_ms)
+        database = Database.open(Path(path), check_durability(durability), limits.busy_timeout_ms)
         try:
             return cls(database, limits, clock)
         except BaseException:  # a bad FENCELOG_FAILPOINT, or a recovery that failed
@@ -719,20 +720,7 @@ class Engine:
         fences: Sequence[Fence],
     ) -> None:
         self.owners.check_fences(conn, fences)
-        if row.owner_group is None:
-            return
-        fenced = {f.resource for f in fences if f.group == row.owner_group}
-        for partition in sorted(by_partition):
-            resource = ownership_rules.partition_resource(row.name, partition)
-            if resource not in fenced:
-                raise BrokerError(
-                    ErrorCode.FENCED,
-                    f"writes to {resource} need the fence of {row.owner_group}:{resource}",
-                    group=row.owner_group,
-                    resource=resource,
-                    hint=f"claim it (fencelog own {row.owner_group} {resource}) and pass "
-                    f"--fence {row.owner_group}:{resource}:GENERATION",
-                )
+        ownership_rules.check_owner_fences(row.owner_group, row.name, by_partition, fences)
 
     def _route(self, row: logs.TopicRow, records: Sequence[NewRecord]) -> dict[int, Sequence[int]]:
         """Each record's partition, as {partition: [indexes into records]}."""

@@ -43,7 +43,7 @@ from pathlib import Path
 from typing import Any, Final, TypeVar
 
 from broker import __version__
-from broker.core.exclusive import parse_access, wait_timeout
+from broker.core.exclusive import ExclusiveWait, GiveUp, parse_access
 from broker.discovery import SOCKET_FILE, ServerInfo, ServerLock
 from broker.engine.engine import Engine, ProduceRequest, wall_clock_ms
 from broker.engine.sessions import connection_session_id, new_server_run
@@ -71,7 +71,7 @@ from broker.server.connection import (
     peer_of,
 )
 from broker.server.group_commit import GroupCommit
-from broker.types import Clock, Durability, Mode
+from broker.types import Clock, Durability, check_durability
 
 log = logging.getLogger("fencelog.server")
 T = TypeVar("T")
@@ -98,7 +98,7 @@ class Server:
         self.busy_poll = BusyPoll(busy_poll_us)
         self._drop_acks = drop_acks
         self.data_dir = data_dir
-        self.durability = durability
+        self.durability = check_durability(durability)
         self.limits = limits
         self._auth_token = auth_token
         self._clock = clock
@@ -561,22 +561,23 @@ class Server:
         name = codec.field(args, "name", str)
         epoch = codec.field(args, "epoch", int, optional=True)
         wait_ms = codec.field(args, "wait_ms", int, optional=True) or 0
-        if wait_ms < 0:
-            raise BrokerError(ErrorCode.INVALID_ARGUMENT, f"wait_ms must be >= 0, not {wait_ms}")
+        wait = ExclusiveWait(topic, wait_ms, recheck_s=1.0)
         attached = await self._write(
             lambda: self._writer.attach_producer(topic, session.session_id, access, name, epoch)
         )
         self._access_wake(topic)
-        deadline = asyncio.get_running_loop().time() + wait_ms / 1000
-        while attached.mode is Mode.WAITING:
-            remaining = deadline - asyncio.get_running_loop().time()
-            if remaining <= 0 or self._stopping.is_set():
+        loop = asyncio.get_running_loop()
+        deadline = wait.deadline(loop.time())
+        while step := wait.step(
+            attached.mode, deadline, loop.time(), stopping=self._stopping.is_set()
+        ):
+            if isinstance(step, GiveUp):
                 await self._write(partial(self._writer.detach_producer, attached.attachment_id))
                 self._access_wake(topic)
-                raise wait_timeout(topic, wait_ms)
+                raise step.error
             changed = self._access_changed.setdefault(topic, asyncio.Event())
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(changed.wait(), min(remaining, 1.0))
+                await asyncio.wait_for(changed.wait(), step.timeout_s)
             attached = await self._write(
                 partial(self._writer.poll_attachment, attached.attachment_id, topic)
             )

@@ -32,7 +32,6 @@ from broker.rows import decode_headers
 from broker.types import Durability
 
 APPLICATION_ID: Final = 0x46454E43  # "FENC"
-DURABILITIES: Final[tuple[Durability, ...]] = ("full", "normal")
 _SYNCHRONOUS: Final[dict[Durability, str]] = {"full": "FULL", "normal": "NORMAL"}
 # Files fencelog itself may leave in a data directory; anything else makes it foreign.
 _OWN_FILE = re.compile(
@@ -119,12 +118,6 @@ class Database:
     def open(
         cls, path: Path, durability: Durability = "full", busy_timeout_ms: int = 30_000
     ) -> Database:
-        if durability not in DURABILITIES:
-            raise BrokerError(
-                ErrorCode.INVALID_ARGUMENT,
-                f"unknown durability {durability!r}",
-                hint="use full or normal",
-            )
         data_dir = DataDir(path)
         data_dir.prepare()
         old_umask = os.umask(0o077)
