@@ -28,7 +28,8 @@ from cli.main import command
 from support import EXAMPLES
 from support.exclusive import STEP_S, access_view
 from support.helpers import Processes, expect, json_lines, user_env
-from support.owning import resumed_and_killed, serving, wait_until
+from support.owning import resumed_and_killed, serving
+from support.waiting import wait_until
 
 EXAMPLE = EXAMPLES / "leader_election.py"
 FENCED_EXIT = 3
@@ -109,7 +110,7 @@ def test_two_candidates_one_leader_at_a_time_and_the_paused_one_is_fenced(
             wait_until(
                 lambda: access_view(client, "control").waiting == ("c2",),
                 STEP_S,
-                "c2 waits for c1",
+                message="c2 waits for c1",
             )
         pause_until_elected(first, second, session_s)
         try:

@@ -248,7 +248,9 @@ def test_follow_prints_records_as_they_arrive_and_stops_on_sigterm(
     consumer = processes.fencelog(
         "--broker", data_dir, "consume", "orders", "--follow", "--json", "--timeout", "5s"
     )
-    time.sleep(0.3)  # give it a moment to start; what follows does not depend on it
+    # pacing, not synchronisation: most likely the records come while it follows (not
+    # before it started), but what follows does not depend on it
+    time.sleep(0.3)
     with broker.open(data_dir) as engine:
         engine.produce("orders", [NewRecord(b"first", key=b"k", partition=1)])
         # A record must reach a pipe while the consumer is still following, well before
@@ -267,9 +269,7 @@ def test_follow_prints_records_as_they_arrive_and_stops_on_sigterm(
         assert (second["partition"], second["offset"], second["value"]) == (0, 0, "second")
 
     consumer.signal(signal.SIGTERM)
-    signalled = time.monotonic()
-    assert consumer.wait(timeout_s=4.0) == 0, consumer.stderr_text()
-    assert time.monotonic() - signalled < 4.0
+    assert consumer.wait(timeout_s=4.0) == 0, consumer.stderr_text()  # at once, not at 5 s
     assert consumer.remaining_lines() == []
 
 
@@ -280,7 +280,7 @@ def test_follow_with_max_exits_by_itself(processes: Processes, data_dir: Path) -
         "--broker", data_dir, "consume", "orders", "--follow", "--max", "2", "--json",
         "--timeout", "20s",
     )  # fmt: skip
-    time.sleep(0.3)
+    time.sleep(0.3)  # pacing, as above: the records most likely come while it follows
     with broker.open(data_dir) as engine:
         engine.produce("orders", [NewRecord(b"one")])
         engine.produce("orders", [NewRecord(b"two"), NewRecord(b"three")])
@@ -297,6 +297,5 @@ def test_follow_timeout_exits_after_no_records(processes: Processes, data_dir: P
         "--broker", data_dir, "consume", "orders", "--follow", "--timeout", "1s"
     )
     assert consumer.wait(timeout_s=10.0) == 0, consumer.stderr_text()
-    assert time.monotonic() - consumer.started >= 1.0  # it did wait for its timeout
     assert consumer.remaining_lines() == []
     assert consumer.stderr_text() == ""

@@ -25,7 +25,8 @@ from broker.errors import ErrorCode
 from cli.main import command
 from support.exclusive import STEP_S
 from support.helpers import Invoke, Processes, expect, json_error, json_lines
-from support.owning import resumed_and_killed, serving, wait_until
+from support.owning import resumed_and_killed, serving
+from support.waiting import wait_until
 
 TOPIC = "control"
 FREE = {"mode": "free", "epoch": 0, "exclusive": None, "shared": [], "waiting": []}
@@ -56,7 +57,7 @@ def wait_for(invoke: Invoke, check: Callable[[dict[str, Any]], bool], what: str)
         found = access(invoke)
         return found if check(found) else None
 
-    return wait_until(seen, STEP_S, what)
+    return wait_until(seen, STEP_S, message=what)
 
 
 def waiting_count(count: int) -> Callable[[dict[str, Any]], bool]:

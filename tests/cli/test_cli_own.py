@@ -24,7 +24,8 @@ from broker.client.client import Client, connect
 from broker.errors import ErrorCode
 from cli.main import command
 from support.helpers import Invoke, Process, expect, fencelog_script, json_error, json_lines
-from support.owning import broker_target, resumed_and_killed, tool_env, wait_until
+from support.owning import broker_target, resumed_and_killed, tool_env
+from support.waiting import wait_until
 
 GRACE = "0.5s"
 ENDS_WITHIN_S = 20.0
@@ -395,7 +396,7 @@ def test_produce_inside_own_picks_up_the_fence(data_dir: Path, tmp_path: Path, k
             rows = json_lines(expect(cli(target, "own", "list", "--json"), 0).stdout)
             return [(r["generation"], r["holder"], r["live"]) for r in rows] == [(4, None, False)]
 
-        wait_until(released, 10, "own's claim is released once it exits")
+        wait_until(released, 10, message="own's claim is released once it exits")
         late = cli(
             target, "produce", "journal", "-p", "0", "--fence", "samza:journal/0:4", "-v", "x"
         )
@@ -460,7 +461,7 @@ else:
         sys.exit(0)
     signal.signal(signal.SIGTERM, stop)
 print("child", os.getpid(), flush=True)
-while True:
+while True:  # idles until a signal ends it: that ending is what the tests look at
     time.sleep(0.05)
 """
 
@@ -493,7 +494,9 @@ def test_a_severed_own_stops_its_command_and_exits_42(
                 newer = cli(target, "own", "workers", "orders/0", "--generation", "5", "--once")
                 assert expect(newer, 0).stdout == "claimed workers:orders/0 at generation 5\n"
                 assert own.wait(ENDS_WITHIN_S) == int(ErrorCode.SEVERED)
-                wait_until(lambda: not pid_exists(child_pid), 10, "CMD is gone when own exits")
+                wait_until(
+                    lambda: not pid_exists(child_pid), 10, message="CMD is gone when own exits"
+                )
                 rest = own.remaining_lines()
                 assert "[SEVERED]" in own.stderr_text()
             finally:  # CMD must not outlive the test, even when own failed to stop it

@@ -13,7 +13,6 @@ from __future__ import annotations
 import contextlib
 import json
 import sqlite3
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -28,6 +27,7 @@ from broker.server.server import Server
 from support.helpers import Invoke, Processes, expect, json_error, json_lines
 from support.producing import FakeClock
 from support.servers import ServerThread
+from support.waiting import wait_until
 
 TIMEOUT_MS = DEFAULT_LIMITS.txn_timeout_ms
 ABORTED = int(ErrorCode.TXN_ABORTED)
@@ -437,15 +437,15 @@ def test_the_broker_sweeps_out_abandoned_transactions(
     txn = begin(invoke, "--timeout", "1s")
     clock.advance(1_000)
     uri = f"file:{data_dir / DB_FILE}?mode=ro"
-    deadline = time.monotonic() + 10  # the sweep runs about once a second
-    while True:
+
+    def ended() -> tuple[Any, ...] | None:
         with contextlib.closing(sqlite3.connect(uri, uri=True)) as conn:
             row = conn.execute("SELECT state, reason FROM txns WHERE txn_id = ?", (txn,)).fetchone()
-        if tuple(row) != ("open", None):
-            break
-        assert time.monotonic() < deadline, "the expiry sweep never aborted it"
-        time.sleep(0.05)
-    assert tuple(row) == ("aborted", "timed out")
+        return None if tuple(row) == ("open", None) else tuple(row)
+
+    # the sweep runs about once a second
+    row = wait_until(ended, 10, interval_s=0.05, message="the expiry sweep aborted it")
+    assert row == ("aborted", "timed out")
 
 
 def test_a_keyed_begin_finds_its_transaction_again(cli: Invoke) -> None:
@@ -594,11 +594,12 @@ def test_consume_follow_prints_the_records_when_the_commit_lands(
         "--timeout",
         "30s",
     )
-    deadline = time.monotonic() + 15
-    while "ledger" not in served.server._topic_events:
+
+    def waiting() -> bool:
         assert follower.popen.poll() is None, follower.stderr_text()
-        assert time.monotonic() < deadline, "the follower never started waiting"
-        time.sleep(0.01)
+        return "ledger" in served.server._topic_events  # its fetch is parked on the topic
+
+    wait_until(waiting, 15, interval_s=0.01, message="the follower started waiting")
     expect(invoke("txn-commit", str(txn)), 0)
     first = json.loads(follower.line(15))
     second = json.loads(follower.line(15))

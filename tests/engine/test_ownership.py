@@ -32,8 +32,8 @@ from support.owning import (
     python_process,
     resumed_and_killed,
     serving,
-    wait_until,
 )
+from support.waiting import wait_until
 
 SEVERED_WITHIN_S = 5.0  # embedded: the next heartbeat (1 s); served: at once
 
@@ -69,7 +69,7 @@ class Sessions:
         wait_until(
             lambda: all(row[3] != session_id for row in ownership_rows(observer)),
             10,
-            f"the closed session {session_id} holds nothing",
+            message=f"the closed session {session_id} holds nothing",
         )
 
     def close_all(self) -> None:
@@ -427,7 +427,7 @@ from broker.client.client import connect
 client = connect(sys.argv[1], durability="normal")
 [claimed] = client.own("workers", ["orders/0"], generation=int(sys.argv[2]))
 print(claimed.generation, client.session_id, flush=True)
-time.sleep(120)
+time.sleep(120)  # holds the claim until the test kills or pauses this process
 """
 
 
@@ -445,7 +445,7 @@ def test_a_claim_by_a_process_that_died_is_released(target: str, b: Client) -> N
         wait_until(
             lambda: not any(row[4] for row in ownership_rows(b)),
             10,
-            "the dead process's claim is no longer live",
+            message="the dead process's claim is no longer live",
         )
         [claimed] = b.own("workers", ["orders/0"], generation=2)
         assert claimed.generation == 6
@@ -470,7 +470,7 @@ def test_a_stopped_embedded_process_is_released_after_missing_heartbeats(
         wait_until(
             lambda: ownership_rows(claimant) == [("workers", "orders/0", 5, session_id, False)],
             10,
-            "a holder without heartbeats for session_timeout_ms is not live",
+            message="a holder without heartbeats for session_timeout_ms is not live",
         )
         [claimed] = claimant.own("workers", ["orders/0"], generation=2)
         assert claimed.generation == 6
@@ -488,10 +488,12 @@ def test_an_embedded_heartbeat_outlasts_a_write_lock_held_past_the_busy_timeout(
         blocker = sqlite3.connect(data_dir / DB_FILE, isolation_level=None)
         try:
             blocker.execute("BEGIN IMMEDIATE")
-            time.sleep(1.5)  # a heartbeat (one a second) finds the lock held and gives up
+            # on purpose: a heartbeat (one a second) finds the lock held and gives up
+            time.sleep(1.5)
         finally:
             blocker.execute("ROLLBACK")
             blocker.close()
+        # on purpose: the session timeout passes; the heartbeats since must keep it live
         time.sleep(limits.session_timeout_ms / 1000 + 0.5)
         assert ownership_rows(watcher) == [("workers", "orders/0", 1, holder.session_id, True)]
 

@@ -15,8 +15,9 @@ from broker.client.client import Client
 from broker.client.producer import Producer
 from broker.errors import BrokerError
 from broker.types import Record
+from support.waiting import wait_until
 
-STEP_S = 15.0  # a bound on every single wait; a test never sleeps for a fixed time
+STEP_S = 15.0  # a bound on every single wait (support.waiting)
 
 
 @dataclass(frozen=True)
@@ -48,15 +49,15 @@ def wait_for_access(
     what: str,
     timeout_s: float = STEP_S,
 ) -> AccessView:
-    """Poll the topic's access until check() holds; fail after timeout_s saying `what`."""
-    deadline = time.monotonic() + timeout_s
-    while True:
+    """The topic's access once check() holds; fail after timeout_s saying `what`."""
+
+    def matching() -> AccessView | None:
         view = access_view(client, topic)
-        if check(view):
-            return view
-        if time.monotonic() > deadline:
-            raise AssertionError(f"not within {timeout_s}s: {what}; last seen {view}")
-        time.sleep(0.02)
+        return view if check(view) else None
+
+    return wait_until(
+        matching, timeout_s, message=lambda: f"{what}; now {access_view(client, topic)}"
+    )
 
 
 class Waiter:

@@ -1,5 +1,5 @@
-"""What the ownership tests share: a real `fencelog serve` to test against, bounded waits,
-a view of who owns what, and a raw socket that shows exactly what a severed connection
+"""What the ownership tests share: a real `fencelog serve` to test against, a view of
+who owns what, and a raw socket that shows exactly what a severed connection
 receives.
 
 Served brokers here are real processes (`fencelog --broker DIR serve`) on 127.0.0.1 port 0,
@@ -14,9 +14,9 @@ import signal
 import socket
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 from broker.client.client import Client
 from broker.limits import DEFAULT_LIMITS
@@ -25,23 +25,10 @@ from broker.protocol.messages import Message, Op, Reply, Request
 from support import servers
 from support.helpers import Process, fencelog_script, user_env
 
-T = TypeVar("T")
 HOST = "127.0.0.1"
 STEP_TIMEOUT_S = 15.0
 # One row of `ownership()`: (group, resource, generation, holder, live).
 OwnershipRow = tuple[str, str, int, str | None, bool]
-
-
-def wait_until(check: Callable[[], T | None], timeout_s: float, what: str) -> T:
-    """Poll check() until it returns something truthy; fail with `what` after timeout_s."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        found = check()
-        if found:
-            return found
-        if time.monotonic() > deadline:
-            raise AssertionError(f"not within {timeout_s}s: {what}")
-        time.sleep(0.02)
 
 
 def ownership_rows(client: Client, group: str | None = None) -> list[OwnershipRow]:

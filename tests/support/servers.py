@@ -30,6 +30,7 @@ from broker.protocol.messages import Message, Op, Reply, Request
 from broker.server.server import Server
 from broker.types import Durability
 from support.helpers import Process, fencelog_script
+from support.waiting import wait_until
 
 T = TypeVar("T")
 HOST = "127.0.0.1"
@@ -48,9 +49,16 @@ class ServerThread:
         durability: Durability = "normal",
         port: int = 0,
         unix: bool = False,
+        busy_poll_us: int = 0,
     ) -> None:
         self.data_dir = data_dir
-        self.server = Server(data_dir, durability=durability, limits=limits, auth_token=auth_token)
+        self.server = Server(
+            data_dir,
+            durability=durability,
+            limits=limits,
+            auth_token=auth_token,
+            busy_poll_us=busy_poll_us,
+        )
         self._requested_port = port
         self._unix = unix
         self._loop = asyncio.new_event_loop()
@@ -101,12 +109,24 @@ class ServerThread:
 
     def wait_sessions(self, count: int, timeout_s: float = STEP_TIMEOUT_S) -> set[str]:
         """The open sessions, once there are exactly `count` of them."""
-        deadline = time.monotonic() + timeout_s
-        while len(ids := self.session_ids()) != count:
-            if time.monotonic() > deadline:
-                raise AssertionError(f"expected {count} sessions, still {sorted(ids)}")
-            time.sleep(0.02)
-        return ids
+
+        def counted() -> set[str] | None:
+            ids = self.session_ids()
+            return ids if len(ids) == count else None
+
+        return wait_until(
+            counted, timeout_s, message=lambda: f"{count} sessions; now {self.session_ids()}"
+        )
+
+    def wait_fetch_parked(self, topic: str, timeout_s: float = STEP_TIMEOUT_S) -> None:
+        """Until a fetch of topic waits inside the server for new records (a long poll
+        parked on the topic), not just sent or started."""
+        wait_until(
+            lambda: topic in self.server._topic_events,
+            timeout_s,
+            interval_s=0.005,
+            message=f"a fetch of {topic} waiting inside the server",
+        )
 
     def stop(self) -> None:
         if self._stopped:
@@ -138,6 +158,7 @@ def served(
     durability: Durability = "normal",
     port: int = 0,
     unix: bool = False,
+    busy_poll_us: int = 0,
 ) -> Iterator[ServerThread]:
     thread = ServerThread(
         data_dir,
@@ -146,6 +167,7 @@ def served(
         durability=durability,
         port=port,
         unix=unix,
+        busy_poll_us=busy_poll_us,
     )
     thread.start()
     try:
@@ -189,19 +211,19 @@ class ServeProcess:
         self.info: dict[str, Any] = {}
 
     def wait_ready(self, timeout_s: float = STEP_TIMEOUT_S) -> dict[str, Any]:
-        deadline = time.monotonic() + timeout_s
-        while not self.ready_file.exists():
+        def ready() -> bool:
             if self.process.popen.poll() is not None:
                 raise AssertionError(
                     f"fencelog serve exited with {self.process.popen.returncode} before it "
                     f"was ready; stderr: {self.process.stderr_text()!r}"
                 )
-            if time.monotonic() > deadline:
-                raise AssertionError(
-                    f"fencelog serve not ready after {timeout_s}s; "
-                    f"stderr: {self.process.stderr_text()!r}"
-                )
-            time.sleep(0.02)
+            return self.ready_file.exists()
+
+        wait_until(
+            ready,
+            timeout_s,
+            message=lambda: f"fencelog serve ready; stderr: {self.process.stderr_text()!r}",
+        )
         self.info = json.loads(self.ready_file.read_text())
         return self.info
 
