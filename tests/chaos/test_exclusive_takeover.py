@@ -36,6 +36,7 @@ from broker.limits import DEFAULT_LIMITS
 from support.exclusive import STEP_S, access_view, assert_never_interleaved, segments
 from support.helpers import Process
 from support.owning import resumed_and_killed, serving
+from support.waiting import wait_until
 
 TOPIC = "control"
 TAKEOVERS = 3
@@ -65,7 +66,7 @@ def values():
         while True:
             yield f"{name}:{number}"
             number += 1
-            time.sleep(float(pace))
+            time.sleep(float(pace))  # pacing: a steady stream for the test to cut into
 
 limits = dataclasses.replace(DEFAULT_LIMITS, session_timeout_ms=int(timeout_ms))
 client = connect(target, durability="normal", limits=limits)
@@ -214,12 +215,12 @@ def target(request: pytest.FixtureRequest, data_dir: Path) -> Iterator[tuple[str
 
 
 def wait_until_waiting(client: Client, name: str) -> None:
-    deadline = time.monotonic() + STEP_S
-    while name not in (view := access_view(client, TOPIC)).waiting:
-        if view.exclusive == name:  # promoted already: its rival lost its session early
-            return
-        assert time.monotonic() < deadline, f"{name} never queued: {view}"
-        time.sleep(0.02)
+    def queued() -> bool:
+        view = access_view(client, TOPIC)
+        # or promoted already: its rival lost its session early
+        return name in view.waiting or view.exclusive == name
+
+    wait_until(queued, STEP_S, message=lambda: f"{name} queued: {access_view(client, TOPIC)}")
 
 
 def check_log(client: Client, writers: list[Writer]) -> None:
@@ -315,14 +316,15 @@ def test_a_paused_holder_is_fenced_after_a_new_exclusive_producer_took_over(
 def take_exclusive(client: Client, holder: Writer) -> Producer:
     """Exclusive access, asked again until the paused holder's session has ended.
     Embedded, a holder paused holding the write lock runs again for one more record."""
-    deadline = time.monotonic() + STEP_S
     extra = 0
-    while True:
+    refused: list[BrokerError] = []
+
+    def taken() -> Producer | None:
+        nonlocal extra
         try:
             return client.producer(TOPIC, idempotent=False, access="exclusive", name="new")
         except BrokerError as error:
-            if time.monotonic() > deadline:
-                raise
+            refused[:] = [error]
             if error.code is ErrorCode.STORAGE_BUSY:
                 holder.resume()
                 assert holder.step(f"old:extra{extra}") == "ack"
@@ -330,4 +332,11 @@ def take_exclusive(client: Client, holder: Writer) -> Producer:
                 holder.pause()
             elif error.code is not ErrorCode.PRODUCER_BUSY:
                 raise
-        time.sleep(0.05)
+        return None
+
+    return wait_until(
+        taken,
+        STEP_S,
+        interval_s=0.05,
+        message=lambda: f"exclusive access after the holder's session ended; last: {refused}",
+    )

@@ -261,7 +261,7 @@ def test_two_readers_never_both_hold_a_valid_fence(target: str) -> None:
         try:
             while any(thread.is_alive() for thread in threads):
                 check_both()
-                time.sleep(0.002)
+                time.sleep(0.002)  # pacing: check about as often as the readers claim
         finally:
             for thread in threads:
                 thread.join(timeout=60)

@@ -42,6 +42,7 @@ from support import SCRIPTS
 from support.helpers import Process, Processes, fencelog_script, user_env
 from support.producing import free_port
 from support.servers import HOST, ServeProcess
+from support.waiting import wait_until
 
 STEP_S = 20.0
 GROUP = "crashy"
@@ -288,16 +289,17 @@ class Scene:
         """A victim that never prepared: it times out (or is aborted), its journaled
         records are dropped, and a late commit is refused with TXN_ABORTED."""
         if wait_timeout:
-            deadline = time.monotonic() + STEP_S
-            while True:
+
+            def timed_out() -> bool:
                 listed = run_ok(processes, self.data_dir, "txn", "list", "--all", "--json")
                 (info,) = [t for t in listed if t["txn_id"] == victim]
                 if info["state"] == "aborted":
                     assert info["reason"] == "timed out", info
-                    break
+                    return True
                 assert info["state"] == "open", info
-                assert time.monotonic() < deadline, "the transaction never timed out"
-                time.sleep(0.2)
+                return False
+
+            wait_until(timed_out, STEP_S, interval_s=0.2, message="the transaction timed out")
         else:
             (info,) = run_ok(processes, self.data_dir, "txn-abort", str(victim), "--json")
             assert info["state"] == "aborted", info
@@ -517,7 +519,7 @@ def read_follower(follower: Process, count: int) -> list[dict[str, Any]]:
     deadline = time.monotonic() + STEP_S
     while len(seen) < count:
         seen.append(json.loads(follower.line(max(deadline - time.monotonic(), 0.1))))
-    time.sleep(0.3)
+    time.sleep(0.3)  # on purpose: a window for a record that must not come
     follower.kill()
     return seen + [json.loads(line) for line in follower.remaining_lines()]
 
@@ -578,7 +580,7 @@ def test_followers_never_read_a_record_of_a_transaction_that_ended_aborted(
                                   failpoint=spec)  # fmt: skip
             assert_killed(committing, f"txn-commit with {spec}")
         # t1 timed out; a2 (with its member's records) aborted
-        time.sleep(0.7)
+        time.sleep(0.7)  # on purpose: t1's 600 ms timeout passes
         with pytest.raises(BrokerError) as refused:
             client.txn_commit(txn["t1"], group=GROUP)
         assert refused.value.code is ErrorCode.TXN_ABORTED
@@ -756,7 +758,7 @@ def test_a_copier_and_its_broker_killed_at_random_points_copy_everything_once(
     for action in plan:
         outcome = copiers.pump(rng.randint(1, 2), deadline)
         assert outcome != "done", f"finished before the plan (seed {seed}): kill later"
-        time.sleep(rng.uniform(0, 0.04))
+        time.sleep(rng.uniform(0, 0.04))  # on purpose: a random kill point
         if action == "copier":
             copiers.kill9()
         else:

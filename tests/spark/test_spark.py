@@ -49,6 +49,7 @@ from broker.types import NewRecord, Record, TxnInfo
 from support import EXAMPLES, SCRIPTS
 from support.helpers import user_env
 from support.servers import served
+from support.waiting import wait_until
 
 ACTION_TIMEOUT_S = 120  # one streaming run; a batch action has pytest's timeout
 DRIVER_TIMEOUT_S = 240.0  # one run of the subprocess driver (session start included)
@@ -508,7 +509,9 @@ def fail_in_partition_0(
                     yield batch.slice(start, 10)
                     if count := journaled():
                         raise fail(count)
-            # the last rows may still be on their way to the writer
+            # the last rows may still be on their way to the writer. (A loop of its own,
+            # not support.waiting: this runs in a Spark worker, where tests/ is not
+            # importable.)
             deadline = time.monotonic() + 60
             while not (count := journaled()):
                 if time.monotonic() > deadline:
@@ -710,10 +713,12 @@ def test_stream_batch_that_fails_leaves_nothing(
             run_to_end(writer, "fencelog", tmp_path / "checkpoint")
         assert "a row has a null value" in error_text(excinfo)
 
-        deadline = time.monotonic() + timeout_ms / 1000 + 30
-        while client.txn_list():
-            assert time.monotonic() < deadline, f"still pending: {client.txn_list()}"
-            time.sleep(0.2)
+        wait_until(
+            lambda: not client.txn_list(),
+            timeout_ms / 1000 + 30,
+            interval_s=0.2,
+            message=lambda: f"nothing pending; still {client.txn_list()}",
+        )
         # A retry that outlives the 3 s timeout begins the batch's transaction anew.
         states = [t.state for t in txns_of(client, "spark-out")]
         assert states and set(states) == {"aborted"}, states
@@ -775,16 +780,16 @@ def test_stream_processing_time_trigger_follows_new_records(
         try:
 
             def wait_for(count: int) -> None:
-                deadline = time.monotonic() + ACTION_TIMEOUT_S
-                while client.describe_topic("out").records < count:
+                def landed() -> bool:
                     assert query.isActive, f"the query ended: {query.exception()}"
-                    assert time.monotonic() < deadline, f"fewer than {count} within the time"
-                    time.sleep(0.1)
+                    return client.describe_topic("out").records >= count
+
+                wait_until(landed, ACTION_TIMEOUT_S, interval_s=0.1, message=f"{count} in out")
 
             wait_for(20)
             produce_spread(client, "orders", [f"later-{i}" for i in range(10)])
             wait_for(30)
-            time.sleep(0.5)  # a batch too many would land now
+            time.sleep(0.5)  # on purpose: a batch too many would land now
         finally:
             query.stop()
         sizes = [int(p["numInputRows"]) for p in query.recentProgress if p["numInputRows"]]
@@ -973,10 +978,12 @@ def kill_group(popen: subprocess.Popen[bytes]) -> None:
     with contextlib.suppress(ProcessLookupError):
         os.killpg(popen.pid, signal.SIGKILL)
     popen.wait(timeout=30)
-    deadline = time.monotonic() + 30
-    while group_alive(popen.pid):
-        assert time.monotonic() < deadline, f"still alive: {group_alive(popen.pid)}"
-        time.sleep(0.1)
+    wait_until(
+        lambda: not group_alive(popen.pid),
+        30,
+        interval_s=0.1,
+        message=lambda: f"the group gone; still alive: {group_alive(popen.pid)}",
+    )
 
 
 def log_tail(log: Path) -> str:
@@ -1003,26 +1010,32 @@ def test_kill_9_driver_mid_stream_then_restart(embedded: Broker, tmp_path: Path)
         args = [*common, "--per-trigger", str(per_trigger)]
         args += ["--transaction-timeout", str(timeout_ms)]
         with driver_group(DRIVER, args, log, tmp_path) as driver:
-            deadline = time.monotonic() + DRIVER_TIMEOUT_S
-            while True:
+
+            def mid_batch() -> bool:
+                """Some batches written and a transaction holding journaled records."""
                 assert driver.poll() is None, f"the driver ended early:\n{log_tail(log)}"
-                assert time.monotonic() < deadline, f"no output in time:\n{log_tail(log)}"
                 written = client.describe_topic("orders_upper").records
                 assert written < total, "the run ended before it could be killed"
-                if written > 0 and any(t.records > 0 for t in client.txn_list()):
-                    kill_group(driver)  # mid-batch: a transaction holds journaled records
-                    killed_open = client.txn_list()
-                    break
-                time.sleep(0.02)
+                return written > 0 and any(t.records > 0 for t in client.txn_list())
+
+            wait_until(
+                mid_batch,
+                DRIVER_TIMEOUT_S,
+                message=lambda: f"a batch in the middle of its write:\n{log_tail(log)}",
+            )
+            kill_group(driver)  # mid-batch: a transaction holds journaled records
+            killed_open = client.txn_list()
         partial = client.describe_topic("orders_upper").records
         assert 0 < partial < total
         assert partial % per_trigger == 0  # whole micro-batches only
 
         # the killed run's transaction is aborted by its timeout, not left pending
-        deadline = time.monotonic() + timeout_ms / 1000 + 30
-        while client.txn_list():
-            assert time.monotonic() < deadline, f"still pending: {client.txn_list()}"
-            time.sleep(0.2)
+        wait_until(
+            lambda: not client.txn_list(),
+            timeout_ms / 1000 + 30,
+            interval_s=0.2,
+            message=lambda: f"nothing pending; still {client.txn_list()}",
+        )
         ended = {t.txn_id: t for t in txns_of(client, "spark-orders_upper")}
         for txn in killed_open:
             assert (ended[txn.txn_id].state, ended[txn.txn_id].reason) == ("aborted", "timed out")

@@ -18,7 +18,6 @@ from __future__ import annotations
 import contextlib
 import os
 import sqlite3
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -35,6 +34,7 @@ from cli.main import command
 from support.helpers import Invoke, Process, Processes, expect, json_error, json_lines
 from support.producing import state_rows, states_from_records
 from support.servers import served, serving
+from support.waiting import wait_until
 
 TOPIC = "orders"
 
@@ -360,6 +360,12 @@ def writer(processes: Processes, target: str, stop: Path) -> Iterator[Process]:
     assert process.line(5).startswith("stopped")
 
 
+def copied_records(copy: Path) -> int:
+    """How many records a one-file copy holds, read straight from it."""
+    with contextlib.closing(sqlite3.connect(f"file:{copy}?mode=ro", uri=True)) as conn:
+        return int(conn.execute("SELECT count(*) FROM records").fetchone()[0])
+
+
 def check_copy(runner: CliRunner, copy: Path, sandbox: Path, final: list[Record]) -> int:
     """The copy restores, is intact, holds a prefix of the final log, and its producer
     state (from its snapshots or from its log alone) is what its own records say."""
@@ -397,12 +403,16 @@ def test_copies_taken_while_a_writer_produces_are_consistent(
         target = str(data_dir)
         if how == "served":
             target = stack.enter_context(serving(data_dir, tmp_path / "ready.json")).address
-        with writer(processes, target, tmp_path / "stop"):
+        with writer(processes, target, tmp_path / "stop"), connect(target) as observer:
             for index, copy in enumerate(copies):
                 if index == 1:  # a producer snapshot in the middle of the stream, too
                     expect(fencelog(runner, target, "snapshot", "create"), 0)
                 expect(fencelog(runner, target, "snapshot", "create", "--out", str(copy)), 0)
-                time.sleep(0.05)  # let the writer move on between copies
+                held = copied_records(copy)
+                wait_until(  # the writer moves on past this copy before the next one
+                    lambda: observer.describe_topic(TOPIC).records > held,  # noqa: B023 - at once
+                    message=f"the log grew past the {held} records of {copy.name}",
+                )
         final = records_of(data_dir) if how == "embedded" else _records_served(target)
     sizes = [
         check_copy(runner, copy, tmp_path / f"sandbox-{i}", final) for i, copy in enumerate(copies)

@@ -110,13 +110,14 @@ class ServerThread:
     def wait_sessions(self, count: int, timeout_s: float = STEP_TIMEOUT_S) -> set[str]:
         """The open sessions, once there are exactly `count` of them."""
 
-        def counted() -> set[str] | None:
-            ids = self.session_ids()
-            return ids if len(ids) == count else None
+        seen: list[set[str]] = [set()]
 
-        return wait_until(
-            counted, timeout_s, message=lambda: f"{count} sessions; now {self.session_ids()}"
-        )
+        def counted() -> bool:
+            seen[0] = self.session_ids()
+            return len(seen[0]) == count
+
+        wait_until(counted, timeout_s, message=lambda: f"{count} sessions; now {seen[0]}")
+        return seen[0]
 
     def wait_fetch_parked(self, topic: str, timeout_s: float = STEP_TIMEOUT_S) -> None:
         """Until a fetch of topic waits inside the server for new records (a long poll

@@ -61,7 +61,7 @@ def abort_stale(client: Client, group: str) -> list[int]:
 def copy(client: Client, group: str, chunk: int, pause_s: float, rng: random.Random) -> int:
     def pause() -> None:
         if pause_s:
-            time.sleep(rng.uniform(0, pause_s))
+            time.sleep(rng.uniform(0, pause_s))  # pacing: random points to be killed at
 
     stale = abort_stale(client, group)
     committed, _ = client.committed_offsets(group, INPUT)

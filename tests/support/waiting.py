@@ -30,9 +30,9 @@ def wait_until(
     interval_s: float = POLL_S,
     message: str | Callable[[], str] = "the condition",
 ) -> T:
-    """condition()'s first truthy value, asked every interval_s; AssertionError once
-    timeout_s has passed, with `message` (a callable is asked then, for the state at
-    that moment) and the last value condition() gave."""
+    """condition()'s first truthy value (an empty collection is "not yet"), asked every
+    interval_s; AssertionError once timeout_s has passed, with `message` (a callable is
+    asked then, for the state at that moment) and the last value condition() gave."""
     deadline = time.monotonic() + timeout_s
     while True:
         seen = condition()
