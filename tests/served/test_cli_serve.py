@@ -9,19 +9,19 @@ storm loses no acknowledged record, and clients reconnect to the restarted serve
 from __future__ import annotations
 
 import json
-import os
 import signal
 import socket
 import stat
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import pytest
 from click.testing import CliRunner, Result
 
+import broker.server.server
 from broker.client.client import connect
 from broker.client.served import ServedTransport
 from broker.discovery import DB_FILE, INFO_FILE, SOCKET_FILE, find_server
@@ -29,7 +29,8 @@ from broker.errors import BrokerError, ErrorCode
 from broker.protocol.messages import Push
 from cli.main import command
 from support.helpers import Processes, expect, json_lines
-from support.servers import RawClient, ServeProcess, serving
+from support.servers import RawClient, ServeProcess, served, serving
+from support.waiting import wait_until
 
 TOKEN = "3f9a1c0e5b7d2a4c6e8f0a1b2c3d4e5f"
 WRONG_TOKEN = "00000000000000000000000000000000"
@@ -161,44 +162,58 @@ def test_serve_refuses_a_busy_poll_that_is_not_a_short_duration(
     assert message in result.stderr
 
 
-def process_cpu_s(pid: int) -> float:
-    """User + system CPU seconds a process has used, from /proc."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+class _ServerMade(Exception):
+    """What the stand-in for Server raises: `serve` got as far as making its server."""
 
 
-def cpu_while(pid: int, work: Callable[[], None]) -> float:
-    before = process_cpu_s(pid)
-    work()
-    return process_cpu_s(pid) - before
-
-
-@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads CPU time from /proc")
-@pytest.mark.parametrize(("busy_poll", "polls"), [("100ms", True), ("0", False)])
-def test_busy_poll_spends_cpu_between_requests_and_none_once_idle(
-    tmp_path: Path, data_dir: Path, busy_poll: str, polls: bool
+@pytest.mark.parametrize(("busy_poll", "window_us"), [("100ms", 100_000), ("0", 0)])
+def test_busy_poll_polls_between_requests_and_not_once_idle(
+    runner: CliRunner,
+    data_dir: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    busy_poll: str,
+    window_us: int,
 ) -> None:
     """A server polls for the --busy-poll window after each request instead of sleeping;
-    once requests stop, it sleeps. (Each window here outlasts the gap between requests,
-    so while they come the server is polling all the time.)"""
-    with (
-        serving(data_dir, tmp_path / "ready.json", serve_args=("--busy-poll", busy_poll)) as s,
-        connect(f"tcp://{s.tcp}") as client,
-    ):
+    once requests stop, it sleeps. `serve --busy-poll` hands its window to the Server;
+    a Server with that window (in a thread, to be watched) is then counted polling: the
+    loop turns its BusyPoll asks for, not CPU time, which depends on the machine."""
+    handed: list[int] = []
 
-        def requests_every_50ms() -> None:
-            for _ in range(16):
-                client.list_topics()
-                time.sleep(0.05)
+    def made(*args: Any, busy_poll_us: int, **kwargs: Any) -> None:
+        handed.append(busy_poll_us)
+        raise _ServerMade
 
-        busy_s = cpu_while(s.pid, requests_every_50ms)
-        time.sleep(0.2)  # past the last window
-        idle_s = cpu_while(s.pid, lambda: time.sleep(0.8))
-    assert idle_s < 0.25, f"an idle server used {idle_s:.2f} s of CPU in 0.8 s"
-    if polls:
-        assert busy_s > 0.4, f"a polling server used only {busy_s:.2f} s of CPU in 0.8 s"
+    with monkeypatch.context() as patch:
+        patch.setattr(broker.server.server, "Server", made)
+        result = fencelog(runner, data_dir, "serve", "--busy-poll", busy_poll)
+    assert isinstance(result.exception, _ServerMade), result.output
+    assert handed == [window_us]
+
+    with served(data_dir, busy_poll_us=window_us) as server, connect(server.address) as client:
+        busy = server.server.busy_poll
+        polls = 0
+        poll = busy._poll
+
+        def counted() -> None:
+            nonlocal polls
+            polls += 1
+            poll()
+
+        monkeypatch.setattr(busy, "_poll", counted)
+        for _ in range(16):
+            client.list_topics()
+            time.sleep(0.05)  # pacing: a request every 50 ms, within a 100 ms window
+        between = polls
+        wait_until(lambda: not busy._polling, message="the last window ended")
+        settled = polls
+        time.sleep(0.8)  # on purpose: a while without requests
+        idle = polls - settled
+    assert idle == 0, f"an idle server polled {idle} times"
+    if window_us:
+        assert between > 0, "a polling server did not poll between requests"
     else:
-        assert busy_s < 0.25, f"a server that does not poll used {busy_s:.2f} s in 0.8 s"
+        assert between == 0, f"a server that does not poll polled {between} times"
 
 
 # every command against a server -----------------------------------------------------------
@@ -294,7 +309,7 @@ def test_consume_follow_through_a_server_prints_records_as_they_arrive(
     second = json.loads(follower.line(timeout_s=10))
     assert (second["partition"], second["offset"], second["value"]) == (0, 0, "two")
     assert follower.popen.poll() is None
-    time.sleep(0.3)  # stop it mid-wait, as a user would, not as it sends its next fetch
+    time.sleep(0.3)  # on purpose: stop it mid-wait, as a user would, not as it sends a fetch
     follower.signal(signal.SIGTERM)
     assert follower.wait(timeout_s=10) == 0, follower.stderr_text()
     assert follower.remaining_lines() == []
@@ -381,15 +396,12 @@ def test_session_timeout_closes_a_silent_session_but_not_a_heartbeating_client(
         assert client.limits.session_timeout_ms == 1000
         with RawClient(s.port) as raw:
             raw.hello()
-            started = time.monotonic()
-            messages = raw.receive_all(timeout_s=15)
-            elapsed_s = time.monotonic() - started
+            messages = raw.receive_all(timeout_s=15)  # closed, and told why, in time
         assert messages == [Push("session_closed", {"reason": "missed heartbeats"})]
-        assert 0.5 < elapsed_s < 12
         transport = client._transport
         assert isinstance(transport, ServedTransport)
         session_before = transport.session_id()
-        time.sleep(1.5)  # idle for more than the timeout: heartbeats keep it open
+        time.sleep(1.5)  # on purpose: idle past the timeout; heartbeats keep it open
         client.produce("hb", [b"still here"])
         assert [r.value for r in client.consume("hb")] == [b"still here"]
         assert transport.session_id() == session_before
@@ -413,19 +425,21 @@ def test_a_signal_answers_the_request_in_flight_closes_sqlite_and_exits_0(
             client.produce("s", [b"kept"])
 
             def wait_for_more() -> None:
-                started = time.monotonic()
                 try:
                     outcome["records"] = client.fetch("s", {0: 1}, wait_ms=30_000)
                 except BrokerError as error:
                     outcome["error"] = error
-                outcome["elapsed_s"] = time.monotonic() - started
 
             waiter = threading.Thread(target=wait_for_more)
             waiter.start()
-            time.sleep(0.5)  # the fetch is waiting inside the server
+            # Kept: a server in another process cannot be asked whether the fetch waits
+            # inside it yet (in-process, test_server's twin waits until it is parked).
+            time.sleep(0.5)
             assert waiter.is_alive()
             status = server.stop(signum, timeout_s=20)
-            waiter.join(timeout=30)
+            # answered at the stop, not when its 30 s wait ends
+            waiter.join(timeout=20)
+            assert not waiter.is_alive(), "the fetch was not answered at the stop"
         finally:
             client.close()
     finally:
@@ -435,7 +449,6 @@ def test_a_signal_answers_the_request_in_flight_closes_sqlite_and_exits_0(
     assert status == 0, server.stderr_text()
     assert outcome.get("error") is None, outcome
     assert outcome["records"] == []  # answered, not cut off
-    assert outcome["elapsed_s"] < 20
     assert "Traceback" not in server.stderr_text()
     assert_closed_cleanly(data_dir)
     with connect(data_dir) as embedded:
@@ -465,14 +478,6 @@ def test_after_kill_9_the_directory_opens_embedded_and_serves_again(
 
 def count(acked: Mapping[int, list[bytes]]) -> int:
     return sum(len(values) for values in acked.values())
-
-
-def wait_until(condition: Any, timeout_s: float, what: str) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout_s}s waiting for {what}")
-        time.sleep(0.02)
 
 
 def test_kill_9_during_a_produce_storm_loses_no_acknowledged_record(
@@ -515,7 +520,7 @@ def test_kill_9_during_a_produce_storm_loses_no_acknowledged_record(
         ]
         for thread in threads:
             thread.start()
-        wait_until(lambda: count(acked) >= 400 or failures, 30, "acknowledgements")
+        wait_until(lambda: count(acked) >= 400 or failures, 30, message="acknowledgements")
         first.kill9()
         acked_before_kill = count(acked)
         second = ServeProcess(data_dir, tmp_path / "second.json", listen=f"127.0.0.1:{port}")
@@ -523,7 +528,7 @@ def test_kill_9_during_a_produce_storm_loses_no_acknowledged_record(
         wait_until(
             lambda: count(acked) >= acked_before_kill + 200 or failures,
             30,
-            "acknowledgements from the restarted server",
+            message="acknowledgements from the restarted server",
         )
     finally:
         stop.set()

@@ -17,7 +17,6 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import IO, Any, Protocol
@@ -135,7 +134,6 @@ class Process:
             env=dict(env) if env is not None else user_env(),
             cwd=cwd,
         )
-        self.started = time.monotonic()
         self._lines: queue.Queue[bytes] = queue.Queue()
         self._stderr: list[bytes] = []
         assert self.popen.stdout is not None and self.popen.stderr is not None
