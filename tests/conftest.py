@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner, Result
-from helpers import Invoke, Processes
 
 import broker
 from cli.main import command
+from support.helpers import Invoke, Processes
 
 
 @pytest.fixture
@@ -50,7 +50,7 @@ def engine(data_dir: Path) -> Iterator[broker.Engine]:
 
 @pytest.fixture
 def opened() -> Iterator[list[broker.Engine]]:
-    """Engines a test opened (tests/producing.py open_engine); all closed at teardown."""
+    """Engines a test opened (tests/support/producing.py open_engine); all closed at teardown."""
     engines: list[broker.Engine] = []
     yield engines
     for engine in engines:

@@ -1,0 +1,339 @@
+"""fencelog produce, as a user sees it: where records land, what is stored (read back with
+consume or straight from SQLite), and how bad input is refused without storing anything."""
+
+from __future__ import annotations
+
+import base64
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+import broker
+from broker.errors import ErrorCode
+from support.helpers import Invoke, expect, json_error, json_lines, stored_rows, user_env
+
+MIB = 1024 * 1024
+ENCODERS: dict[str, Callable[[bytes], str]] = {
+    "base64": lambda data: base64.b64encode(data).decode("ascii"),
+    "hex": bytes.hex,
+}
+AWKWARD_VALUES = [b"\x00\xff\n", b"", bytes(range(256)), b"tab\there\r\n", "\u00e9".encode()]
+
+
+@pytest.fixture
+def orders(invoke: Invoke) -> Invoke:
+    expect(invoke("topic", "create", "orders", "--partitions", "4"), 0)
+    return invoke
+
+
+def read_all(data_dir: Path, topic: str = "orders") -> list[broker.Record]:
+    with broker.open(data_dir) as engine:
+        partitions = engine.describe_topic(topic).partitions
+        return [r for p in range(partitions) for r in engine.read(topic, p, 0)]
+
+
+def test_stdin_lines_with_one_key_share_a_partition(orders: Invoke, data_dir: Path) -> None:
+    result = expect(orders("produce", "orders", "--key", "k1", "--json", input="a\nb\nc\n"), 0)
+    landed = json_lines(result.stdout)
+    assert [r["topic"] for r in landed] == ["orders"] * 3
+    assert len({r["partition"] for r in landed}) == 1
+    assert [r["offset"] for r in landed] == [0, 1, 2]
+    stored = read_all(data_dir)
+    assert [(r.key, r.value, r.offset) for r in stored] == [
+        (b"k1", b"a", 0),
+        (b"k1", b"b", 1),
+        (b"k1", b"c", 2),
+    ]
+
+
+def test_plain_output_summarises_where_records_went(orders: Invoke) -> None:
+    result = expect(orders("produce", "orders", "--key", "k1", input="a\nb\nc\n"), 0)
+    partition = json_lines(expect(orders("consume", "orders", "--json"), 0).stdout)[0]["partition"]
+    assert result.stdout == f"produced 3 records to orders: partition {partition} offsets 0-2\n"
+    one = expect(orders("produce", "orders", "-p", "0", "-v", "x"), 0)
+    assert one.stdout == "produced 1 record to orders: partition 0 offset 0\n"
+
+
+def test_value_partition_and_header(orders: Invoke) -> None:
+    result = orders(
+        "produce",
+        "orders",
+        "--partition",
+        "2",
+        "--value",
+        "hello",
+        "--header",
+        "trace=abc",
+        "--json",
+    )
+    assert json_lines(expect(result, 0).stdout) == [
+        {"topic": "orders", "partition": 2, "offset": 0}
+    ]
+    [record] = json_lines(expect(orders("consume", "orders", "--json"), 0).stdout)
+    assert (record["partition"], record["value"], record["key"]) == (2, "hello", None)
+    assert record["headers"] == [["trace", "abc"]]
+
+
+def test_repeated_values_and_headers_keep_their_order(orders: Invoke, data_dir: Path) -> None:
+    result = orders(
+        "produce", "orders", "-p", "1", "-v", "one", "-v", "two", "-v", "three",
+        "-H", "a=1", "-H", "b=", "-H", "a=x=y", "--json",
+    )  # fmt: skip
+    assert [r["offset"] for r in json_lines(expect(result, 0).stdout)] == [0, 1, 2]
+    stored = read_all(data_dir)
+    assert [r.value for r in stored] == [b"one", b"two", b"three"]
+    assert {r.headers for r in stored} == {(("a", b"1"), ("b", b""), ("a", b"x=y"))}
+
+
+def test_records_without_key_go_round_robin(orders: Invoke) -> None:
+    values = [arg for i in range(8) for arg in ("-v", str(i))]
+    landed = json_lines(expect(orders("produce", "orders", *values, "--json"), 0).stdout)
+    per_partition = [sum(1 for r in landed if r["partition"] == p) for p in range(4)]
+    assert per_partition == [2, 2, 2, 2]
+
+
+def test_last_stdin_line_needs_no_newline(orders: Invoke, data_dir: Path) -> None:
+    expect(orders("produce", "orders", "-p", "0", input="a\n\nlast"), 0)
+    assert [r.value for r in read_all(data_dir)] == [b"a", b"", b"last"]
+
+
+def test_key_separator_splits_each_line(orders: Invoke, data_dir: Path) -> None:
+    result = orders(
+        "produce", "orders", "--key-separator", ":", "--json", input="k1:v1\nk2:v:2\nk1:v3\n"
+    )
+    landed = json_lines(expect(result, 0).stdout)
+    assert landed[0]["partition"] == landed[2]["partition"]
+    stored = {(r.key, r.value) for r in read_all(data_dir)}
+    assert stored == {(b"k1", b"v1"), (b"k2", b"v:2"), (b"k1", b"v3")}
+
+
+def test_line_without_key_separator_exits_10(orders: Invoke, data_dir: Path) -> None:
+    before = stored_rows(data_dir)
+    result = expect(
+        orders("produce", "orders", "--key-separator", ":", input="no separator\n"),
+        ErrorCode.INVALID_ARGUMENT,
+    )
+    assert "no key separator" in result.stderr
+    assert stored_rows(data_dir) == before
+
+
+def test_empty_key_is_stored_as_an_empty_key(orders: Invoke, data_dir: Path) -> None:
+    # The log keeps None and b"" apart (consume shows null and ""); an empty --key is
+    # the empty key, as an empty key before --key-separator already is.
+    expect(orders("produce", "orders", "-p", "0", "--key-separator", ":", input=":x\n"), 0)
+    expect(orders("produce", "orders", "-p", "0", "--key", "", "--value", "y"), 0)
+    expect(orders("produce", "orders", "-p", "0", "-f", "hex", "--key", "", "-v", "7a"), 0)
+    assert [(r.key, r.value) for r in read_all(data_dir)] == [(b"", b"x"), (b"", b"y"), (b"", b"z")]
+    shown = json_lines(expect(orders("consume", "orders", "--json"), 0).stdout)
+    assert [r["key"] for r in shown] == ["", "", ""]
+
+
+def test_key_and_key_separator_exclude_each_other(orders: Invoke) -> None:
+    result = expect(
+        orders("produce", "orders", "--key", "k", "--key-separator", ":", input="a:b\n"), 10
+    )
+    assert "--key and --key-separator" in result.stderr
+
+
+# binary-safe formats ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("fmt", ["base64", "hex"])
+def test_format_round_trips_arbitrary_bytes_from_values(
+    orders: Invoke, data_dir: Path, fmt: str
+) -> None:
+    encode = ENCODERS[fmt]
+    args = [a for value in AWKWARD_VALUES for a in ("--value", encode(value))]
+    key = b"\x00k\xff"
+    expect(orders("produce", "orders", "-p", "3", "--format", fmt, "--key", encode(key), *args), 0)
+    # stored exactly
+    stored = read_all(data_dir)
+    assert [(r.key, r.value) for r in stored] == [(key, v) for v in AWKWARD_VALUES]
+    # and shown exactly
+    shown = json_lines(expect(orders("consume", "orders", "--format", fmt, "--json"), 0).stdout)
+    assert [(r["key"], r["value"]) for r in shown] == [
+        (encode(key), encode(v)) for v in AWKWARD_VALUES
+    ]
+
+
+@pytest.mark.parametrize("fmt", ["base64", "hex"])
+def test_format_round_trips_arbitrary_bytes_from_stdin(
+    orders: Invoke, data_dir: Path, fmt: str
+) -> None:
+    encode = ENCODERS[fmt]
+    lines = "".join(
+        f"{encode(b'key-' + bytes([i]))}|{encode(v)}\n" for i, v in enumerate(AWKWARD_VALUES)
+    )
+    expect(orders("produce", "orders", "--format", fmt, "--key-separator", "|", input=lines), 0)
+    stored = {(r.key, r.value) for r in read_all(data_dir)}
+    assert stored == {(b"key-" + bytes([i]), v) for i, v in enumerate(AWKWARD_VALUES)}
+    plain = expect(orders("consume", "orders", "--format", fmt), 0).stdout
+    shown = {tuple(line.split("\t")[2:]) for line in plain.splitlines()}
+    assert shown == {(encode(k), encode(v)) for k, v in stored if k is not None}
+
+
+@pytest.mark.parametrize(
+    ("fmt", "bad"),
+    [("hex", "zz"), ("hex", "abc"), ("base64", "!!!!"), ("base64", "abc"), ("hex", "\u00e9e9")],
+    ids=["hex-letters", "hex-odd-length", "base64-symbols", "base64-padding", "hex-non-ascii"],
+)
+def test_bad_format_data_exits_10(orders: Invoke, data_dir: Path, fmt: str, bad: str) -> None:
+    before = stored_rows(data_dir)
+    result = expect(orders("produce", "orders", "--format", fmt, "--value", bad), 10)
+    assert f"not valid {fmt}" in result.stderr
+    stdin_result = expect(orders("produce", "orders", "--format", fmt, input=f"{bad}\n"), 10)
+    assert f"not valid {fmt}" in stdin_result.stderr
+    key_result = expect(orders("produce", "orders", "-f", fmt, "-k", bad, "-v", "00"), 10)
+    assert "--key" in key_result.stderr
+    assert stored_rows(data_dir) == before
+
+
+# sizes --------------------------------------------------------------------------------
+
+
+def test_value_of_exactly_one_mebibyte_is_accepted(orders: Invoke, data_dir: Path) -> None:
+    expect(orders("produce", "orders", "-p", "0", "--format", "hex", "--value", "ab" * MIB), 0)
+    [record] = read_all(data_dir)
+    assert record.value == b"\xab" * MIB
+
+
+def test_value_over_one_mebibyte_from_hex_value_exits_11(orders: Invoke, data_dir: Path) -> None:
+    before = stored_rows(data_dir)
+    too_big = "ab" * (MIB + 1)
+    result = expect(orders("produce", "orders", "--format", "hex", "--value", too_big), 11)
+    assert result.stdout == ""
+    assert f"{MIB + 1} bytes" in result.stderr
+    assert f"limit is {MIB}" in result.stderr
+    error = json_error(orders("produce", "orders", "-f", "hex", "-v", too_big, "--json"))
+    assert error["error"] == "RECORD_TOO_LARGE"
+    assert stored_rows(data_dir) == before
+
+
+def test_value_over_one_mebibyte_from_stdin_exits_11(orders: Invoke, data_dir: Path) -> None:
+    before = stored_rows(data_dir)
+    result = expect(orders("produce", "orders", input=b"x" * (MIB + 1) + b"\n"), 11)
+    assert "[RECORD_TOO_LARGE]" in result.stderr
+    assert stored_rows(data_dir) == before
+
+
+# refusals -----------------------------------------------------------------------------
+
+
+def test_unknown_topic_exits_20(invoke: Invoke) -> None:
+    result = expect(invoke("produce", "nope", "--value", "x"), ErrorCode.UNKNOWN_TOPIC)
+    assert result.stdout == ""
+    assert "topic nope does not exist" in result.stderr
+    error = json_error(expect(invoke("produce", "nope", "-v", "x", "--json"), 20))
+    assert error["error"] == "UNKNOWN_TOPIC"
+    assert error["hint"] == "create it with: fencelog topic create nope"
+
+
+@pytest.mark.parametrize("partition", ["4", "-1"])
+def test_partition_out_of_range_exits_21(orders: Invoke, partition: str) -> None:
+    result = expect(orders("produce", "orders", "--partition", partition, "--value", "x"), 21)
+    assert "partitions 0..3" in result.stderr
+    error = json_error(orders("produce", "orders", "-p", partition, "-v", "x", "--json"))
+    assert error["error"] == "UNKNOWN_PARTITION"
+
+
+@pytest.mark.parametrize("header", ["novalue", "=value", ""])
+def test_bad_header_exits_10(orders: Invoke, header: str) -> None:
+    result = expect(orders("produce", "orders", "--header", header, "--value", "x"), 10)
+    assert "NAME=VALUE" in result.stderr
+    error = json_error(orders("produce", "orders", "-H", header, "-v", "x", "--json"))
+    assert error["error"] == "INVALID_ARGUMENT"
+
+
+@pytest.mark.parametrize(
+    ("args", "stdin"),
+    [
+        (["produce", "nope", "-v", "x"], None),
+        (["produce", "orders", "-p", "9", "-v", "x"], None),
+        (["produce", "orders", "-p", "9"], "a\nb\n"),
+        (["produce", "orders", "-H", "bad", "-v", "x"], None),
+        (["produce", "orders", "-f", "hex", "-v", "00", "-v", "zz"], None),
+        (["produce", "orders", "-f", "base64"], "!!\nAAAA\n"),
+        (["produce", "orders", "-p", "1", "-f", "hex", "-v", "00", "-v", "ab" * (MIB + 1)], None),
+        (["produce", "orders", "--key-separator", "="], "no separator\nk=v\n"),
+    ],
+    ids=[
+        "unknown-topic",
+        "bad-partition",
+        "bad-partition-stdin",
+        "bad-header",
+        "bad-hex-in-batch",
+        "bad-base64-stdin",
+        "too-large-in-batch",
+        "missing-separator",
+    ],
+)
+def test_failed_produce_stores_nothing(
+    orders: Invoke, data_dir: Path, args: list[str], stdin: str | None
+) -> None:
+    # stdin is appended batch by batch as lines arrive, so each bad line here comes
+    # first: the failing batch is then the first one and nothing may be stored.
+    expect(orders("produce", "orders", "-p", "1", "-v", "kept", "-H", "h=1"), 0)
+    before = stored_rows(data_dir)
+    result = orders(*args, input=stdin)
+    assert result.exit_code >= 10, result.stderr
+    assert result.stdout == ""
+    assert stored_rows(data_dir) == before
+    assert [r.value for r in read_all(data_dir)] == [b"kept"]
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["produce"],
+        ["produce", "orders", "--partition", "two", "-v", "x"],
+        ["produce", "orders", "--format", "rot13", "-v", "x"],
+        ["produce", "orders", "--no-such-option"],
+        ["--durability", "sometimes", "produce", "orders", "-v", "x"],
+    ],
+    ids=[
+        "missing-topic",
+        "partition-not-a-number",
+        "unknown-format",
+        "unknown-option",
+        "durability",
+    ],
+)
+def test_usage_errors_exit_2(orders: Invoke, data_dir: Path, args: list[str]) -> None:
+    before = stored_rows(data_dir)
+    result = expect(orders(*args), 2)
+    assert "Usage:" in result.stderr
+    assert stored_rows(data_dir) == before
+
+
+LOADED_BY_AN_EMBEDDED_PRODUCE = """
+import sys
+from cli.main import run
+sys.argv = ["fencelog", "--broker", sys.argv[1], "produce", "orders", "--value", "x"]
+try:
+    run()
+except SystemExit as exit:
+    assert not exit.code, exit.code
+served = sorted(m for m in ("asyncio", "broker.client.served", "broker.server") if m in sys.modules)
+print("served modules loaded:", served or "none")
+"""
+
+
+def test_an_embedded_produce_loads_nothing_of_the_served_transport(
+    orders: Invoke, data_dir: Path
+) -> None:
+    """asyncio and the served transport cost a one-shot embedded command about 60 ms of
+    its start: they are imported only when a server is reached."""
+    done = subprocess.run(
+        [sys.executable, "-c", LOADED_BY_AN_EMBEDDED_PRODUCE, str(data_dir)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=user_env(),
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines()[-1] == "served modules loaded: none", done.stdout
+    assert [r.value for r in read_all(data_dir)] == [b"x"]

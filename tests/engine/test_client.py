@@ -1,0 +1,235 @@
+"""broker.client: the Python client on an embedded data directory."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import broker
+from broker.client.client import Client, connect
+from broker.errors import BrokerError, ErrorCode
+from broker.limits import Limits
+from broker.types import NewRecord
+from support.waiting import wait_until, within
+
+
+@pytest.fixture
+def client(data_dir: Path) -> Iterator[Client]:
+    with connect(data_dir) as opened:
+        yield opened
+
+
+@pytest.fixture
+def orders(client: Client) -> Client:
+    """orders: 3 partitions; p0: a0 a1 a2, p1: empty, p2: c0 c1."""
+    client.create_topic("orders", partitions=3)
+    client.produce("orders", [b"a0", b"a1", b"a2"], partition=0)
+    client.produce("orders", ["c0", "c1"], partition=2)
+    return client
+
+
+def seen(records: Iterator[broker.Record]) -> list[tuple[int, int, bytes]]:
+    return [(r.partition, r.offset, r.value) for r in records]
+
+
+def test_round_trip(data_dir: Path) -> None:
+    with connect(data_dir) as client:
+        client.create_topic("orders", partitions=2)
+        results = client.produce("orders", [b"bytes", "text"], partition=1)
+        assert [(r.topic, r.partition, r.offset) for r in results] == [
+            ("orders", 1, 0),
+            ("orders", 1, 1),
+        ]
+    with connect(str(data_dir)) as client:
+        assert [t.name for t in client.list_topics()] == ["orders"]
+        assert [r.value for r in client.consume("orders")] == [b"bytes", b"text"]
+        assert client.end_offsets("orders") == [0, 2]
+
+
+def test_produce_with_key_partition_and_headers(client: Client) -> None:
+    client.create_topic("orders", partitions=4)
+    keyed = client.produce("orders", [b"a", b"b", b"c"], key="k1")
+    assert len({r.partition for r in keyed}) == 1
+    assert [r.offset for r in keyed] == [0, 1, 2]
+    [placed] = client.produce(
+        "orders", [b"hello"], partition=3, key=b"\x00", headers=(("trace", b"abc"),)
+    )
+    assert placed.partition == 3
+    [record] = client.consume("orders", partition=3)
+    assert (record.key, record.value, record.headers) == (b"\x00", b"hello", (("trace", b"abc"),))
+    assert [r.key for r in client.consume("orders", partition=keyed[0].partition)] == [b"k1"] * 3
+
+
+def test_produce_new_records_choose_their_own_partitions(client: Client) -> None:
+    client.create_topic("orders", partitions=3)
+    results = client.produce(
+        "orders", [NewRecord(b"x", partition=2), NewRecord(b"y", partition=0), b"z"], partition=1
+    )
+    assert [r.partition for r in results] == [2, 0, 1]
+
+
+def test_produce_splits_batches_at_append_records_max(data_dir: Path) -> None:
+    with connect(data_dir, limits=Limits(append_records_max=3)) as client:
+        client.create_topic("orders")
+        results = client.produce("orders", [str(i) for i in range(7)])
+        assert [r.offset for r in results] == list(range(7))
+        assert [r.value for r in client.consume("orders")] == [str(i).encode() for i in range(7)]
+
+
+def test_consume_from_beginning_reads_every_partition(orders: Client) -> None:
+    assert seen(orders.consume("orders")) == [
+        (0, 0, b"a0"),
+        (0, 1, b"a1"),
+        (0, 2, b"a2"),
+        (2, 0, b"c0"),
+        (2, 1, b"c1"),
+    ]
+    assert seen(orders.consume("orders", start="beginning")) == seen(orders.consume("orders"))
+
+
+def test_consume_from_end_reads_nothing(orders: Client) -> None:
+    assert list(orders.consume("orders", start="end")) == []
+
+
+def test_consume_from_an_offset(orders: Client) -> None:
+    assert seen(orders.consume("orders", start=2)) == [(0, 2, b"a2")]
+    assert seen(orders.consume("orders", partition=2, start=1)) == [(2, 1, b"c1")]
+    assert list(orders.consume("orders", start=50)) == []
+
+
+def test_consume_max_records(orders: Client) -> None:
+    assert seen(orders.consume("orders", max_records=4)) == [
+        (0, 0, b"a0"),
+        (0, 1, b"a1"),
+        (0, 2, b"a2"),
+        (2, 0, b"c0"),
+    ]
+    assert list(orders.consume("orders", max_records=0)) == []
+
+
+def test_consume_chosen_partitions(orders: Client) -> None:
+    assert seen(orders.consume("orders", partition=[2, 1])) == [(2, 0, b"c0"), (2, 1, b"c1")]
+    assert [r.partition for r in orders.consume("orders", partition=[0, 2])] == [0, 0, 0, 2, 2]
+
+
+def test_bounded_consume_stops_at_the_end_it_started_with(orders: Client) -> None:
+    records = orders.consume("orders", partition=0)
+    first = next(records)
+    orders.produce("orders", [b"later"], partition=0)
+    assert [first.value, *(r.value for r in records)] == [b"a0", b"a1", b"a2"]
+
+
+def test_follow_returns_after_the_timeout(orders: Client) -> None:
+    # it ends by itself once 0.5 s pass without a record (that it waits for records
+    # meanwhile is the next test's)
+    records = within(10, lambda: seen(orders.consume("orders", follow=True, timeout_s=0.5)))
+    assert len(records) == 5
+
+
+def test_follow_wakes_for_a_record_from_another_connection(orders: Client, data_dir: Path) -> None:
+    def produce_once_it_waits() -> None:
+        # the follower waits on the WAL once it has read to the end
+        wait_until(
+            lambda: getattr(orders._transport, "_watcher", None) is not None,
+            message="the follower waits for new records",
+        )
+        with connect(data_dir) as other:
+            other.produce("orders", [b"late"], partition=1)
+
+    writer = threading.Thread(target=produce_once_it_waits)
+    writer.start()
+    try:
+        # it wakes for the record, long before its own 30 s timeout would end it
+        records = within(
+            15,
+            lambda: seen(
+                orders.consume("orders", start="end", follow=True, timeout_s=30, max_records=1)
+            ),
+        )
+    finally:
+        writer.join(timeout=20)
+    assert records == [(1, 0, b"late")]
+
+
+@pytest.mark.parametrize("start", [-1, "middle", True, 1.5, None])
+def test_invalid_start_is_invalid_argument(orders: Client, start: Any) -> None:
+    with pytest.raises(BrokerError) as excinfo:
+        list(orders.consume("orders", start=start))
+    assert excinfo.value.code is ErrorCode.INVALID_ARGUMENT
+
+
+def test_negative_max_records_is_invalid_argument(orders: Client) -> None:
+    with pytest.raises(BrokerError) as excinfo:
+        list(orders.consume("orders", max_records=-1))
+    assert excinfo.value.code is ErrorCode.INVALID_ARGUMENT
+
+
+def test_unknown_partition_and_topic(orders: Client) -> None:
+    with pytest.raises(BrokerError) as excinfo:
+        list(orders.consume("orders", partition=[0, 3]))
+    assert excinfo.value.code is ErrorCode.UNKNOWN_PARTITION
+    with pytest.raises(BrokerError) as excinfo:
+        list(orders.consume("nope"))
+    assert excinfo.value.code is ErrorCode.UNKNOWN_TOPIC
+    with pytest.raises(BrokerError) as excinfo:
+        orders.produce("orders", [b"x"], partition=3)
+    assert excinfo.value.code is ErrorCode.UNKNOWN_PARTITION
+
+
+def test_negative_wait_is_invalid_argument(orders: Client) -> None:
+    with pytest.raises(BrokerError) as excinfo:
+        orders.fetch("orders", {0: 0}, wait_ms=-1)
+    assert excinfo.value.code is ErrorCode.INVALID_ARGUMENT
+
+
+@pytest.mark.parametrize(
+    "target", ["tcp://", "tcp://localhost", "tcp://localhost:notaport", "http://example.com:80"]
+)
+def test_malformed_broker_address_is_invalid_argument(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, target: str
+) -> None:
+    # connect() parses the address before any connection attempt: no network here.
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(BrokerError) as excinfo:
+        connect(target)
+    assert excinfo.value.code is ErrorCode.INVALID_ARGUMENT
+    assert target in excinfo.value.message
+    assert list(tmp_path.iterdir()) == []  # nothing created as a data directory
+
+
+@pytest.mark.parametrize("target", ["data", "tcp://127.0.0.1:9"])
+def test_unknown_durability_is_invalid_argument_embedded_or_served(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, target: str
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(BrokerError) as excinfo:
+        connect(target, durability="sometimes")  # type: ignore[arg-type]
+    assert excinfo.value.code is ErrorCode.INVALID_ARGUMENT
+    assert excinfo.value.message == "unknown durability 'sometimes'"
+    assert list(tmp_path.iterdir()) == []  # nothing created as a data directory
+
+
+def test_broker_from_environment(
+    tmp_path: Path, data_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("FENCELOG_BROKER", str(data_dir))
+    with connect(None) as client:
+        assert client.target == str(data_dir)
+        client.create_topic("from-env")
+    with broker.open(data_dir) as engine:
+        assert [t.name for t in engine.list_topics()] == ["from-env"]
+    assert not (tmp_path / ".fencelog").exists()
+
+
+def test_default_broker_is_dot_fencelog(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("FENCELOG_BROKER", raising=False)
+    with connect() as client:
+        client.create_topic("here")
+    with broker.open(tmp_path / ".fencelog") as engine:
+        assert [t.name for t in engine.list_topics()] == ["here"]
