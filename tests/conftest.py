@@ -3,6 +3,7 @@ open engine, and real subprocesses that are stopped at teardown."""
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 
@@ -12,6 +13,7 @@ from click.testing import CliRunner, Result
 import broker
 from cli.main import command
 from support.helpers import Invoke, Processes
+from support.waiting import wait_until
 
 
 @pytest.fixture
@@ -64,3 +66,18 @@ def processes() -> Iterator[Processes]:
         yield started
     finally:
         started.close()
+
+
+THREADS_END_WITHIN_S = 5.0
+
+
+@pytest.fixture
+def no_thread_is_left() -> Iterator[None]:
+    """Every thread a test starts (servers, clients, heartbeats) ends with it."""
+    before = set(threading.enumerate())
+    yield
+    wait_until(
+        lambda: not set(threading.enumerate()) - before,
+        THREADS_END_WITHIN_S,
+        message="every thread the test started has ended",
+    )

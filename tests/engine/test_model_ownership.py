@@ -31,13 +31,12 @@ from __future__ import annotations
 import contextlib
 import shutil
 import tempfile
-import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, Phase, event, settings
+from hypothesis import event
 from hypothesis import strategies as st
 from hypothesis.stateful import (
     Bundle,
@@ -53,6 +52,7 @@ from hypothesis.stateful import (
 from broker.client.client import Client, connect
 from broker.errors import BrokerError, ErrorCode
 from broker.types import Fence
+from support.models import MODEL_SETTINGS
 from support.servers import ServerThread
 from support.waiting import wait_until
 
@@ -545,20 +545,6 @@ class OwnershipMachine(RuleBasedStateMachine):
                 assert len(actor.told) <= min(actor.severings, 1), (actor, actor.told)
 
 
-THREADS_END_WITHIN_S = 5.0
-SETTINGS = settings(
-    max_examples=25,
-    stateful_step_count=40,
-    deadline=None,
-    # The same examples every run, no example database, no shrinking: a failure is
-    # reported as found (its steps are printed), since shrinking real brokers is slow.
-    derandomize=True,
-    database=None,
-    phases=[Phase.explicit, Phase.generate],
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
-)
-
-
 class EmbeddedOwnership(OwnershipMachine):
     """Every client opens the data directory in this process: a session per client."""
 
@@ -572,18 +558,8 @@ class ServedOwnership(OwnershipMachine):
 
 
 TestEmbeddedOwnership = EmbeddedOwnership.TestCase
-TestEmbeddedOwnership.settings = SETTINGS
+TestEmbeddedOwnership.settings = MODEL_SETTINGS
 TestServedOwnership = ServedOwnership.TestCase
-TestServedOwnership.settings = SETTINGS
+TestServedOwnership.settings = MODEL_SETTINGS
 
-
-@pytest.fixture(autouse=True)
-def no_thread_is_left() -> Iterator[None]:
-    """Every thread the examples start (servers, clients, heartbeats) ends with them."""
-    before = set(threading.enumerate())
-    yield
-    wait_until(
-        lambda: not set(threading.enumerate()) - before,
-        THREADS_END_WITHIN_S,
-        message="every thread the examples started has ended",
-    )
+pytestmark = pytest.mark.usefixtures("no_thread_is_left")

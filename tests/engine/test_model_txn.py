@@ -37,13 +37,12 @@ from __future__ import annotations
 import contextlib
 import shutil
 import tempfile
-import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, Phase, event, settings
+from hypothesis import event
 from hypothesis import strategies as st
 from hypothesis.stateful import (
     Bundle,
@@ -58,9 +57,9 @@ from broker.errors import BrokerError, ErrorCode
 from broker.limits import DEFAULT_LIMITS
 from broker.server.server import Server
 from broker.types import NewRecord, TxnInfo
+from support.models import MODEL_SETTINGS
 from support.producing import FakeClock
 from support.servers import ServerThread
-from support.waiting import wait_until
 
 TOPICS = {"invoices": 1, "ledger": 3}  # created in this order: the broker lists by it
 TOPIC_ORDER = list(TOPICS)
@@ -440,20 +439,6 @@ class TxnMachine(RuleBasedStateMachine):
             assert found == expected, topic
 
 
-THREADS_END_WITHIN_S = 5.0
-SETTINGS = settings(
-    max_examples=25,
-    stateful_step_count=40,
-    deadline=None,
-    # The same examples every run, no example database, no shrinking: a failure is
-    # reported as found (its steps are printed), since shrinking real brokers is slow.
-    derandomize=True,
-    database=None,
-    phases=[Phase.explicit, Phase.generate],
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
-)
-
-
 class EmbeddedTxns(TxnMachine):
     """Each client opens the data directory in this process, on the machine's clock."""
 
@@ -467,18 +452,8 @@ class ServedTxns(TxnMachine):
 
 
 TestEmbeddedTxns = EmbeddedTxns.TestCase
-TestEmbeddedTxns.settings = SETTINGS
+TestEmbeddedTxns.settings = MODEL_SETTINGS
 TestServedTxns = ServedTxns.TestCase
-TestServedTxns.settings = SETTINGS
+TestServedTxns.settings = MODEL_SETTINGS
 
-
-@pytest.fixture(autouse=True)
-def no_thread_is_left() -> Iterator[None]:
-    """Every thread the examples start (servers, clients, heartbeats) ends with them."""
-    before = set(threading.enumerate())
-    yield
-    wait_until(
-        lambda: not set(threading.enumerate()) - before,
-        THREADS_END_WITHIN_S,
-        message="every thread the examples started has ended",
-    )
+pytestmark = pytest.mark.usefixtures("no_thread_is_left")
