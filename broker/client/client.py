@@ -1,6 +1,6 @@
 """The Python client: one interface whether the broker is embedded or served.
 
-    from broker.client.client import connect
+    from broker.client import connect
     with connect("./.fencelog") as client:          # a data directory: embedded
         client.create_topic("orders", partitions=4)
         client.produce("orders", [b"a", b"b"], key=b"k")

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, ParamSpec, TypeVar
 
 from broker.core.exclusive import ExclusiveWait, GiveUp, parse_access
-from broker.engine import Engine
+from broker.engine import Engine, wall_clock_ms
 from broker.errors import BrokerError, ErrorCode
 from broker.limits import Limits
 from broker.protocol.ops import Operation
@@ -81,9 +81,8 @@ class EmbeddedTransport:
     def open(
         cls, path: Path, durability: Durability, limits: Limits, clock: Clock | None
     ) -> EmbeddedTransport:
-        """Open the data directory in this process."""
-        if clock is None:
-            return cls(Engine.open(path, durability=durability, limits=limits))
+        """Open the data directory in this process (on the wall clock unless given one)."""
+        clock = clock or wall_clock_ms
         return cls(Engine.open(path, durability=durability, limits=limits, clock=clock))
 
     def __init__(self, engine: Engine) -> None:

@@ -30,14 +30,10 @@ from broker.protocol.codec import field, non_negative, txn_id_from_wire
 from broker.protocol.messages import Op
 from broker.rows import OffsetRow, SnapshotRow
 from broker.types import (
-    AccessInfo,
-    BrokerStatus,
     ProducerEntry,
     Record,
     TopicInfo,
-    TxnDetail,
     TxnInfo,
-    TxnMember,
 )
 
 P = ParamSpec("P")
@@ -159,7 +155,7 @@ LIST_TOPICS: Final = Operation(
     _topics_from_wire,
     retry_safe=True,
 )
-DESCRIBE_TOPIC: Final[Operation[[str], TopicInfo]] = Operation(
+DESCRIBE_TOPIC: Final = Operation(
     Op.DESCRIBE_TOPIC,
     "describe_topic",
     Side.READ,
@@ -169,7 +165,7 @@ DESCRIBE_TOPIC: Final[Operation[[str], TopicInfo]] = Operation(
     codec.topic_from_wire,
     retry_safe=True,
 )
-STATUS: Final[Operation[[], BrokerStatus]] = Operation(
+STATUS: Final = Operation(
     Op.STATUS,
     "status",
     Side.READ,
@@ -341,7 +337,7 @@ COMMITTED_OFFSETS: Final = Operation(
 
 # exclusive producers ------------------------------------------------------------------
 
-TOPIC_ACCESS: Final[Operation[[str], AccessInfo]] = Operation(
+TOPIC_ACCESS: Final = Operation(
     Op.TOPIC_ACCESS,
     "topic_access",
     Side.WRITE,  # looking detaches producers whose sessions ended, and promotes waiters
@@ -385,7 +381,7 @@ def _of_txn_join(payload: Payload) -> Payload:
     return {"txn_id": txn_id_from_wire(payload), "member": field(payload, "member", str)}
 
 
-TXN_JOIN: Final[Operation[[int, str], TxnMember]] = Operation(
+TXN_JOIN: Final = Operation(
     Op.TXN_JOIN,
     "txn_join",
     Side.WRITE,
@@ -497,7 +493,7 @@ def _of_txn_show(payload: Payload) -> Payload:
     }
 
 
-TXN_SHOW: Final[Operation[[int, int | None], TxnDetail]] = Operation(
+TXN_SHOW: Final = Operation(
     Op.TXN_SHOW,
     "txn_show",
     Side.WRITE,  # showing expires the transaction first if it is past its timeout
@@ -516,13 +512,7 @@ def _txn_commit_offsets(
     offsets: Mapping[int, int],
     producer_state: bytes | None = None,
 ) -> Payload:
-    return {
-        "txn_id": txn_id,
-        "group": group,
-        "topic": topic,
-        "offsets": list(offsets.items()),
-        "producer_state": producer_state,
-    }
+    return {"txn_id": txn_id, **_commit_offsets(group, topic, offsets, producer_state)}
 
 
 def _of_txn_commit_offsets(payload: Payload) -> Payload:
