@@ -44,19 +44,29 @@ class ServerLock:
 
     def __init__(self, data_dir: Path) -> None:
         self.data_dir = data_dir
-        self._fd = os.open(data_dir / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o600)
-        try:
-            fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
+        path = data_dir / LOCK_FILE
+        while True:
+            self._fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+            try:
+                fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                os.close(self._fd)
+                owner = read_info(data_dir)
+                raise BrokerError(
+                    ErrorCode.DATA_DIR_IN_USE,
+                    f"a fencelog server already owns {data_dir}"
+                    + (f" (pid {owner.pid}, {owner.url()})" if owner else ""),
+                    path=str(data_dir),
+                    hint="use --broker with its address, or stop it first",
+                ) from None
+            # A stopping server unlinks the file before it lets go: a lock taken on the
+            # unlinked file is no lock, so take it again on the file the path names now.
+            try:
+                if os.fstat(self._fd).st_ino == os.stat(path).st_ino:
+                    return
+            except FileNotFoundError:
+                pass
             os.close(self._fd)
-            owner = read_info(data_dir)
-            raise BrokerError(
-                ErrorCode.DATA_DIR_IN_USE,
-                f"a fencelog server already owns {data_dir}"
-                + (f" (pid {owner.pid}, {owner.url()})" if owner else ""),
-                path=str(data_dir),
-                hint="use --broker with its address, or stop it first",
-            ) from None
 
     def publish(self, info: ServerInfo) -> None:
         temporary = self.data_dir / (INFO_FILE + ".tmp")
@@ -65,8 +75,10 @@ class ServerLock:
         temporary.replace(self.data_dir / INFO_FILE)
 
     def release(self) -> None:
-        with contextlib.suppress(FileNotFoundError):
-            (self.data_dir / INFO_FILE).unlink()
+        """Remove server.json and server.lock, then let go: a clean stop leaves neither."""
+        for name in (INFO_FILE, LOCK_FILE):
+            with contextlib.suppress(FileNotFoundError):
+                (self.data_dir / name).unlink()
         fcntl.flock(self._fd, fcntl.LOCK_UN)
         os.close(self._fd)
 

@@ -3,7 +3,8 @@
 Rules:
 - A code's number is stable forever and never reused; new codes take new numbers.
 - The number is also the CLI's exit status for that error (see cli/errors.py), so every
-  number stays within 10..119; 0, 1, 2 and 130 belong to the shell conventions.
+  number stays within 10..119; 0, 1, 2, 126, 127 and 130 belong to the shell
+  conventions. INTERNAL alone exits 1, the status of any failure that is a bug.
 - The library raises `BrokerError(code, message, details)`; `details` carries what an
   operator needs (the topic, the partition, the expected and the received value) and a
   `hint` that says what to do. Nothing below the CLI prints or exits.
@@ -34,6 +35,8 @@ class ErrorCode(enum.IntEnum):
     STORAGE_BUSY = 33
     STORAGE_FAILED = 34
     DATA_DIR_IN_USE = 35
+    DATA_DIR_MISSING = 36
+    DATA_CORRUPT = 37
     # ownership (seeds/single-reader-writer.txt)
     OWNED_BY_HIGHER_GENERATION = 40
     FENCED = 41

@@ -11,6 +11,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Final, Literal, NamedTuple, get_args
 
 from broker.errors import BrokerError, ErrorCode
@@ -300,3 +301,17 @@ class TxnDetail:
     info: TxnInfo
     journal: tuple[JournalEntryInfo, ...]
     records: tuple[Record, ...]  # still in the data journals (offset: journal position)
+
+
+@dataclass(frozen=True, slots=True)
+class Inspection:
+    """What SQLite's integrity check found in a data directory's database."""
+
+    db_path: Path
+    bytes: int
+    schema_version: int | None  # None: the file could not be read as a database
+    problems: tuple[str, ...]  # empty when the check passed
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import signal
 from types import FrameType
-from typing import Annotated, Any
+from typing import Annotated, Any, Final
 
 import typer
 
@@ -17,6 +17,10 @@ from cli.options import FenceOption, FormatOption, JsonFlag
 from cli.output import Output, progress, warn
 from cli.own import fences_from
 
+# The columns of consume's text output (tab-separated when piped; a stable contract).
+TEXT_COLUMNS: Final = ("partition", "offset", "key", "value")
+_TABLE_ROWS: Final = 1000
+
 
 def consume(
     topic: Annotated[str, typer.Argument(help="Topic to read.")],
@@ -27,15 +31,24 @@ def consume(
     start: Annotated[
         str,
         typer.Option(
-            "--from", help="Where to start: beginning, end, or an offset.", metavar="WHERE"
+            "--from",
+            "-o",
+            help="Where to start: beginning, end, or an offset (kcat's -o).",
+            metavar="WHERE",
         ),
     ] = "beginning",
     max_records: Annotated[
-        int | None, typer.Option("--max", "-n", help="Stop after N records.", min=0)
+        int | None,
+        typer.Option("--max", "-c", "-n", help="Stop after N records (kcat's -c).", min=0),
     ] = None,
     follow: Annotated[
         bool,
-        typer.Option("--follow", "-F", help="Keep waiting for new records (Ctrl-C stops, exit 0)."),
+        typer.Option(
+            "--follow",
+            "-f",
+            "-F",
+            help="Keep waiting for new records, as tail -f (Ctrl-C stops, exit 0).",
+        ),
     ] = False,
     timeout: Annotated[
         str | None,
@@ -70,13 +83,12 @@ def consume(
                 ErrorCode.INVALID_ARGUMENT,
                 "--compacted reads a snapshot of every key: no --follow, --from or --fence",
             )
-        out = Output(as_json)
-        rendering = Rendering(fmt)
+        compact = _Shown(Output(as_json), Rendering(fmt), table=True)
         chosen: list[int | None] = list(partitions) if partitions else [None]
         latest = [r for p in chosen for r in client.read_compacted(topic, p)]
         for record in latest[:max_records] if max_records is not None else latest:
-            _print(out, rendering, record)
-        out.flush()
+            compact.add(record)
+        compact.flush()
         return
     records = client.consume(
         topic,
@@ -88,13 +100,17 @@ def consume(
         fences=fences_from(fence or []),
     )
     out = Output(as_json)
-    rendering = Rendering(fmt)
+    shown = _Shown(out, Rendering(fmt), table=not follow)
+    first = _start(start)
+    ends = client.end_offsets(topic) if not follow or isinstance(first, int) else []
+    if isinstance(first, int):
+        _warn_past_end(topic, ends, partitions, first, follow)
     previous = signal.signal(signal.SIGTERM, _interrupt)
-    total = None if follow else _bounded_total(client.end_offsets(topic), partitions, start)
+    total = None if follow else _bounded_total(ends, partitions, start)
     try:
         with progress(f"consuming {topic}", total) as advance:
             for record in records:
-                _print(out, rendering, record)
+                shown.add(record)
                 advance(1)
                 if follow:  # a tail reaches a pipe record by record
                     out.flush()
@@ -102,13 +118,58 @@ def consume(
         pass
     finally:
         signal.signal(signal.SIGTERM, previous)
-        out.flush()
-    if rendering.lossy:
+        shown.flush()
+    if shown.rendering.lossy:
+        lossy = shown.rendering.lossy
         warn(
-            f"{rendering.lossy} {'record' if rendering.lossy == 1 else 'records'} had bytes "
+            f"{lossy} {'record' if lossy == 1 else 'records'} had bytes "
             "that are not UTF-8, shown as U+FFFD; "
             "use --format base64 to see them exactly"
         )
+
+
+def _warn_past_end(
+    topic: str, ends: list[int], partitions: list[int] | None, first: int, follow: bool
+) -> None:
+    """--from N beyond a partition's end reads nothing there (yet): say so."""
+    chosen = partitions or range(len(ends))
+    past = [(p, ends[p]) for p in chosen if 0 <= p < len(ends) and first > ends[p]]
+    if not past:
+        return
+    where = ", ".join(f"{topic}/{p} ends at {end}" for p, end in past)
+    then = "waiting for it" if follow else "nothing to read there"
+    warn(f"--from {first} is past the end ({where}): {then}")
+
+
+class _Shown:
+    """Records as the user sees them: JSON lines, tab-separated lines (piped, or a
+    tail), or on a terminal rich tables of up to _TABLE_ROWS records each."""
+
+    def __init__(self, out: Output, rendering: Rendering, *, table: bool) -> None:
+        self.out = out
+        self.rendering = rendering
+        self.table = table and out.rich
+        self.rows: list[tuple[int, int, str, str]] = []
+
+    def add(self, record: Record) -> None:
+        if self.out.as_json:
+            self.out.json(record_dict(record, self.rendering))
+            return
+        key = self.rendering.show(record.key)
+        row = (record.partition, record.offset, "" if key is None else key)
+        value = self.rendering.show(record.value) or ""
+        if self.table:
+            self.rows.append((*row, value))
+            if len(self.rows) >= _TABLE_ROWS:
+                self.flush()
+            return
+        self.out.line(f"{row[0]}\t{row[1]}\t{row[2]}\t{value}")
+
+    def flush(self) -> None:
+        if self.rows:
+            self.out.table("", TEXT_COLUMNS, self.rows)
+            self.rows = []
+        self.out.flush()
 
 
 def _interrupt(_signum: int, _frame: FrameType | None) -> None:
@@ -150,12 +211,3 @@ def record_dict(record: Record, rendering: Rendering) -> dict[str, Any]:
         "headers": [[name, rendering.show(value)] for name, value in record.headers],
         "epoch": record.epoch,
     } | ({"txn_id": record.txn_id} if record.txn_id is not None else {})
-
-
-def _print(out: Output, rendering: Rendering, record: Record) -> None:
-    if out.as_json:
-        out.json(record_dict(record, rendering))
-        return
-    key = rendering.show(record.key)
-    value = rendering.show(record.value) or ""
-    out.line(f"{record.partition}\t{record.offset}\t{'' if key is None else key}\t{value}")

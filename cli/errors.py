@@ -2,10 +2,12 @@
 
 Exit statuses:
     0    success (also: `consume --follow` stopped by Ctrl-C or SIGTERM)
-    1    an unexpected failure inside fencelog (a bug: please report it)
+    1    INTERNAL: an unexpected failure inside fencelog, here or in the server (a bug:
+         please report it)
     2    wrong command-line usage (unknown option, bad value for an option)
     10+  a BrokerError: the status is the error code's number (broker/errors.py), so each
          error class has its own status, listed in `fencelog --help` and fencelog(1).
+    126  `own ... -- CMD`: CMD cannot be executed; 127: CMD was not found (as a shell)
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ JSON_ERRORS_KEY = "fencelog.json_errors"
 
 
 def exit_status(code: ErrorCode) -> int:
-    return int(code)
+    return 1 if code is ErrorCode.INTERNAL else int(code)
 
 
 def report(error: BrokerError, as_json: bool) -> None:
@@ -40,9 +42,20 @@ def report(error: BrokerError, as_json: bool) -> None:
 
 
 def exit_status_table() -> list[tuple[int, str]]:
-    rows = [(0, "success"), (1, "internal failure (a bug)"), (2, "usage error")]
-    rows += [(exit_status(code), code.name) for code in ErrorCode]
+    rows = [(0, "success"), (1, "INTERNAL: a failure inside fencelog (a bug)"), (2, "usage error")]
+    rows += [(exit_status(code), code.name) for code in ErrorCode if code is not ErrorCode.INTERNAL]
+    rows += [(126, "`own ... -- CMD`: CMD is not executable")]
+    rows += [(127, "`own ... -- CMD`: CMD was not found")]
     return rows
+
+
+def _failed(ctx: click.Context) -> None:
+    """Let the command's state undo what a failed command created (a data directory)."""
+    from cli.context import State
+
+    state = ctx.find_object(State)
+    if state is not None:
+        state.failed()
 
 
 class FencelogGroup(TyperGroup):
@@ -63,8 +76,16 @@ class FencelogGroup(TyperGroup):
         try:
             return super().invoke(ctx)
         except BrokerError as error:
+            _failed(ctx)
             report(error, bool(ctx.meta.get(JSON_ERRORS_KEY)))
             ctx.exit(exit_status(error.code))
+        except click.exceptions.Exit as stop:
+            if stop.exit_code != 0:
+                _failed(ctx)
+            raise
+        except Exception:
+            _failed(ctx)
+            raise
         except BrokenPipeError:
             # The reader went away (`fencelog consume t | head -1`): the output ends, which
             # is not a failure. Point stdout at /dev/null so the exit flush stays quiet.

@@ -17,6 +17,7 @@ from typing import BinaryIO
 _EOF = b""
 _QUEUE_LINES_MAX = 10_000
 _CHUNK_BYTES = 64 * 1024
+_STOP_POLL_S = 0.1  # how soon a waiting reader notices Ctrl-C or SIGTERM
 
 
 def _pump(stream: BinaryIO, lines: queue.Queue[bytes]) -> None:
@@ -40,13 +41,16 @@ def _pump(stream: BinaryIO, lines: queue.Queue[bytes]) -> None:
     lines.put(_EOF)
 
 
-def line_batches(stream: BinaryIO, records_max: int, bytes_max: int) -> Iterator[list[bytes]]:
-    """Lines without their line ending, batched; the last line needs no newline."""
+def line_batches(
+    stream: BinaryIO, records_max: int, bytes_max: int, stop: threading.Event | None = None
+) -> Iterator[list[bytes]]:
+    """Lines without their line ending, batched; the last line needs no newline. Ends
+    at the end of the stream, or once `stop` is set (lines not yet batched stay unread)."""
     lines: queue.Queue[bytes] = queue.Queue(maxsize=_QUEUE_LINES_MAX)
     threading.Thread(target=_pump, args=(stream, lines), daemon=True, name="stdin").start()
     done = False
     while not done:
-        line = lines.get()
+        line = _next_line(lines, stop)
         if line is _EOF:
             return
         batch = [_strip(line)]
@@ -62,6 +66,16 @@ def line_batches(stream: BinaryIO, records_max: int, bytes_max: int) -> Iterator
             batch.append(_strip(line))
             size += len(line)
         yield batch
+
+
+def _next_line(lines: queue.Queue[bytes], stop: threading.Event | None) -> bytes:
+    """The next line, or _EOF once stop is set."""
+    while stop is None or not stop.is_set():
+        try:
+            return lines.get(timeout=_STOP_POLL_S if stop is not None else None)
+        except queue.Empty:
+            continue
+    return _EOF
 
 
 def _strip(line: bytes) -> bytes:

@@ -15,7 +15,7 @@ import typer
 from broker import __version__
 from broker.client.client import DEFAULT_BROKER
 from broker.types import DURABILITIES, check_durability
-from cli import consume, own, produce, producers, serve, snapshot, status, topic, txn
+from cli import check, consume, own, produce, producers, serve, snapshot, status, topic, txn
 from cli.context import State
 from cli.errors import FencelogGroup, exit_status_table
 
@@ -50,7 +50,9 @@ def main(
             "-b",
             envvar="FENCELOG_BROKER",
             help="A data directory (embedded, or through the server that owns it), "
-            "or tcp://HOST:PORT / unix://PATH of a `fencelog serve`.",
+            "or the address of a `fencelog serve`: HOST:PORT, tcp://HOST:PORT or "
+            "unix://PATH. A directory that does not exist is created only by a command "
+            "that writes (or when it is the default, ./.fencelog).",
             metavar="PATH",
         ),
     ] = DEFAULT_BROKER,
@@ -79,7 +81,14 @@ def main(
 ) -> None:
     """fencelog: a local message broker on SQLite for exactly-once work."""
     token = serve.read_token(auth_token_file) if auth_token_file else None
-    ctx.obj = State(broker=broker, durability=check_durability(durability), token=token)
+    source = ctx.get_parameter_source
+    ctx.obj = State(
+        broker=broker,
+        durability=check_durability(durability),
+        token=token,
+        explicit_broker=source("broker") is not click.core.ParameterSource.DEFAULT,
+        explicit_durability=source("durability") is click.core.ParameterSource.COMMANDLINE,
+    )
 
 
 app.add_typer(topic.app, name="topic")
@@ -95,6 +104,7 @@ app.command("txn-commit")(txn.txn_commit)
 app.command("txn-abort")(txn.txn_abort)
 app.command("status")(status.status)
 app.command("serve")(serve.serve)
+app.command("check")(check.check)
 
 
 # The root's options that take a value: what to skip on the way to a subcommand's name.

@@ -22,7 +22,6 @@ FormatOption = Annotated[
     Format,
     typer.Option(
         "--format",
-        "-f",
         help="How keys and values are written: text (UTF-8), base64 or hex (binary-safe).",
         case_sensitive=False,
     ),

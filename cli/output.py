@@ -65,5 +65,33 @@ def progress(description: str, total: int | None) -> Iterator[Callable[[int], No
         yield lambda n: bar.advance(task, n)
 
 
+@contextlib.contextmanager
+def acknowledged(description: str) -> Iterator[Callable[[int], None]]:
+    """On a terminal stderr, a live line: records and batches acknowledged so far and
+    for how long; yields `batch_acknowledged(records)`."""
+    if not rich_wanted(sys.stderr):
+        yield lambda _n: None
+        return
+    from rich.console import Console
+    from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+    columns = (
+        SpinnerColumn(),
+        TextColumn("{task.description}:"),
+        TextColumn("{task.completed} records in {task.fields[batches]} batches acknowledged"),
+        TimeElapsedColumn(),
+    )
+    with Progress(*columns, console=Console(file=sys.stderr), transient=True) as bar:
+        task = bar.add_task(description, total=None, batches=0)
+        batches = 0
+
+        def batch_acknowledged(records: int) -> None:
+            nonlocal batches
+            batches += 1
+            bar.update(task, advance=records, batches=batches)
+
+        yield batch_acknowledged
+
+
 def warn(text: str) -> None:
     sys.stderr.write(f"warning: {text}\n")

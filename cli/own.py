@@ -100,7 +100,7 @@ def claim(
         )
     command: list[str] = ctx.meta.get(COMMAND_KEY, [])
     grace_s = parse_duration(grace)
-    client = state().client()
+    client = state().client(create=True)
     severed = threading.Event()
     reasons: list[str] = []
 

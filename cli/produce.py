@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
+import signal
 import sys
-from collections.abc import Callable, Iterable, Sequence
+import threading
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from functools import partial
+from types import FrameType
 from typing import TYPE_CHECKING, Annotated
 
 import click
@@ -19,7 +23,7 @@ from cli.context import state
 from cli.formats import Format, decode_input, parse_duration
 from cli.lines import line_batches
 from cli.options import FenceOption, FormatOption, JsonFlag
-from cli.output import Output, progress
+from cli.output import Output, acknowledged
 from cli.own import fences_from
 
 if TYPE_CHECKING:
@@ -39,6 +43,7 @@ def produce(
         str | None,
         typer.Option(
             "--key-separator",
+            "-K",
             help="Split each stdin line at the first SEP into key and value.",
             metavar="SEP",
         ),
@@ -144,7 +149,7 @@ def produce(
     parsed = _headers(headers or [], fmt)
     fences = fences_from(fence or [])
     txn_id = _txn_options(txn, member, idempotent, pid, access)
-    client = state().client()
+    client = state().client(create=True)
     out = Output(as_json)
     summary = _Summary(topic, txn_id)
 
@@ -177,15 +182,36 @@ def produce(
         if sys.stdin.isatty():
             sys.stderr.write("reading records from stdin, one per line; Ctrl-D ends\n")
         limits = client.limits
+        stop = threading.Event()
         batches = line_batches(
-            sys.stdin.buffer, limits.append_records_max, limits.append_bytes_max // 2
+            sys.stdin.buffer, limits.append_records_max, limits.append_bytes_max // 2, stop
         )
-        with progress(f"producing to {topic}", None) as advance:
+        with _stopped_by_signals(stop), acknowledged(f"producing to {topic}") as advance:
             for batch in batches:
                 _emit(out, summary, send(records_of(batch)), idempotent=numbered)
                 advance(len(batch))
     if not as_json:
         out.line(summary.text())
+
+
+@contextlib.contextmanager
+def _stopped_by_signals(stop: threading.Event) -> Iterator[None]:
+    """Ctrl-C or SIGTERM stops reading stdin: the batch being sent is still acknowledged,
+    then the summary is printed and produce exits 0. A second one abandons it."""
+
+    def on_signal(signum: int, _frame: FrameType | None) -> None:
+        if stop.is_set():
+            raise KeyboardInterrupt
+        stop.set()
+        name = signal.Signals(signum).name
+        sys.stderr.write(f"{name}: finishing the batch in flight (again to abandon it)\n")
+
+    previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
 
 
 Send = Callable[[list[NewRecord]], list[AppendResult]]

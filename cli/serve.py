@@ -84,7 +84,7 @@ def serve(
     through this server. Prints the addresses it listens on.
     """
     current = state()
-    if "://" in current.broker:
+    if current.address() is not None:
         raise BrokerError(
             ErrorCode.INVALID_ARGUMENT,
             "serve needs a data directory, not a broker address",
@@ -116,6 +116,7 @@ def serve(
     from broker.server.server import Server  # asyncio and the server: only for serve
 
     limits = replace(DEFAULT_LIMITS, session_timeout_ms=timeout_ms)
+    current.creating()
     server = Server(
         Path(current.broker),
         durability=current.durability,

@@ -115,13 +115,15 @@ def restore(
     Refuses a directory that already holds a broker unless --force, and one that a
     running server owns.
     """
-    target = state().broker
-    if "://" in target:
+    current = state()
+    target = current.broker
+    if current.address() is not None:
         raise BrokerError(
             ErrorCode.INVALID_ARGUMENT,
             "restore writes a data directory, not a served broker",
             hint="fencelog --broker PATH snapshot restore FILE (with its server stopped)",
         )
+    current.creating()
     total = snapshot_file.stat().st_size if snapshot_file.is_file() else None
     with progress(f"restoring {snapshot_file.name}", total) as advance:
         last = [0]

@@ -58,7 +58,7 @@ def create(
     as_json: JsonFlag = False,
 ) -> None:
     """Create a topic with N partitions."""
-    client = state().client()
+    client = state().client(create=True)
     try:
         info = client.create_topic(name, partitions, owner_group=owner_group)
     except BrokerError as error:

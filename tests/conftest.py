@@ -18,7 +18,11 @@ from support.waiting import wait_until
 
 @pytest.fixture
 def data_dir(tmp_path: Path) -> Path:
-    return tmp_path / "data"
+    """An empty data directory, as `mkdir` leaves it (reading commands refuse one that
+    does not exist; tests of a new directory use a path of their own)."""
+    path = tmp_path / "data"
+    path.mkdir(mode=0o700)
+    return path
 
 
 @pytest.fixture

@@ -20,6 +20,7 @@ import collections
 import contextlib
 import importlib
 import os
+import re
 import time
 from collections.abc import Callable, Generator, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
@@ -141,6 +142,11 @@ class Client:
 
     def close(self) -> None:
         self._transport.close()
+
+    @property
+    def served(self) -> bool:
+        """True when a server answers (an address, or a directory a server owns)."""
+        return not isinstance(self._transport, EmbeddedTransport)
 
     # topics -------------------------------------------------------------------------
 
@@ -735,25 +741,62 @@ def connect(
     limits: Limits = DEFAULT_LIMITS,
     clock: Clock | None = None,
     token: str | None = None,
+    create: bool = True,
 ) -> Client:
     """Connect to a broker.
 
-    target: tcp://HOST:PORT or unix://PATH reaches a served broker; a data directory
-    path opens it embedded in this process, unless a `fencelog serve` owns it, in which
-    case the connection goes through that server. None means $FENCELOG_BROKER, or
-    ./.fencelog. `durability`, `limits` and `clock` apply to an embedded open only.
+    target: tcp://HOST:PORT (or HOST:PORT) or unix://PATH reaches a served broker; a
+    data directory path opens it embedded in this process, unless a `fencelog serve`
+    owns it, in which case the connection goes through that server. None means
+    $FENCELOG_BROKER, or ./.fencelog. A directory that does not exist is created, or
+    with create=False refused (DATA_DIR_MISSING). `durability`, `limits` and `clock`
+    apply to an embedded open only.
     """
     durability = check_durability(durability)
     name = os.fspath(target) if target is not None else None
     name = name or os.environ.get("FENCELOG_BROKER") or DEFAULT_BROKER
-    url = name
-    if "://" not in name:
-        server = find_server(Path(name)) if Path(name).is_dir() else None
+    url = address_of(name)
+    if url is None:
+        path = Path(name)
+        server = find_server(path) if path.is_dir() else None
         if server is None:
-            return Client(EmbeddedTransport.open(Path(name), durability, limits, clock), name)
+            if not create and not path.exists():
+                raise BrokerError(
+                    ErrorCode.DATA_DIR_MISSING,
+                    f"data directory {name} does not exist",
+                    path=name,
+                    hint="check --broker or FENCELOG_BROKER; topic create, produce, "
+                    "own and serve create a new one",
+                )
+            return Client(EmbeddedTransport.open(path, durability, limits, clock), name)
         url = server.url()
     # asyncio and the served transport cost an embedded open (a one-shot CLI
     # command) about 60 ms to import: only here, when served.
     from broker.client.served import Address, ServedTransport
 
     return Client(ServedTransport(Address.parse(url), token=token), name)
+
+
+# HOST:PORT without a scheme: a name, an IPv4 address or a bracketed IPv6 one, and digits.
+_HOST_PORT: Final = re.compile(r"(?:\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9](?:[A-Za-z0-9.-]*)):[0-9]{1,5}")
+_SCHEMES: Final = ("tcp", "unix")
+
+
+def address_of(target: str) -> str | None:
+    """The broker URL that target names, or None when it is a data directory path.
+
+    tcp://HOST:PORT and unix://PATH are addresses, and so is a bare HOST:PORT (the form
+    `fencelog serve --listen` takes), never a directory of that name: write ./NAME for
+    one. Any other scheme is an error rather than a path."""
+    scheme, separator, _ = target.partition("://")
+    if separator:
+        if scheme not in _SCHEMES:
+            raise BrokerError(
+                ErrorCode.INVALID_ARGUMENT,
+                f"{target!r}: unknown scheme {scheme + '://'!r}",
+                hint="use tcp://HOST:PORT, unix://PATH, or a data directory path",
+            )
+        return target
+    if _HOST_PORT.fullmatch(target):
+        return f"tcp://{target}"
+    return None

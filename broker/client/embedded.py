@@ -28,6 +28,7 @@ from broker.types import (
     Clock,
     Durability,
     Fence,
+    Inspection,
     NewRecord,
     OwnershipInfo,
     ProducerFields,
@@ -249,3 +250,11 @@ def restore_snapshot(
     from broker.engine import backup
 
     return backup.restore(snapshot, data_dir, force=force, progress=progress)
+
+
+def check_data_dir(data_dir: Path) -> Inspection:
+    """SQLite's integrity check of a data directory's database, read-only: it may run
+    while a server or other processes use the directory."""
+    from broker.engine import backup
+
+    return backup.inspect(data_dir)

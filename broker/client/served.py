@@ -94,7 +94,10 @@ class Address:
         )
 
     def __str__(self) -> str:
-        return f"unix://{self.path}" if self.scheme == "unix" else f"tcp://{self.host}:{self.port}"
+        if self.scheme == "unix":
+            return f"unix://{self.path}"
+        host = f"[{self.host}]" if ":" in self.host else self.host  # IPv6
+        return f"tcp://{host}:{self.port}"
 
 
 class AsyncConnection(asyncio.Protocol):

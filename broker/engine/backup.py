@@ -19,6 +19,7 @@ from pathlib import Path
 from broker.discovery import DB_FILE, find_server
 from broker.errors import BrokerError, ErrorCode
 from broker.storage.database import APPLICATION_ID, SCHEMA_VERSION, DataDir
+from broker.types import Inspection
 
 Progress = Callable[[int, int], None]  # (bytes done, bytes total)
 _COPY_CHUNK_BYTES = 1 << 20
@@ -69,8 +70,51 @@ def check_file(path: Path) -> int:
             hint="upgrade fencelog to restore it",
         )
     if check != "ok":
-        raise BrokerError(ErrorCode.STORAGE_FAILED, f"{path} is damaged: {check}")
+        raise BrokerError(ErrorCode.DATA_CORRUPT, f"{path} is damaged: {check}")
     return version
+
+
+def inspect(data_dir: Path, problems_max: int = 100) -> Inspection:
+    """Run `PRAGMA integrity_check` on data_dir's database, read-only (a server or other
+    processes may go on using it meanwhile)."""
+    if not data_dir.is_dir():
+        raise BrokerError(
+            ErrorCode.DATA_DIR_MISSING,
+            f"data directory {data_dir} does not exist",
+            path=str(data_dir),
+            hint="check --broker or FENCELOG_BROKER",
+        )
+    db_path = data_dir / DB_FILE
+    if not db_path.is_file():
+        raise BrokerError(
+            ErrorCode.DATA_DIR_MISSING,
+            f"{data_dir} holds no fencelog database ({DB_FILE})",
+            path=str(data_dir),
+            hint="nothing to check: the directory has not been written to",
+        )
+    size = db_path.stat().st_size
+    try:
+        conn = sqlite3.connect(f"file:{db_path}?mode=ro", uri=True)
+    except sqlite3.Error as exc:
+        raise BrokerError(
+            ErrorCode.DATA_DIR_UNREADABLE, f"cannot open {db_path}: {exc}", path=str(db_path)
+        ) from exc
+    try:
+        version = int(conn.execute("PRAGMA user_version").fetchone()[0])
+        application_id = conn.execute("PRAGMA application_id").fetchone()[0]
+        if application_id not in (APPLICATION_ID, 0):
+            raise BrokerError(
+                ErrorCode.FOREIGN_DATA_DIR,
+                f"{db_path} is a SQLite database, but not fencelog's",
+                path=str(db_path),
+            )
+        rows = conn.execute(f"PRAGMA integrity_check({int(problems_max)})").fetchall()
+        found = tuple(str(row[0]) for row in rows if row[0] != "ok")
+    except sqlite3.DatabaseError as exc:
+        return Inspection(db_path, size, None, (str(exc),))
+    finally:
+        conn.close()
+    return Inspection(db_path, size, version, found)
 
 
 def restore(snapshot: Path, data_dir: Path, *, force: bool, progress: Progress) -> int:

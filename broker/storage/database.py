@@ -155,8 +155,9 @@ class Database:
                 " (SELECT count(*) FROM sqlite_schema)"
             ).fetchone()
         except sqlite3.DatabaseError as exc:
-            if _busy(exc):  # another process holds the file: busy, not foreign
-                _raise_translated(exc, "the open of the data directory")
+            if _busy(exc) or (_corrupt(exc) and _sqlite_header(self.data_dir.db_path)):
+                # busy, or a SQLite file that is damaged (truncated, overwritten): not foreign
+                _raise_translated(exc, "the open of the data directory", self.data_dir.db_path)
             raise BrokerError(
                 ErrorCode.FOREIGN_DATA_DIR,
                 f"{self.data_dir.db_path} is not a fencelog database ({exc})",
@@ -171,7 +172,7 @@ class Database:
                 hint="point --broker at an empty or fencelog directory",
             )
         self.conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout_ms)}")
-        with _translated("the switch of the data directory's database to WAL"):
+        with _translated("the switch of its database to WAL", self.data_dir.db_path):
             self._enter_wal(busy_timeout_ms)
         self.conn.execute(f"PRAGMA synchronous = {_SYNCHRONOUS[self.durability]}")
         for name in (DB_FILE, DB_FILE + "-wal", DB_FILE + "-shm"):
@@ -226,7 +227,7 @@ class Database:
         try:
             conn.execute("BEGIN IMMEDIATE")
         except sqlite3.DatabaseError as exc:
-            _raise_translated(exc, "write")
+            _raise_translated(exc, "write", self.data_dir.db_path)
         self.write_transactions += 1
         try:
             yield conn
@@ -234,12 +235,12 @@ class Database:
             if conn.in_transaction:
                 conn.execute("ROLLBACK")
             if isinstance(exc, sqlite3.DatabaseError):
-                _raise_translated(exc, "write")
+                _raise_translated(exc, "write", self.data_dir.db_path)
             raise
         try:
             conn.execute("COMMIT")
         except sqlite3.DatabaseError as exc:
-            _raise_translated(exc, "commit")
+            _raise_translated(exc, "commit", self.data_dir.db_path)
 
     def data_version(self) -> int:
         """Changes whenever another connection (any process) commits; never for this
@@ -248,14 +249,16 @@ class Database:
 
     @contextlib.contextmanager
     def read(self) -> Iterator[sqlite3.Connection]:
-        """A consistent snapshot for several reads (a deferred transaction)."""
-        with _translated("read"):
+        """A consistent snapshot for several reads (a deferred transaction). SQLite's
+        failures inside it are translated too: a damaged page shows up on the read
+        that touches it."""
+        with _translated("read", self.data_dir.db_path):
             self.conn.execute("BEGIN")
-        try:
-            yield self.conn
-        finally:
-            if self.conn.in_transaction:
-                self.conn.execute("COMMIT")
+            try:
+                yield self.conn
+            finally:
+                if self.conn.in_transaction:
+                    self.conn.execute("COMMIT")
 
     def file_sizes(self) -> tuple[int, int]:
         sizes = []
@@ -271,18 +274,26 @@ class Database:
 
 
 @contextlib.contextmanager
-def _translated(operation: str) -> Iterator[None]:
+def _translated(operation: str, db_path: Path) -> Iterator[None]:
     try:
         yield
     except sqlite3.DatabaseError as exc:  # OperationalError among them
-        _raise_translated(exc, operation)
+        _raise_translated(exc, operation, db_path)
 
 
-def _raise_translated(exc: sqlite3.DatabaseError, operation: str) -> NoReturn:
+def _raise_translated(exc: sqlite3.DatabaseError, operation: str, db_path: Path) -> NoReturn:
     """A storage error as the BrokerError a caller gets (an IntegrityError as it is)."""
     if isinstance(exc, sqlite3.IntegrityError):
         raise exc
     message = str(exc)
+    if _corrupt(exc):
+        raise BrokerError(
+            ErrorCode.DATA_CORRUPT,
+            f"{db_path} is damaged ({message})",
+            path=str(db_path),
+            hint="`fencelog check` tells what is damaged; restore a snapshot "
+            "(`fencelog snapshot restore FILE --force`) or move the directory away",
+        ) from exc
     if _busy(exc):
         raise BrokerError(
             ErrorCode.STORAGE_BUSY,
@@ -292,6 +303,22 @@ def _raise_translated(exc: sqlite3.DatabaseError, operation: str) -> NoReturn:
     raise BrokerError(
         ErrorCode.STORAGE_FAILED, f"storage failed during {operation}: {message}"
     ) from exc
+
+
+def _sqlite_header(path: Path) -> bool:
+    """path begins as every SQLite database does (a file that does not was never one)."""
+    try:
+        with path.open("rb") as file:
+            return file.read(16) == b"SQLite format 3\x00"
+    except OSError:
+        return False
+
+
+def _corrupt(exc: sqlite3.DatabaseError) -> bool:
+    """SQLITE_CORRUPT or SQLITE_NOTADB: the file fencelog.db is damaged or truncated (a
+    database of another application is recognised, and refused, by its application id)."""
+    code = getattr(exc, "sqlite_errorcode", None)
+    return code is not None and code & 0xFF in (sqlite3.SQLITE_CORRUPT, sqlite3.SQLITE_NOTADB)
 
 
 def _busy(exc: sqlite3.DatabaseError) -> bool:

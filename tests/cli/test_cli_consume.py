@@ -174,7 +174,7 @@ def test_base64_shows_exact_bytes_without_warning(invoke: Invoke, binary: Path) 
 
 
 def test_hex_shows_exact_bytes(invoke: Invoke, binary: Path) -> None:
-    result = expect(invoke("consume", "bin", "-f", "hex"), 0)
+    result = expect(invoke("consume", "bin", "--format", "hex"), 0)
     assert result.stdout.splitlines() == ["0\t0\tfe\t00ff0a", "0\t1\t\t706c61696e"]
     assert result.stderr == ""
 

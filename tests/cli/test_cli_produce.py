@@ -125,7 +125,7 @@ def test_empty_key_is_stored_as_an_empty_key(orders: Invoke, data_dir: Path) -> 
     # the empty key, as an empty key before --key-separator already is.
     expect(orders("produce", "orders", "-p", "0", "--key-separator", ":", input=":x\n"), 0)
     expect(orders("produce", "orders", "-p", "0", "--key", "", "--value", "y"), 0)
-    expect(orders("produce", "orders", "-p", "0", "-f", "hex", "--key", "", "-v", "7a"), 0)
+    expect(orders("produce", "orders", "-p", "0", "--format", "hex", "--key", "", "-v", "7a"), 0)
     assert [(r.key, r.value) for r in read_all(data_dir)] == [(b"", b"x"), (b"", b"y"), (b"", b"z")]
     shown = json_lines(expect(orders("consume", "orders", "--json"), 0).stdout)
     assert [r["key"] for r in shown] == ["", "", ""]
@@ -186,7 +186,7 @@ def test_bad_format_data_exits_10(orders: Invoke, data_dir: Path, fmt: str, bad:
     assert f"not valid {fmt}" in result.stderr
     stdin_result = expect(orders("produce", "orders", "--format", fmt, input=f"{bad}\n"), 10)
     assert f"not valid {fmt}" in stdin_result.stderr
-    key_result = expect(orders("produce", "orders", "-f", fmt, "-k", bad, "-v", "00"), 10)
+    key_result = expect(orders("produce", "orders", "--format", fmt, "-k", bad, "-v", "00"), 10)
     assert "--key" in key_result.stderr
     assert stored_rows(data_dir) == before
 
@@ -207,7 +207,7 @@ def test_value_over_one_mebibyte_from_hex_value_exits_11(orders: Invoke, data_di
     assert result.stdout == ""
     assert f"{MIB + 1} bytes" in result.stderr
     assert f"limit is {MIB}" in result.stderr
-    error = json_error(orders("produce", "orders", "-f", "hex", "-v", too_big, "--json"))
+    error = json_error(orders("produce", "orders", "--format", "hex", "-v", too_big, "--json"))
     assert error["error"] == "RECORD_TOO_LARGE"
     assert stored_rows(data_dir) == before
 
@@ -254,9 +254,12 @@ def test_bad_header_exits_10(orders: Invoke, header: str) -> None:
         (["produce", "orders", "-p", "9", "-v", "x"], None),
         (["produce", "orders", "-p", "9"], "a\nb\n"),
         (["produce", "orders", "-H", "bad", "-v", "x"], None),
-        (["produce", "orders", "-f", "hex", "-v", "00", "-v", "zz"], None),
-        (["produce", "orders", "-f", "base64"], "!!\nAAAA\n"),
-        (["produce", "orders", "-p", "1", "-f", "hex", "-v", "00", "-v", "ab" * (MIB + 1)], None),
+        (["produce", "orders", "--format", "hex", "-v", "00", "-v", "zz"], None),
+        (["produce", "orders", "--format", "base64"], "!!\nAAAA\n"),
+        (
+            ["produce", "orders", "-p", "1", "--format", "hex", "-v", "00", "-v", "ab" * (MIB + 1)],
+            None,
+        ),
         (["produce", "orders", "--key-separator", "="], "no separator\nk=v\n"),
     ],
     ids=[

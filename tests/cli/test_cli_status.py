@@ -106,7 +106,7 @@ COMMANDS = [
 
 @pytest.mark.parametrize("args", COMMANDS, ids=lambda a: "-".join(a[:2]))
 def test_foreign_data_dir_exits_31(invoke: Invoke, data_dir: Path, args: list[str]) -> None:
-    data_dir.mkdir()
+    data_dir.mkdir(exist_ok=True)
     (data_dir / "notes.txt").write_text("mine\n")
     result = expect(invoke(*args), ErrorCode.FOREIGN_DATA_DIR)
     assert result.stdout == ""
@@ -117,7 +117,7 @@ def test_foreign_data_dir_exits_31(invoke: Invoke, data_dir: Path, args: list[st
 
 
 def test_someone_elses_sqlite_file_exits_31(invoke: Invoke, data_dir: Path) -> None:
-    data_dir.mkdir()
+    data_dir.mkdir(exist_ok=True)
     with contextlib.closing(sqlite_utils.Database(data_dir / DB_FILE)) as db:
         db.table("invoices").insert({"id": 1})
     before = (data_dir / DB_FILE).read_bytes()
@@ -127,7 +127,7 @@ def test_someone_elses_sqlite_file_exits_31(invoke: Invoke, data_dir: Path) -> N
 
 
 def test_garbage_database_file_exits_31(invoke: Invoke, data_dir: Path) -> None:
-    data_dir.mkdir()
+    data_dir.mkdir(exist_ok=True)
     (data_dir / DB_FILE).write_bytes(b"garbage " * 200)
     error = json_error(expect(invoke("status", "--json"), 31))
     assert error["error"] == "FOREIGN_DATA_DIR"

@@ -174,7 +174,7 @@ OLD_HEADERS = [
 def write_schema_005(data_dir: Path, *, with_snapshot: bool) -> None:
     """The directory fencelog wrote before schema 006: records, batch headers, and (if
     asked) a producer snapshot taken at offset 2 that knows only OLD_PID's first batch."""
-    data_dir.mkdir(mode=0o700)
+    data_dir.mkdir(mode=0o700, exist_ok=True)
     conn = sqlite3.connect(data_dir / DB_FILE, isolation_level=None)
     try:
         conn.execute("PRAGMA journal_mode = WAL")

@@ -24,7 +24,7 @@ from click.testing import CliRunner, Result
 import broker.server.server
 from broker.client.client import connect
 from broker.client.served import ServedTransport
-from broker.discovery import DB_FILE, INFO_FILE, SOCKET_FILE, find_server
+from broker.discovery import DB_FILE, INFO_FILE, LOCK_FILE, SOCKET_FILE, find_server
 from broker.errors import BrokerError, ErrorCode
 from broker.protocol.messages import Push
 from cli.main import command
@@ -67,6 +67,7 @@ def server(tmp_path: Path, data_dir: Path) -> Iterator[ServeProcess]:
 def assert_closed_cleanly(data_dir: Path) -> None:
     assert find_server(data_dir) is None
     assert not (data_dir / INFO_FILE).exists()
+    assert not (data_dir / LOCK_FILE).exists(), "a clean stop leaves no server.lock"
     assert not (data_dir / SOCKET_FILE).exists()
     wal = data_dir / (DB_FILE + "-wal")
     assert not wal.exists() or wal.stat().st_size == 0, "SQLite was not closed cleanly"
@@ -120,12 +121,13 @@ def test_listening_beyond_loopback_without_a_token_is_refused(
         refused.close()
 
 
-def test_a_port_in_use_is_a_one_line_error_not_a_traceback(tmp_path: Path, data_dir: Path) -> None:
+def test_a_port_in_use_is_a_one_line_error_not_a_traceback(tmp_path: Path) -> None:
+    new = tmp_path / "new" / "data"
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
-        refused = ServeProcess(data_dir, tmp_path / "ready.json", listen=f"127.0.0.1:{port}")
+        refused = ServeProcess(new, tmp_path / "ready.json", listen=f"127.0.0.1:{port}")
         try:
             status = refused.process.wait(20)
             stderr = refused.stderr_text()
@@ -136,6 +138,7 @@ def test_a_port_in_use_is_a_one_line_error_not_a_traceback(tmp_path: Path, data_
     assert stderr.count("\n") == 1 and stderr.startswith("error: "), stderr
     assert str(port) in stderr
     assert not (tmp_path / "ready.json").exists()
+    assert not (tmp_path / "new").exists(), "a refused serve leaves no new directory"
 
 
 def test_serve_needs_a_data_directory_not_an_address(runner: CliRunner) -> None:

@@ -169,7 +169,7 @@ def test_records_survive_close_and_reopen(data_dir: Path) -> None:
 
 
 def test_directory_with_only_fencelog_scratch_files_is_accepted(data_dir: Path) -> None:
-    data_dir.mkdir()
+    data_dir.mkdir(exist_ok=True)
     (data_dir / "leftover.tmp").write_bytes(b"")
     with broker.open(data_dir) as engine:
         engine.create_topic("orders")
@@ -180,7 +180,7 @@ def test_directory_with_only_fencelog_scratch_files_is_accepted(data_dir: Path) 
 
 
 def test_non_empty_foreign_directory_is_refused_untouched(data_dir: Path) -> None:
-    data_dir.mkdir()
+    data_dir.mkdir(exist_ok=True)
     (data_dir / "notes.txt").write_text("mine\n")
     error = open_error(data_dir)
     assert error.code is ErrorCode.FOREIGN_DATA_DIR
@@ -192,7 +192,7 @@ def test_non_empty_foreign_directory_is_refused_untouched(data_dir: Path) -> Non
     "content", [b"hello, this is not a database\n", b"\x00" * 100 + b"SQLite format 3" * 300]
 )
 def test_garbage_database_file_is_refused_untouched(data_dir: Path, content: bytes) -> None:
-    data_dir.mkdir()
+    data_dir.mkdir(exist_ok=True)
     (data_dir / DB_FILE).write_bytes(content)
     error = open_error(data_dir)
     assert error.code is ErrorCode.FOREIGN_DATA_DIR
@@ -223,7 +223,7 @@ def test_a_fencelog_database_another_process_holds_is_busy_not_foreign(data_dir:
 
 
 def test_someone_elses_sqlite_database_is_refused_untouched(data_dir: Path) -> None:
-    data_dir.mkdir()
+    data_dir.mkdir(exist_ok=True)
     with contextlib.closing(sqlite_utils.Database(data_dir / DB_FILE)) as db:
         db.table("invoices").insert({"id": 1, "amount": 12})
     before = (data_dir / DB_FILE).read_bytes()
@@ -265,11 +265,12 @@ def test_regular_file_as_data_dir_is_unreadable(tmp_path: Path) -> None:
     assert path.read_bytes() == b"contents"
 
 
-def test_unknown_durability_is_refused_before_creating_anything(data_dir: Path) -> None:
+def test_unknown_durability_is_refused_before_creating_anything(tmp_path: Path) -> None:
+    new = tmp_path / "new"
     with pytest.raises(BrokerError) as excinfo:
-        broker.open(data_dir, durability="fast")  # type: ignore[arg-type]
+        broker.open(new, durability="fast")  # type: ignore[arg-type]
     assert excinfo.value.code is ErrorCode.INVALID_ARGUMENT
-    assert not data_dir.exists()
+    assert not new.exists()
 
 
 def test_plain_and_keyed_records_in_one_transaction_store_as_written(
