@@ -37,7 +37,8 @@ def serve(
         Path | None,
         typer.Option(
             "--ready-file",
-            help="Once listening, write {pid, tcp, unix} as JSON here (for scripts and CI).",
+            help="Once listening, write {pid, tcp, unix, url} as JSON here (for scripts "
+            "and CI; url is what --broker takes).",
         ),
     ] = None,
     auth_token_file: Annotated[
@@ -145,7 +146,8 @@ async def _run(server: Server, host: str, port: int, unix: bool, ready_file: Pat
         loop.add_signal_handler(signum, lambda: asyncio.ensure_future(server.stop()))
     info = server.info
     assert info is not None
-    addresses = {"pid": info.pid, "tcp": info.tcp, "unix": info.unix}
+    # url: the TCP address as --broker and connect() take it
+    addresses = {"pid": info.pid, "tcp": info.tcp, "unix": info.unix, "url": f"tcp://{info.tcp}"}
     if ready_file is not None:
         temporary = ready_file.with_name(ready_file.name + ".tmp")
         temporary.write_text(json.dumps(addresses))

@@ -69,4 +69,8 @@ def say(line: str) -> None:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        sys.exit(main())
+    except KeyboardInterrupt:  # Ctrl-C: closing the client above detached the producer
+        say("interrupted")
+        sys.exit(130)

@@ -160,3 +160,15 @@ def pause_until_elected(first: Candidate, second: Candidate, session_s: float) -
         f"c2 was never elected in {PAUSE_ATTEMPTS} pauses: c1 said {first.said[-3:]}, "
         f"c2 said {second.said[-3:]}"
     ) from missed
+
+
+def test_ctrl_c_ends_a_candidate_without_a_traceback(processes: Processes, tmp_path: Path) -> None:
+    data_dir = tmp_path / "data"
+    candidate = Candidate(processes, str(data_dir), "c1", decisions=10_000)
+    candidate.until("wrote ")
+    candidate.process.signal(signal.SIGINT)
+    assert candidate.process.wait(STEP_S) == 130
+    assert "interrupted" in candidate.rest()
+    assert "Traceback" not in candidate.process.stderr_text()
+    with connect(data_dir) as client:
+        assert access_view(client, "control").exclusive is None, "it detached on its way out"

@@ -80,6 +80,7 @@ def test_serve_announces_its_addresses_and_keeps_its_files_private(
     server: ServeProcess, data_dir: Path
 ) -> None:
     assert server.info["pid"] == server.pid
+    assert server.info["url"] == f"tcp://{server.tcp}"
     assert server.tcp.startswith("127.0.0.1:") and server.port > 0
     assert server.info["unix"] == str((data_dir / SOCKET_FILE).resolve())
     announced = server.process.line(timeout_s=10)
