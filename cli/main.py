@@ -15,7 +15,7 @@ import typer
 from broker import __version__
 from broker.client.client import DEFAULT_BROKER
 from broker.types import DURABILITIES, check_durability
-from cli import consume, own, produce, producers, serve, snapshot, status, topic, txn
+from cli import consume, own, produce, producers, serve, snapshot, status, topic, txn, verify
 from cli.context import State
 from cli.errors import FencelogGroup, exit_status_table
 
@@ -95,6 +95,7 @@ app.command("txn-commit")(txn.txn_commit)
 app.command("txn-abort")(txn.txn_abort)
 app.command("status")(status.status)
 app.command("serve")(serve.serve)
+app.command("verify")(verify.verify)
 
 
 # The root's options that take a value: what to skip on the way to a subcommand's name.
