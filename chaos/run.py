@@ -85,7 +85,9 @@ class Proc:
         self.out_path = work / f"{name}.out"
         self.err_path = work / f"{name}.err"
         env = os.environ | {
-            "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])
+            "PYTHONPATH": os.pathsep.join(
+                [str(REPO), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
+            )
         }
         for variable in ("FENCELOG_BROKER", "FENCELOG_FAILPOINT", "PYTHONUNBUFFERED"):
             env.pop(variable, None)
