@@ -7,10 +7,17 @@ from __future__ import annotations
 
 import argparse
 import random
+import signal
 import sys
 from pathlib import Path
+from types import FrameType
 
 from chaos.run import run
+
+
+def _stop(signum: int, _frame: FrameType | None) -> None:
+    """SIGTERM ends a run as Ctrl-C does: every process it started is stopped."""
+    raise KeyboardInterrupt(f"signal {signum}")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -19,6 +26,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--duration", type=float, default=300.0, help="seconds (default 300)")
     parser.add_argument("--keep", type=Path, default=None, help="work here and keep the files")
     args = parser.parse_args(argv)
+    signal.signal(signal.SIGTERM, _stop)
     seed = args.seed if args.seed is not None else random.SystemRandom().randrange(1 << 31)
     tally = run(seed, args.duration, keep=args.keep)
     if tally.anomalies:

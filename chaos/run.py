@@ -46,7 +46,8 @@ FENCELOG = "import sys; from cli.main import run; sys.argv[0] = 'fencelog'; run(
 COPY_PREFIX = "copied:"
 PRODUCERS = 3
 PARTITIONS = 4
-STEP_S = 30.0  # the bound of one step (a start, a takeover, a verify)
+STEP_S = 30.0  # the bound of one step (a start, a takeover, a verify); run() sets it
+SHORT_RUN_S = 120.0  # a run shorter than this (the test's) bounds its steps by 15 s
 STOP_S = 3.0  # how long a writer stays stopped: twice the session timeout (chaos/writer.py)
 
 
@@ -613,6 +614,8 @@ def run(
     seed: int, duration_s: float, *, keep: Path | None = None, out: IO[str] = sys.stdout
 ) -> Tally:
     """One run: the served phase for half the duration, then SIGSTOP rounds."""
+    global STEP_S
+    STEP_S = 15.0 if duration_s < SHORT_RUN_S else 30.0
     rng = random.Random(seed)
     tally = Tally()
     started = time.monotonic()
