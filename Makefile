@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 BENCH_STAMP := $(VENV)/.installed-bench
 SUDO := $(if $(filter 0,$(shell id -u)),,sudo -n)
 
-.PHONY: demo test lint typecheck unit docs bench clean
+.PHONY: demo test lint typecheck unit docs bench chaos clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -46,6 +46,12 @@ bench: $(BENCH_STAMP)
 		echo "make bench: nats-server is missing and apt-get could not install it;" \
 		"the NATS JetStream comparison will be skipped" >&2
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python -m bench.run
+
+# The fault suite (README, "The fault suite"): DURATION seconds (default 300) of faults
+# with a random seed, printed; SEED=N replays a run. `make test` runs a small seed.
+chaos: $(STAMP)
+	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python -m chaos --duration $(or $(DURATION),300) \
+		$(if $(SEED),--seed $(SEED))
 
 clean:
 	rm -rf $(VENV) .fencelog .mypy_cache .ruff_cache .pytest_cache

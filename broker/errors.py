@@ -64,6 +64,8 @@ class ErrorCode(enum.IntEnum):
     BROKER_SHUTTING_DOWN = 83
     TOO_MANY_REQUESTS = 84
     LISTEN_FAILED = 85
+    # fencelog verify: the log breaks an exactly-once claim (the report says how)
+    VERIFY_FAILED = 90
     # fencelog itself
     INTERNAL = 119
 

@@ -15,7 +15,19 @@ import typer
 from broker import __version__
 from broker.client.client import DEFAULT_BROKER
 from broker.types import DURABILITIES, check_durability
-from cli import check, consume, own, produce, producers, serve, snapshot, status, topic, txn
+from cli import (
+    check,
+    consume,
+    own,
+    produce,
+    producers,
+    serve,
+    snapshot,
+    status,
+    topic,
+    txn,
+    verify,
+)
 from cli.context import State
 from cli.errors import FencelogGroup, exit_status_table
 
@@ -105,6 +117,7 @@ app.command("txn-abort")(txn.txn_abort)
 app.command("status")(status.status)
 app.command("serve")(serve.serve)
 app.command("check")(check.check)
+app.command("verify")(verify.verify)
 
 
 # The root's options that take a value: what to skip on the way to a subcommand's name.

@@ -17,6 +17,7 @@ import typer
 from broker.client.client import Client
 from broker.core.exclusive import parse_access
 from broker.core.txn import parse_txn_id
+from broker.core.verify import sha256
 from broker.errors import BrokerError, ErrorCode
 from broker.types import AppendResult, Fence, Headers, NewRecord, ProducerFields
 from cli.context import state
@@ -130,8 +131,9 @@ def produce(
     """Append records to a topic and report where each landed.
 
     Each batch (every --value together, or the stdin lines already available) is appended
-    atomically. With --json, one object per record: topic, partition, offset (and, for
-    --idempotent or --pid, duplicate).
+    atomically. With --json, one object per record: topic, partition, offset,
+    value_sha256 (what `fencelog verify --acks` checks) and, for --idempotent or --pid,
+    duplicate.
     With --pid/--generation/--sequence a retry of records already written is answered
     with their original offsets and "duplicate": true (exit 0).
     With --txn the records wait in the transaction's journal: offset is null, and they
@@ -177,7 +179,8 @@ def produce(
     numbered = idempotent or pid is not None  # JSON then says whether each was a duplicate
     if values:
         encoded = [v.encode("utf-8", "surrogateescape") for v in values]
-        _emit(out, summary, send(records_of(encoded)), idempotent=numbered)
+        records = records_of(encoded)
+        _emit(out, summary, records, send(records), idempotent=numbered)
     else:
         if sys.stdin.isatty():
             sys.stderr.write("reading records from stdin, one per line; Ctrl-D ends\n")
@@ -188,7 +191,8 @@ def produce(
         )
         with _stopped_by_signals(stop), acknowledged(f"producing to {topic}") as advance:
             for batch in batches:
-                _emit(out, summary, send(records_of(batch)), idempotent=numbered)
+                records = records_of(batch)
+                _emit(out, summary, records, send(records), idempotent=numbered)
                 advance(len(batch))
     if not as_json:
         out.line(summary.text())
@@ -353,14 +357,22 @@ class _Summary:
         return f"produced {self.count} {plural} to {self.topic}" + (f": {where}" if where else "")
 
 
-def _emit(out: Output, summary: _Summary, results: list[AppendResult], *, idempotent: bool) -> None:
-    for result in results:
+def _emit(
+    out: Output,
+    summary: _Summary,
+    records: list[NewRecord],
+    results: list[AppendResult],
+    *,
+    idempotent: bool,
+) -> None:
+    for record, result in zip(records, results, strict=True):
         summary.add(result)
         if out.as_json:
             fields: dict[str, object] = {
                 "topic": result.topic,
                 "partition": result.partition,
                 "offset": result.offset if result.offset >= 0 else None,
+                "value_sha256": sha256(record.value),  # what `fencelog verify --acks` checks
             }
             if summary.txn_id is not None:
                 fields["txn_id"] = summary.txn_id

@@ -9,6 +9,7 @@ exits 42.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import signal
@@ -182,7 +183,10 @@ def test_produce_with_the_current_fence_of_a_live_holder(
     holder.own("samza", ["journal/0"], generation=5)
     args = ("produce", "journal", "--partition", "0", "--fence", "samza:journal/0:5")
     result = expect(invoke(*args, "--value", "x", "--json"), 0)
-    assert json_lines(result.stdout) == [{"topic": "journal", "partition": 0, "offset": 0}]
+    digest = hashlib.sha256(b"x").hexdigest()
+    assert json_lines(result.stdout) == [
+        {"topic": "journal", "partition": 0, "offset": 0, "value_sha256": digest}
+    ]
     expect(invoke("consume", "journal", "--fence", "samza:journal/0:5"), 0)
     assert records(invoke) == [(0, "x")]
 
@@ -386,7 +390,13 @@ def test_produce_inside_own_picks_up_the_fence(data_dir: Path, tmp_path: Path, k
             assert own.wait(ENDS_WITHIN_S) == 0, own.stderr_text()
             lines = own.remaining_lines()
         assert lines[0] == "claimed samza:journal/0 at generation 4\n"
-        assert json.loads(lines[1]) == {"topic": "journal", "partition": 0, "offset": 0}
+        digest = hashlib.sha256(b"inside").hexdigest()
+        assert json.loads(lines[1]) == {
+            "topic": "journal",
+            "partition": 0,
+            "offset": 0,
+            "value_sha256": digest,
+        }
         consumed = json_lines(expect(cli(target, "consume", "journal", "--json"), 0).stdout)
         assert [(r["partition"], r["value"]) for r in consumed] == [(0, "inside")]
 

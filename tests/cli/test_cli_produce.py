@@ -4,6 +4,7 @@ consume or straight from SQLite), and how bad input is refused without storing a
 from __future__ import annotations
 
 import base64
+import hashlib
 import subprocess
 import sys
 from collections.abc import Callable
@@ -70,7 +71,12 @@ def test_value_partition_and_header(orders: Invoke) -> None:
         "--json",
     )
     assert json_lines(expect(result, 0).stdout) == [
-        {"topic": "orders", "partition": 2, "offset": 0}
+        {
+            "topic": "orders",
+            "partition": 2,
+            "offset": 0,
+            "value_sha256": hashlib.sha256(b"hello").hexdigest(),
+        }
     ]
     [record] = json_lines(expect(orders("consume", "orders", "--json"), 0).stdout)
     assert (record["partition"], record["value"], record["key"]) == (2, "hello", None)

@@ -4,6 +4,7 @@ objects, what is stored, and a distinct exit status for each kind of bad input."
 
 from __future__ import annotations
 
+import hashlib
 import time
 from collections.abc import Iterator
 from dataclasses import replace
@@ -118,9 +119,14 @@ def test_a_retry_with_the_same_numbers_answers_the_original_offset_as_a_duplicat
     expect(orders("produce", "orders", "-p", "0", "-v", "someone else"), 0)
     leased = lease(orders)
     first = json_lines(expect(produce_as(orders, leased, 1, "a"), 0).stdout)
-    assert first == [{"topic": "orders", "partition": 0, "offset": 1, "duplicate": False}]
+    digest = hashlib.sha256(b"a").hexdigest()
+    assert first == [
+        {"topic": "orders", "partition": 0, "offset": 1, "value_sha256": digest, "duplicate": False}
+    ]
     retry = json_lines(expect(produce_as(orders, leased, 1, "a"), 0).stdout)
-    assert retry == [{"topic": "orders", "partition": 0, "offset": 1, "duplicate": True}]
+    assert retry == [
+        {"topic": "orders", "partition": 0, "offset": 1, "value_sha256": digest, "duplicate": True}
+    ]
     records = stored(data_dir)
     assert [r.value for r in records] == [b"someone else", b"a"]
     assert (records[1].producer_id, records[1].generation, records[1].sequence) == (
@@ -272,7 +278,8 @@ def test_plain_produce_json_has_no_duplicate_field(orders: Invoke) -> None:
     (landed,) = json_lines(
         expect(orders("produce", "orders", "-p", "0", "-v", "a", "--json"), 0).stdout
     )
-    assert landed == {"topic": "orders", "partition": 0, "offset": 0}
+    digest = hashlib.sha256(b"a").hexdigest()
+    assert landed == {"topic": "orders", "partition": 0, "offset": 0, "value_sha256": digest}
 
 
 # producers list and status ---------------------------------------------------------------

@@ -11,6 +11,7 @@ FakeClock, so a transaction times out when the test moves the clock, never by sl
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import sqlite3
 from collections.abc import Iterator
@@ -121,7 +122,13 @@ def test_a_transaction_spread_over_several_commands(cli: Invoke) -> None:
     expect(cli("produce", "invoices", "--value", "plain-0"), 0)
     txn = begin(cli)
     landed = one(cli("produce", "invoices", "--txn", str(txn), "--value", "inv-1", "--json"))
-    assert landed == {"topic": "invoices", "partition": 0, "offset": None, "txn_id": txn}
+    assert landed == {
+        "topic": "invoices",
+        "partition": 0,
+        "offset": None,
+        "value_sha256": hashlib.sha256(b"inv-1").hexdigest(),
+        "txn_id": txn,
+    }
     journaled = expect(
         cli("produce", "ledger", "--txn", str(txn), "--partition", "3", "--value", "debit-1"), 0
     )
