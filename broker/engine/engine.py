@@ -334,11 +334,12 @@ class Engine:
         end = self._hot.end(conn, row, partition)
         key = (topic_id, partition, batch.producer_id)
         entry = staged.entry(conn, key, end)
+        judged = entry
         if entry is None:  # never wrote here, or evicted from memory: ask the log
-            entry = self.producers.entry_from_log(conn, topic_id, partition, batch.producer_id)
-            if entry is None:
-                self._check_new_pid(conn, batch)
-        verdict = producer_rules.decide(entry, batch, now_ms, self.limits.pid_lease_ms)
+            entry = judged = self.producers.entry_from_log(conn, topic_id, partition, key[2])
+            if entry is None:  # its first batch here: judged against the pid as issued
+                judged = self.producers.first_batch(conn, batch.producer_id, now_ms)
+        verdict = producer_rules.decide(judged, batch, now_ms, self.limits.pid_lease_ms)
         if verdict is _DUPLICATE:
             assert entry is not None, "only a pid with state has duplicates"
             return self._duplicates(conn, row, partition, entry, batch, appends)
@@ -350,17 +351,6 @@ class Engine:
         staged.appended(key, entry, batch, end, now_ms)
         name = row.name
         return [AppendResult(name, partition, offset) for offset in range(end, end + count)]
-
-    def _check_new_pid(self, conn: sqlite3.Connection, batch: Batch) -> None:
-        """A pid's first batch on a partition: it must have been leased."""
-        if not self.producers.known_pid(conn, batch.producer_id):
-            raise BrokerError(
-                ErrorCode.UNKNOWN_PID,
-                f"producer id {batch.producer_id} was never leased",
-                producer_id=batch.producer_id,
-                received_sequence=batch.first_sequence,
-                hint="lease a pid (fencelog lease-pid) and start at sequence 1",
-            )
 
     def _duplicates(
         self,

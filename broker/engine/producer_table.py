@@ -63,6 +63,7 @@ class ProducerTable:
         self.records_since_snapshot = 0
         self._pid_next = 0
         self._pid_end = 0
+        self._issued: dict[int, store.IssuedPid] = {}
 
     # start ----------------------------------------------------------------------------
 
@@ -110,21 +111,51 @@ class ProducerTable:
 
     # pids -----------------------------------------------------------------------------
 
-    def new_pid(self, conn: sqlite3.Connection) -> int:
-        """A fresh pid from the persistent counter, taken in blocks."""
-        if self._pid_next >= self._pid_end:
-            start = store.counter(conn, PID_COUNTER) or 1
-            end = start + self.limits.pid_block_size
-            if end >= PID_WRAP:
-                start, end = 1, 1 + self.limits.pid_block_size
-            store.set_counter(conn, PID_COUNTER, end)
-            self._pid_next, self._pid_end = start, end
-        pid = self._pid_next
-        self._pid_next += 1
-        return pid
+    def new_pid(self, conn: sqlite3.Connection, generation: int, now_ms: int) -> int:
+        """A fresh pid from the persistent counter, taken in blocks, and recorded as
+        issued at generation: a pid already issued (or written by a directory from
+        before schema 8) is skipped, so no pid is ever handed out twice."""
+        while True:
+            if self._pid_next >= self._pid_end:
+                start = store.counter(conn, PID_COUNTER) or 1
+                end = start + self.limits.pid_block_size
+                if end >= PID_WRAP:
+                    start, end = 1, 1 + self.limits.pid_block_size
+                store.set_counter(conn, PID_COUNTER, end)
+                self._pid_next, self._pid_end = start, end
+            pid = self._pid_next
+            self._pid_next += 1
+            if store.issue_pid(conn, pid, generation, now_ms):
+                return pid
 
-    def known_pid(self, conn: sqlite3.Connection, pid: int) -> bool:
-        return 0 < pid < max(store.counter(conn, PID_COUNTER), self._pid_end)
+    def issued(self, conn: sqlite3.Connection, pid: int) -> store.IssuedPid | None:
+        """How pid was issued, or None if it never was (a row once read stays valid:
+        an issued pid is never taken back)."""
+        found = self._issued.get(pid)
+        if found is None:
+            found = store.issued_pid(conn, pid)
+            if found is not None:
+                if len(self._issued) >= self.limits.producer_ids_max:
+                    self._issued.clear()
+                self._issued[pid] = found
+        return found
+
+    def first_batch(self, conn: sqlite3.Connection, pid: int, now_ms: int) -> ProducerEntry | None:
+        """The state a pid's first batch on a partition is judged against: its issued
+        generation with nothing written, its lease starting now (None for a pid issued
+        before schema 8: its batch sets the generation). UNKNOWN_PID for a pid that was
+        never issued."""
+        issued = self.issued(conn, pid)
+        if issued is None:
+            raise BrokerError(
+                ErrorCode.UNKNOWN_PID,
+                f"producer id {pid} was never leased",
+                producer_id=pid,
+                hint="lease a pid (fencelog lease-pid) and start at sequence 1",
+            )
+        if issued.generation is None:
+            return None
+        return ProducerEntry(pid, issued.generation, 0, now_ms, -1)
 
     def lease(
         self,
@@ -138,23 +169,20 @@ class ProducerTable:
         if pid is None:
             generation = random.randrange(1, _GENERATION_START_MAX)  # noqa: S311 - not secret
             lease_end = now_ms + self.limits.pid_lease_ms
-            return Lease(self.new_pid(conn), generation, 0, lease_end, now_ms)
+            return Lease(self.new_pid(conn, generation, now_ms), generation, 0, lease_end, now_ms)
         entry = staged.get((topic_id, partition, pid))
         if entry is None:  # evicted from memory? the log still knows it
             entry = self.entry_from_log(conn, topic_id, partition, pid)
-        if entry is None:
-            code = ErrorCode.PID_EXPIRED if self.known_pid(conn, pid) else ErrorCode.UNKNOWN_PID
-            raise BrokerError(
-                code,
-                f"producer id {pid} has no state on this partition "
-                + (
-                    "(it expired and was evicted, or never wrote here)"
-                    if code is ErrorCode.PID_EXPIRED
-                    else "(it was never leased)"
-                ),
-                producer_id=pid,
-                hint="lease a new pid",
-            )
+        if entry is None:  # leased and not written here yet: its lease as issued
+            entry = self.first_batch(conn, pid, now_ms)
+            if entry is None:
+                raise BrokerError(
+                    ErrorCode.PID_EXPIRED,
+                    f"producer id {pid} has no state on this partition (it was leased "
+                    "before this data directory's upgrade and never wrote here)",
+                    producer_id=pid,
+                    hint="lease a new pid",
+                )
         expire_ms = entry.expires_ms(self.limits.pid_lease_ms)
         if now_ms >= expire_ms:
             raise BrokerError(

@@ -142,7 +142,7 @@ class Transactions:
             found = store.member(conn, txn_id, member)
             discarded = 0
             if found is None:
-                producer_id, generation = self.producers.new_pid(conn), 1
+                producer_id, generation = self.producers.new_pid(conn, 1, now_ms), 1
             else:
                 producer_id, generation = found[0], found[1] + 1
                 discarded = store.fence_older(conn, txn_id, producer_id, generation)

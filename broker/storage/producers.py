@@ -77,6 +77,25 @@ def lease_of(
     return None if row is None else LeaseRow(*row)
 
 
+@dataclass(frozen=True, slots=True)
+class IssuedPid:
+    """A pid the broker handed out: at which generation (None: issued before schema 8,
+    whose first batch on a partition sets it) and when."""
+
+    generation: int | None
+    issued_ms: int
+
+
+def issue_pid(conn: sqlite3.Connection, pid: int, generation: int, now_ms: int) -> bool:
+    """Record pid as issued; False if it already was (it must not be handed out again)."""
+    return conn.execute(Q["producer_id_issue"], (pid, generation, now_ms)).rowcount == 1
+
+
+def issued_pid(conn: sqlite3.Connection, pid: int) -> IssuedPid | None:
+    row = conn.execute(Q["producer_id_issued"], (pid,)).fetchone()
+    return None if row is None else IssuedPid(row[0], row[1])
+
+
 def counter(conn: sqlite3.Connection, name: str) -> int:
     row = conn.execute(Q["counter_get"], (name,)).fetchone()
     return 0 if row is None else int(row[0])

@@ -227,6 +227,13 @@ LIMIT ?8;
 -- name: offsets_delete_topic
 DELETE FROM consumer_offsets WHERE topic_id = ?;
 
+-- name: producer_id_issue
+INSERT INTO producer_ids (producer_id, generation, issued_ms) VALUES (?, ?, ?)
+ON CONFLICT (producer_id) DO NOTHING;
+
+-- name: producer_id_issued
+SELECT generation, issued_ms FROM producer_ids WHERE producer_id = ?;
+
 -- name: counter_get
 SELECT value FROM counters WHERE name = ?;
 

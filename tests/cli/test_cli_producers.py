@@ -198,6 +198,29 @@ def test_a_pid_never_leased_is_unknown_pid(orders: Invoke, data_dir: Path) -> No
     assert stored(data_dir) == []
 
 
+def test_a_pid_inside_the_reserved_block_that_nobody_was_given_is_unknown(
+    orders: Invoke, data_dir: Path
+) -> None:
+    leased = lease(orders)
+    squatter = {"pid": leased["pid"] + 1, "generation": 1}
+    error = json_error(expect(produce_as(orders, squatter, 1, "mine"), ErrorCode.UNKNOWN_PID))
+    assert (error["error"], error["producer_id"]) == ("UNKNOWN_PID", leased["pid"] + 1)
+    assert stored(data_dir) == []
+    expect(orders("lease-pid", "orders", "0", "--pid", str(leased["pid"] + 1)), 53)
+
+
+def test_lease_pid_of_a_pid_leased_a_moment_ago_shows_its_lease(orders: Invoke) -> None:
+    leased = lease(orders)
+    again = expect(orders("lease-pid", "orders", "0", "--pid", str(leased["pid"]), "--json"), 0)
+    (shown,) = json_lines(again.stdout)
+    assert (shown["pid"], shown["generation"], shown["sequence"]) == (
+        leased["pid"],
+        leased["generation"],
+        0,
+    )
+    assert shown["expire_ms"] >= leased["expire_ms"]
+
+
 def test_a_pid_whose_lease_ended_is_pid_expired(orders: Invoke, data_dir: Path) -> None:
     # Its first record was written by a broker whose clock read 1 second after the epoch:
     # by today's clock its lease ended long ago.

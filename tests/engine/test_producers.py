@@ -147,9 +147,36 @@ def test_lease_pid_of_an_existing_pid_answers_its_state_on_that_partition(
     assert again == Lease(
         lease.producer_id, lease.generation + 1, 4, first_ms + LEASE_MS, now_ms=clock.now_ms
     )
+    # it never wrote to partition 1: there, its lease as issued, which would start now
+    assert engine.lease_pid(TOPIC, 1, lease.producer_id) == Lease(
+        lease.producer_id, lease.generation, 0, clock.now_ms + LEASE_MS, now_ms=clock.now_ms
+    )
+
+
+def test_a_just_leased_pid_shows_its_lease_and_a_squatted_pid_is_unknown(
+    opened: list[Engine], data_dir: Path, clock: FakeClock
+) -> None:
+    engine = open_engine(opened, data_dir, clock)
+    engine.create_topic(TOPIC, partitions=1)
+    lease = engine.lease_pid(TOPIC, 0)
+    clock.advance(10)
+    assert engine.lease_pid(TOPIC, 0, lease.producer_id) == Lease(
+        lease.producer_id, lease.generation, 0, clock.now_ms + LEASE_MS, now_ms=clock.now_ms
+    )
+    squatted = lease.producer_id + 1  # inside the block the broker reserved
     with pytest.raises(BrokerError) as raised:
-        engine.lease_pid(TOPIC, 1, lease.producer_id)  # it never wrote to partition 1
-    assert raised.value.code is ErrorCode.PID_EXPIRED
+        send(engine, Lease(squatted, 1, 0, 0, 0), 1, ["x"])
+    assert raised.value.code is ErrorCode.UNKNOWN_PID
+    with pytest.raises(BrokerError) as raised:
+        engine.lease_pid(TOPIC, 0, squatted)
+    assert raised.value.code is ErrorCode.UNKNOWN_PID
+    # the next lease is that pid, and its first write is judged against its generation
+    nxt = engine.lease_pid(TOPIC, 0)
+    assert nxt.producer_id == squatted
+    assert [r.offset for r in send(engine, nxt, 1, ["y"])] == [0]
+    with pytest.raises(BrokerError) as raised:
+        send(engine, Lease(nxt.producer_id, nxt.generation - 1, 0, 0, 0), 2, ["z"])
+    assert raised.value.code is ErrorCode.FENCED
 
 
 def test_lease_pid_refuses_what_is_not_a_pid_a_topic_or_a_partition(
@@ -781,13 +808,15 @@ class ProducerModel(RuleBasedStateMachine):
     def lease_existing(self, data: st.DataObject, partition: int) -> None:
         pid = self._pid(data)
         entry = self.state.get((partition, pid))
+        now_ms = self.clock.now_ms  # a lease also answers the broker's clock
         if pid not in self.leased:
             expected: Lease | ErrorCode = ErrorCode.UNKNOWN_PID
-        elif entry is None or self._expired(entry):
+        elif entry is None:  # leased, not written here: as issued, its lease from now
+            expected = Lease(pid, self.leased[pid], 0, now_ms + MODEL_LEASE_MS, now_ms)
+        elif self._expired(entry):
             expected = ErrorCode.PID_EXPIRED
         else:
             expire_ms = entry.first_ms + MODEL_LEASE_MS
-            now_ms = self.clock.now_ms  # a lease also answers the broker's clock
             expected = Lease(pid, entry.generation, entry.high_water, expire_ms, now_ms)
         try:
             got: Lease | ErrorCode = self.engine.lease_pid(TOPIC, partition, pid)
@@ -883,6 +912,10 @@ class ProducerModel(RuleBasedStateMachine):
         if entry is None:
             if pid not in self.leased:
                 return ("UNKNOWN_PID", ())
+            if generation < self.leased[pid]:  # judged against the generation it was issued at
+                return ("FENCED", ())
+            if generation > self.leased[pid] + 1:
+                return ("INVALID_GENERATION", ())
             if first != 1:
                 return ("OUT_OF_ORDER_SEQUENCE", ())
             return ("append", tuple(range(self.ends[partition], self.ends[partition] + count)))
@@ -905,8 +938,8 @@ class ProducerModel(RuleBasedStateMachine):
         self, error: BrokerError, entry: Entry | None, generation: int, first: int
     ) -> None:
         if error.code in (ErrorCode.FENCED, ErrorCode.INVALID_GENERATION):
-            assert entry is not None
-            assert error.details["stored_generation"] == entry.generation
+            stored = entry.generation if entry else self.leased[error.details["producer_id"]]
+            assert error.details["stored_generation"] == stored
             assert error.details["received_generation"] == generation
         if error.code is ErrorCode.OUT_OF_ORDER_SEQUENCE:
             expected = entry.high_water + 1 if entry and first else 1
