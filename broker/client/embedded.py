@@ -75,6 +75,37 @@ class _Heartbeat(threading.Thread):
             self.join(timeout=5)
 
 
+class _PulseBeat(threading.Thread):
+    """Beats this session's pulse (engine/sessions.py) without ever touching SQLite, so
+    that another process holding the write lock cannot make this one look dead."""
+
+    def __init__(self, engine: Engine, session_id: str, on_severed: Callable[[str], None]):
+        super().__init__(name="fencelog-pulse", daemon=True)
+        self._pulse = engine.pulse(session_id)
+        self._interval_s = min(engine.limits.session_timeout_ms / 3000, 1.0)
+        self._on_severed = on_severed
+        self._stopping = threading.Event()
+        self._stopped = False
+
+    def run(self) -> None:
+        while not self._stopping.wait(self._interval_s):
+            gap_ms = self._pulse.beat()
+            if gap_ms is not None:
+                self._stopped = True
+                self._on_severed(
+                    f"severed: this process did not run for {gap_ms / 1000:.1f} s, longer "
+                    "than the session timeout; what it held may have passed to others"
+                )
+                return
+
+    def stop(self) -> None:
+        self._stopping.set()
+        if self.is_alive() and threading.current_thread() is not self:
+            self.join(timeout=5)
+        # A pulse marked stopped stays, so nobody takes the session for live again.
+        self._pulse.close(remove=not self._stopped)
+
+
 class EmbeddedTransport:
     validates_records = True  # the engine in this process checks every batch
 
@@ -91,6 +122,7 @@ class EmbeddedTransport:
         self.limits = engine.limits
         self._watcher: WalWatcher | None = None
         self._heartbeat: _Heartbeat | None = None
+        self._pulse: _PulseBeat | None = None
         self._session_id: str | None = None
         self._severed_callbacks: list[SeveredCallback] = []
         self._severed_reason: str | None = None
@@ -196,6 +228,8 @@ class EmbeddedTransport:
     def session_id(self) -> str:
         if self._session_id is None:
             self._session_id = self.engine.owners.register_process()
+            self._pulse = _PulseBeat(self.engine, self._session_id, self._severed)
+            self._pulse.start()
             self._heartbeat = _Heartbeat(self.engine, self._session_id, self._severed)
             self._heartbeat.start()
         return self._session_id
@@ -237,6 +271,8 @@ class EmbeddedTransport:
             self._heartbeat.stop()
         if self._session_id is not None:
             self.engine.session_closed(self._session_id)
+        if self._pulse is not None:
+            self._pulse.stop()
         if self._watcher is not None:
             self._watcher.close()
         self.engine.close()

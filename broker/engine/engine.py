@@ -23,7 +23,7 @@ from broker.core import ownership as ownership_rules
 from broker.core import producers as producer_rules
 from broker.core import records as record_rules
 from broker.core.producers import Batch, Verdict
-from broker.engine import backup
+from broker.engine import backup, sessions
 from broker.engine.exclusive_access import Exclusives
 from broker.engine.ownership import Heartbeats, Owners
 from broker.engine.producer_table import ProducerTable, Staged, write_snapshot
@@ -131,6 +131,13 @@ class Engine:
             self.database.data_dir.path, self.database.durability, self.limits.busy_timeout_ms
         )
         return Heartbeats(Owners(database, self.limits, self.clock, served_sessions=tuple))
+
+    def pulse(self, session_id: str) -> sessions.Pulse:
+        """The pulse of this process's session (engine/sessions.py): beaten by a thread
+        of the caller's, never waiting for SQLite's lock."""
+        return sessions.Pulse(
+            self.database.data_dir.path, session_id, self.clock, self.limits.session_timeout_ms
+        )
 
     def __enter__(self) -> Engine:
         return self

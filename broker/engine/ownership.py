@@ -218,7 +218,12 @@ class Owners:
     def _live(self, conn: sqlite3.Connection, session_id: str, now_ms: int) -> bool:
         row = store.session(conn, session_id) if session_id.startswith("proc-") else None
         return sessions.is_live(
-            session_id, row, now_ms, self.limits.session_timeout_ms, self.served_sessions()
+            session_id,
+            row,
+            now_ms,
+            self.limits.session_timeout_ms,
+            self.served_sessions(),
+            self.database.data_dir.path,
         )
 
     # views --------------------------------------------------------------------------

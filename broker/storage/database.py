@@ -35,7 +35,8 @@ APPLICATION_ID: Final = 0x46454E43  # "FENC"
 _SYNCHRONOUS: Final[dict[Durability, str]] = {"full": "FULL", "normal": "NORMAL"}
 # Files fencelog itself may leave in a data directory; anything else makes it foreign.
 _OWN_FILE = re.compile(
-    r"^(fencelog\.db(-wal|-shm|-journal)?|server\.(json|lock)|fencelog\.sock|snapshots|.*\.tmp)$"
+    r"^(fencelog\.db(-wal|-shm|-journal)?|server\.(json|lock)|fencelog\.sock|snapshots|sessions"
+    r"|.*\.tmp)$"
 )
 
 
