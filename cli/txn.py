@@ -65,7 +65,7 @@ def txn_begin(
     to consumers until `fencelog txn-commit ID`.
     """
     timeout_ms = None if timeout is None else round(parse_duration(timeout) * 1000)
-    info = state().client().txn_begin(group, key=key, timeout_ms=timeout_ms)
+    info = state().client(create=True).txn_begin(group, key=key, timeout_ms=timeout_ms)
     _print_txn(Output(as_json), info)
 
 

@@ -766,7 +766,7 @@ def connect(
                     f"data directory {name} does not exist",
                     path=name,
                     hint="check --broker or FENCELOG_BROKER; topic create, produce, "
-                    "own and serve create a new one",
+                    "own, txn-begin and serve create a new one",
                 )
             return Client(EmbeddedTransport.open(path, durability, limits, clock), name)
         url = server.url()

@@ -111,6 +111,12 @@ def test_a_writing_command_creates_the_directory(runner: CliRunner, tmp_path: Pa
     assert expect(fencelog(runner, "--broker", str(new), "topic", "list"), 0).stdout.startswith("t")
 
 
+def test_txn_begin_writes_and_creates_the_directory(runner: CliRunner, tmp_path: Path) -> None:
+    new = tmp_path / "new"
+    expect(fencelog(runner, "--broker", str(new), "txn-begin", "--group", "g"), 0)
+    assert (new / DB_FILE).is_file()
+
+
 def test_the_default_directory_is_still_created_by_any_command(
     runner: CliRunner, tmp_path: Path
 ) -> None:
