@@ -29,7 +29,7 @@ from broker.errors import BrokerError, ErrorCode
 from broker.event_loop import BusyPoll, new_event_loop
 from broker.limits import DEFAULT_LIMITS, Limits, limits_from_server
 from broker.protocol import codec
-from broker.protocol.frames import NEED_DATA, FrameConnection, Sentinel
+from broker.protocol.frames import NEED_DATA, FrameConnection, Sentinel, TruncatedFrame
 from broker.protocol.messages import (
     ARROW_FEATURE,
     PROTOCOL_VERSION,
@@ -272,6 +272,16 @@ class AsyncConnection(asyncio.Protocol):
                 self._busy_poll.stop()
             if message is not NEED_DATA:
                 raise BrokerError(ErrorCode.CONNECTION_FAILED, "the broker closed the connection")
+        except TruncatedFrame as cut:
+            # A reply cut short is a lost connection, not a malformed frame: what was in
+            # flight may or may not have been done, and is retried as such.
+            self._fail_all(
+                BrokerError(
+                    ErrorCode.CONNECTION_FAILED,
+                    f"the connection to the broker was lost in the middle of a reply ({cut})",
+                    hint="the outcome of the requests in flight is unknown; retry them",
+                )
+            )
         except BrokerError as error:
             self._fail_all(error)
 

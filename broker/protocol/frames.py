@@ -44,6 +44,12 @@ class ProtocolError(BrokerError):
         super().__init__(ErrorCode.PROTOCOL_ERROR, message, **details)
 
 
+class TruncatedFrame(ProtocolError):
+    """The peer closed in the middle of a frame. A server answers that client with an
+    error; a client has lost its connection, and the requests in flight have an
+    unknown outcome, as after any other loss (see broker/client/served.py)."""
+
+
 def encode(message: Message, packer: msgpack.Packer | None = None) -> bytes:
     """The frame for one message (packed by `packer` when given: a Packer kept for a
     connection saves building one per frame)."""
@@ -170,7 +176,7 @@ class FrameConnection:
         if not self._closed:
             return NEED_DATA
         if self.buffered_bytes:
-            raise ProtocolError(f"connection closed mid-frame ({self.buffered_bytes} bytes)")
+            raise TruncatedFrame(f"connection closed mid-frame ({self.buffered_bytes} bytes)")
         return CLOSED
 
     def send(self, message: Message) -> bytes:

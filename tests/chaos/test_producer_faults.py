@@ -200,6 +200,58 @@ def test_pipelined_batches_land_in_order_when_the_middle_one_fails(
         assert [r[0].duplicate for r in results] == [False, True, True]
 
 
+class CutReplyMidFrame:
+    """On the first connection, the answer to the Nth request of `op` arrives cut in
+    the middle of its frame, and the connection ends there. Later connections pass."""
+
+    def __init__(self, op: Op, nth: int) -> None:
+        self.op, self.nth = op, nth
+        self.ids: list[int] = []
+
+    def __call__(self, connection: int, direction: Direction, message: Message) -> Action:
+        if connection != 1:
+            return "forward"
+        if direction == "to_server":
+            if isinstance(message, Request) and message.op is self.op:
+                self.ids.append(message.request_id)
+            return "forward"
+        if isinstance(message, Reply | ErrorReply) and self.ids[self.nth - 1 : self.nth] == [
+            message.request_id
+        ]:
+            return "cut_mid"
+        return "forward"
+
+
+def test_a_reply_cut_mid_frame_is_a_lost_connection_and_the_batches_are_resent(
+    data_dir: Path,
+) -> None:
+    with served(data_dir) as server, connect(server.address) as direct:
+        direct.create_topic(TOPIC)
+        rule = CutReplyMidFrame(Op.PRODUCE, 2)
+        with FrameProxy(server.port, rule) as proxy, connect(proxy.address) as client:
+            producer = client.producer(TOPIC, max_in_flight=5)
+            names = [f"M{i}".encode() for i in range(1, 7)]
+            futures = [producer.send_async([name], partition=0) for name in names]
+            results = wait_done(futures, STEP_S)
+            state = producer.state().partitions[0]
+        records = all_records(direct)
+    assert values_of(records) == names
+    assert [r[0].offset for r in results] == list(range(6))
+    assert {r.producer_id for r in records} == {state.producer_id}, "one pid: nothing failed"
+    assert state.sequence == 6
+    assert results[1][0].duplicate, "M2 had landed: its resend is answered as a duplicate"
+
+
+def test_a_fetch_cut_mid_frame_is_retried(data_dir: Path) -> None:
+    with served(data_dir) as server, connect(server.address) as direct:
+        direct.create_topic(TOPIC)
+        direct.produce(TOPIC, [f"v{i}".encode() for i in range(50)], partition=0)
+        rule = CutReplyMidFrame(Op.FETCH, 1)
+        with FrameProxy(server.port, rule) as proxy, connect(proxy.address) as client:
+            values = [r.value for r in client.consume(TOPIC)]
+    assert values == [f"v{i}".encode() for i in range(50)]
+
+
 # kill -9 of the broker during a produce storm --------------------------------------------
 
 

@@ -157,7 +157,8 @@ def free_port() -> int:
 # a proxy that cuts connections at chosen frames -------------------------------------------
 
 Direction = Literal["to_server", "to_client"]
-Action = Literal["forward", "swallow", "cut"]
+# cut_mid: forward the first half of the frame, then close (a reply cut short)
+Action = Literal["forward", "swallow", "cut", "cut_mid"]
 Rule = Callable[[int, Direction, Message], Action]  # (connection number, direction, frame)
 
 
@@ -241,7 +242,9 @@ class FrameProxy:
                     with self._lock:
                         self.seen.append((link.number, direction, message))
                     action = self.rule(link.number, direction, message)
-                    if action == "cut":
+                    if action == "cut_mid":
+                        target.sendall(frame[: len(frame) // 2])
+                    if action in ("cut", "cut_mid"):
                         link.close()
                         return
                     if action == "forward":
