@@ -53,6 +53,9 @@ class Limits:
     group_commit_bytes_max: int = 64 * 1024 * 1024
     shutdown_grace_ms: int = 10_000
     connect_timeout_ms: int = 5_000
+    # A served request's deadline (its own wait added for a long poll): past it the
+    # connection is taken for dead, closed, and what was in flight has an unknown outcome.
+    request_timeout_ms: int = 30_000
 
 
 DEFAULT_LIMITS = Limits()

@@ -12,6 +12,7 @@ from typing import Final
 import click
 
 from broker.client.client import Client, address_of, connect
+from broker.limits import DEFAULT_LIMITS
 from broker.types import Durability
 from cli.output import warn
 
@@ -29,6 +30,7 @@ class State:
     token: str | None = None
     explicit_broker: bool = True  # --broker or FENCELOG_BROKER named it
     explicit_durability: bool = False  # --durability on the command line
+    request_timeout_s: float = DEFAULT_LIMITS.request_timeout_ms / 1000
     _client: Client | None = field(default=None, repr=False)
     _created: Path | None = field(default=None, repr=False)
 
@@ -46,7 +48,11 @@ class State:
             if self.address() is not None:
                 self._created = None
             self._client = connect(
-                self.broker, durability=self.durability, token=self.token, create=create
+                self.broker,
+                durability=self.durability,
+                token=self.token,
+                create=create,
+                request_timeout_s=self.request_timeout_s,
             )
             click.get_current_context().call_on_close(self._client.close)
             if self.explicit_durability and self._client.served:

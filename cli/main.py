@@ -14,6 +14,8 @@ import typer
 
 from broker import __version__
 from broker.client.client import DEFAULT_BROKER
+from broker.errors import BrokerError, ErrorCode
+from broker.limits import DEFAULT_LIMITS
 from broker.types import DURABILITIES, check_durability
 from cli import (
     check,
@@ -30,6 +32,7 @@ from cli import (
 )
 from cli.context import State
 from cli.errors import FencelogGroup, exit_status_table
+from cli.formats import parse_duration
 
 _EXIT_STATUSES = "\n".join(f"  {status_:>3}  {name}" for status_, name in exit_status_table())
 
@@ -86,6 +89,16 @@ def main(
             help="Token for a server started with --auth-token-file.",
         ),
     ] = None,
+    request_timeout: Annotated[
+        str,
+        typer.Option(
+            "--request-timeout",
+            envvar="FENCELOG_REQUEST_TIMEOUT",
+            help="With a served broker: how long a request may wait for its reply (a long "
+            "poll's own wait added) before the connection is taken for lost (exit 80).",
+            metavar="DURATION",
+        ),
+    ] = f"{DEFAULT_LIMITS.request_timeout_ms // 1000}s",
     version: Annotated[
         bool,
         typer.Option("--version", callback=_version, is_eager=True, help="Print the version."),
@@ -93,6 +106,9 @@ def main(
 ) -> None:
     """fencelog: a local message broker on SQLite for exactly-once work."""
     token = serve.read_token(auth_token_file) if auth_token_file else None
+    request_timeout_s = parse_duration(request_timeout)
+    if request_timeout_s <= 0:
+        raise BrokerError(ErrorCode.INVALID_ARGUMENT, "--request-timeout must be positive")
     source = ctx.get_parameter_source
     ctx.obj = State(
         broker=broker,
@@ -100,6 +116,7 @@ def main(
         token=token,
         explicit_broker=source("broker") is not click.core.ParameterSource.DEFAULT,
         explicit_durability=source("durability") is click.core.ParameterSource.COMMANDLINE,
+        request_timeout_s=request_timeout_s,
     )
 
 
@@ -121,7 +138,9 @@ app.command("verify")(verify.verify)
 
 
 # The root's options that take a value: what to skip on the way to a subcommand's name.
-ROOT_VALUE_OPTIONS: Final = frozenset({"--broker", "-b", "--durability", "--auth-token-file"})
+ROOT_VALUE_OPTIONS: Final = frozenset(
+    {"--broker", "-b", "--durability", "--auth-token-file", "--request-timeout"}
+)
 
 
 def command(args: Sequence[str] | None = None) -> typer.core.TyperGroup:

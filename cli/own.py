@@ -17,6 +17,7 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import sys
 import threading
 from collections.abc import Sequence
 from types import FrameType
@@ -40,6 +41,8 @@ ENV_GROUP = "FENCELOG_OWNER_GROUP"
 ENV_RESOURCES = "FENCELOG_OWNER_RESOURCES"
 ENV_GENERATION = "FENCELOG_OWNER_GENERATION"
 _POLL_S = 0.1
+EXIT_CANNOT_RUN = 126  # as a shell: found, but not executable
+EXIT_NOT_FOUND = 127  # as a shell: no such command
 
 
 class OwnGroup(TyperGroup):
@@ -141,8 +144,8 @@ def _hold(
     def on_signal(_signum: int, _frame: FrameType | None) -> None:
         interrupted.set()
 
+    child = _start(command, claimed) if command else None
     previous = {s: signal.signal(s, on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
-    child = subprocess.Popen(command, env=_child_env(claimed)) if command else None
     try:
         while not severed.wait(_POLL_S):
             if child is not None and child.poll() is not None:
@@ -155,6 +158,19 @@ def _hold(
     finally:
         for signum, handler in previous.items():
             signal.signal(signum, handler)
+
+
+def _start(command: Sequence[str], claimed: Sequence[Claimed]) -> subprocess.Popen[bytes]:
+    """CMD started with the owner's environment; a CMD that cannot run ends `own` with
+    a shell's status (127 not found, 126 not executable), its claim released as the
+    command's client closes."""
+    try:
+        return subprocess.Popen(command, env=_child_env(claimed))
+    except OSError as exc:
+        status = EXIT_NOT_FOUND if isinstance(exc, FileNotFoundError) else EXIT_CANNOT_RUN
+        why = "command not found" if status == EXIT_NOT_FOUND else exc.strerror
+        sys.stderr.write(f"error: cannot run {command[0]}: {why}; the claim is released\n")
+        raise typer.Exit(status) from None
 
 
 def _stop(child: subprocess.Popen[bytes], grace_s: float) -> int:

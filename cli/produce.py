@@ -268,10 +268,8 @@ def _sender(
     """How this invocation appends: plainly, as an idempotent producer, or with the
     producer fields given on the command line."""
     if all(value is None for value in explicit):
-        if idempotent:
-            if fences:
-                raise BrokerError(ErrorCode.INVALID_ARGUMENT, "--idempotent does not take --fence")
-            return client.producer(topic).send
+        if idempotent:  # its fences (given, or an enclosing `own`'s) go with every batch
+            return client.producer(topic, fences=fences).send
         return lambda records: client.produce(topic, records, fences=fences)
     pid, generation, first = explicit
     if pid is None or generation is None or first is None:

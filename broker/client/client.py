@@ -421,8 +421,13 @@ class Client:
         name: str | None = None,
         epoch: int | None = None,
         wait_timeout_s: float = 30.0,
+        fences: Sequence[Fence] = (),
     ) -> Producer:
         """A producer to topic: idempotent by default (see broker.client.producer).
+
+        fences: the ownership fences (claimed.fence) every batch carries, resends
+        included: the broker refuses each batch once one of them is stale (FENCED), so
+        an owner that lost its claim never writes again.
 
         access: None (plain writes), "shared", "exclusive" or "wait-exclusive" (blocks
         up to wait_timeout_s until promoted). `epoch`: the epoch a previous exclusive
@@ -443,6 +448,7 @@ class Client:
             name=name,
             epoch=epoch,
             wait_timeout_s=wait_timeout_s,
+            fences=fences,
         )
 
     def topic_access(self, topic: str) -> AccessInfo:
@@ -742,6 +748,7 @@ def connect(
     clock: Clock | None = None,
     token: str | None = None,
     create: bool = True,
+    request_timeout_s: float = DEFAULT_LIMITS.request_timeout_ms / 1000,
 ) -> Client:
     """Connect to a broker.
 
@@ -750,7 +757,10 @@ def connect(
     owns it, in which case the connection goes through that server. None means
     $FENCELOG_BROKER, or ./.fencelog. A directory that does not exist is created, or
     with create=False refused (DATA_DIR_MISSING). `durability`, `limits` and `clock`
-    apply to an embedded open only.
+    apply to an embedded open only; `request_timeout_s` to a served one: a request
+    without a reply by then (its own wait added for a long poll) closes the connection
+    as lost (CONNECTION_FAILED, outcome unknown), which the idempotent producer retries
+    within its delivery timeout.
     """
     durability = check_durability(durability)
     name = os.fspath(target) if target is not None else None
@@ -774,7 +784,10 @@ def connect(
     # command) about 60 ms to import: only here, when served.
     from broker.client.served import Address, ServedTransport
 
-    return Client(ServedTransport(Address.parse(url), token=token), name)
+    transport = ServedTransport(
+        Address.parse(url), token=token, request_timeout_s=request_timeout_s
+    )
+    return Client(transport, name)
 
 
 # HOST:PORT without a scheme: a name, an IPv4 address or a bracketed IPv6 one, and digits.

@@ -38,7 +38,7 @@ import secrets
 import socket
 import threading
 import time
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Final
 
@@ -50,6 +50,7 @@ from broker.types import (
     NO_PRODUCER,
     AppendResult,
     Attachment,
+    Fence,
     Headers,
     Lease,
     NewRecord,
@@ -162,6 +163,7 @@ class Producer:
         name: str | None = None,
         epoch: int | None = None,
         wait_timeout_s: float = 30.0,
+        fences: Sequence[Fence] = (),
     ) -> None:
         if max_in_flight < 1:
             raise BrokerError(ErrorCode.INVALID_ARGUMENT, "max_in_flight must be >= 1")
@@ -171,6 +173,7 @@ class Producer:
             )
         self.client = client
         self.topic = topic
+        self.fences = tuple(fences)  # checked by the broker on every batch, resends too
         self.idempotent = idempotent
         self.max_in_flight = max_in_flight
         self.delivery_timeout_s = delivery_timeout_s
@@ -371,7 +374,7 @@ class Producer:
                     self.topic,
                     batch.records,
                     producer=batch.fields,
-                    fences=(),
+                    fences=self.fences,
                     attachment=self.attachment_id,
                 )
             except BrokerError as error:
@@ -453,11 +456,11 @@ class Producer:
 
     def _async_send(self) -> Send:
         client = self.client._transport.client  # type: ignore[attr-defined]
-        topic, attachment = self.topic, self.attachment_id
+        topic, attachment, fences = self.topic, self.attachment_id, self.fences
 
         async def send(records: list[NewRecord], fields: ProducerFields) -> list[AppendResult]:
             results: list[AppendResult] = await client.produce(
-                topic, records, producer=fields, attachment=attachment
+                topic, records, producer=fields, fences=fences, attachment=attachment
             )
             return results
 

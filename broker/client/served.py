@@ -109,13 +109,16 @@ class AsyncConnection(asyncio.Protocol):
         frame_bytes_max: int,
         on_push: Callable[[Push], None] | None,
         busy_poll: BusyPoll | None = None,
+        request_timeout_s: float = DEFAULT_LIMITS.request_timeout_ms / 1000,
     ) -> None:
         loop = asyncio.get_running_loop()
         self._transport: asyncio.Transport | None = None
         self._frames = FrameConnection(frame_bytes_max)
-        self._pending: collections.deque[tuple[int, asyncio.Future[dict[str, Any]]]] = (
-            collections.deque()
-        )
+        # (request id, its future, its deadline on the loop's clock, its op)
+        self._pending: collections.deque[_Pending] = collections.deque()
+        self._request_timeout_s = request_timeout_s
+        self._watchdog: asyncio.TimerHandle | None = None
+        self._closing = False  # close() was called: an end of our own, not a loss
         self._ids = itertools.count(1)
         self._on_push = on_push
         self._closed: BrokerError | None = None
@@ -139,9 +142,10 @@ class AsyncConnection(asyncio.Protocol):
         timeout_s: float = 5.0,
         on_push: Callable[[Push], None] | None = None,
         busy_poll: BusyPoll | None = None,
+        request_timeout_s: float = DEFAULT_LIMITS.request_timeout_ms / 1000,
     ) -> AsyncConnection:
         loop = asyncio.get_running_loop()
-        connection = cls(DEFAULT_LIMITS.frame_bytes_max, on_push, busy_poll)
+        connection = cls(DEFAULT_LIMITS.frame_bytes_max, on_push, busy_poll, request_timeout_s)
         try:
             async with asyncio.timeout(timeout_s):
                 if address.scheme == "unix":
@@ -193,7 +197,13 @@ class AsyncConnection(asyncio.Protocol):
             ) from exc
         loop = asyncio.get_running_loop()
         future: asyncio.Future[dict[str, Any]] = loop.create_future()
-        self._pending.append((request_id, future))
+        # a long poll's deadline is its own wait plus the request timeout
+        wait_s = args.get("wait_ms", 0) / 1000 if isinstance(args.get("wait_ms"), int) else 0
+        self._pending.append(
+            (request_id, future, loop.time() + self._request_timeout_s + wait_s, op)
+        )
+        if self._watchdog is None:
+            self._watch()
         # Frames sent in the same turn of the loop (many coroutines, one connection)
         # leave in one write at the end of it.
         self._out += frame
@@ -224,6 +234,30 @@ class AsyncConnection(asyncio.Protocol):
                     beat_task.add_done_callback(_ignore_outcome)
 
         self._heartbeat = asyncio.create_task(beat())
+
+    def _watch(self) -> None:
+        """While requests are pending, check once in a while that the oldest (replies
+        come in order: it is the one due first) has not outlived its deadline. A peer
+        that stops answering without closing (a stopped server, a black-holed link) is
+        then a lost connection, as a reset would have been."""
+        self._watchdog = None
+        if not self._pending or self._closed is not None:
+            return
+        loop = asyncio.get_running_loop()
+        _, _, deadline, op = self._pending[0]
+        if loop.time() > deadline:
+            self._fail_all(
+                BrokerError(
+                    ErrorCode.CONNECTION_FAILED,
+                    f"no reply from the broker to {op.name} within its deadline "
+                    f"({self._request_timeout_s:g} s): the connection is closed",
+                    hint="the outcome of the requests in flight is unknown; is the broker "
+                    "stopped or the network down? (--request-timeout sets the deadline)",
+                )
+            )
+            return
+        check_s = min(max(deadline - loop.time(), 0.0) + 0.01, _WATCH_MAX_S)
+        self._watchdog = loop.call_later(check_s, self._watch)
 
     # asyncio.Protocol ---------------------------------------------------------------
 
@@ -288,6 +322,7 @@ class AsyncConnection(asyncio.Protocol):
     def _deliver(self, message: object) -> None:
         if isinstance(message, Push):
             if message.event == "session_closed":  # severed: nothing more will be answered
+                self._closing = True  # the push below tells why; the loss needs no word
                 reason = str(message.data.get("reason", "the broker closed this session"))
                 self._fail_all(BrokerError(ErrorCode.SEVERED, f"session {reason}"))
             if self._on_push is not None:
@@ -297,7 +332,7 @@ class AsyncConnection(asyncio.Protocol):
             raise _error_of(message)  # connection-level: fails everything in flight
         if not isinstance(message, Reply | ErrorReply) or not self._pending:
             raise BrokerError(ErrorCode.PROTOCOL_ERROR, "the broker sent an unexpected frame")
-        request_id, future = self._pending.popleft()
+        request_id, future, _, _ = self._pending.popleft()
         if message.request_id != request_id:
             raise BrokerError(ErrorCode.PROTOCOL_ERROR, "the broker answered out of order")
         if future.done():
@@ -310,16 +345,26 @@ class AsyncConnection(asyncio.Protocol):
     def _fail_all(self, error: BrokerError) -> None:
         if self._closed is None:
             self._closed = error
+            if self.session_id and not self._closing and self._on_push is not None:
+                # The session was this connection: whatever it held (claims, producer
+                # access) ended with it, as if severed. Tell the holder, so that
+                # `own -- CMD` stops CMD rather than run on without its claim.
+                reason = f"ended: the connection to the broker was lost ({error.message})"
+                self._on_push(Push(LOST_EVENT, {"reason": reason}))
         while self._pending:
-            _, future = self._pending.popleft()
+            future = self._pending.popleft()[1]
             if not future.done():
                 future.set_exception(error)
+        if self._watchdog is not None:
+            self._watchdog.cancel()
+            self._watchdog = None
         if self._heartbeat is not None and self._heartbeat is not asyncio.current_task():
             self._heartbeat.cancel()
         if self._transport is not None:
             self._transport.close()
 
     async def close(self) -> None:
+        self._closing = True
         if self._closed is None and not self._pending:
             # A polite goodbye only when nothing is in flight: a reply to it would wait
             # behind a long-polling fetch.
@@ -333,6 +378,12 @@ class AsyncConnection(asyncio.Protocol):
         if self._transport is not None:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(asyncio.shield(self._gone), 1.0)
+
+
+_Pending = tuple[int, "asyncio.Future[dict[str, Any]]", float, Op]
+_WATCH_MAX_S: Final = 1.0
+# The push a connection gives itself when it is lost with its session (see _fail_all).
+LOST_EVENT: Final = "connection_lost"  # a pending request's deadline is checked at least this often
 
 
 def _ignore_outcome(task: asyncio.Future[Any]) -> None:
@@ -363,8 +414,15 @@ class AsyncClient:
         connect_timeout_s: float = DEFAULT_LIMITS.connect_timeout_ms / 1000,
         on_push: Callable[[Push], None] | None = None,
         busy_poll_us: int = 0,
+        request_timeout_s: float = DEFAULT_LIMITS.request_timeout_ms / 1000,
     ) -> None:
+        if not request_timeout_s > 0:
+            raise BrokerError(
+                ErrorCode.INVALID_ARGUMENT,
+                f"the request timeout must be positive, not {request_timeout_s}",
+            )
         self.address = address
+        self._request_timeout_s = request_timeout_s
         self._busy_poll = BusyPoll(busy_poll_us)  # shared by its connections, one at a time
         self._token = token
         self._connect_timeout_s = connect_timeout_s
@@ -396,6 +454,7 @@ class AsyncClient:
                     timeout_s=max(remaining, 0.05),
                     on_push=self._on_push,
                     busy_poll=self._busy_poll,
+                    request_timeout_s=self._request_timeout_s,
                 )
             except BrokerError as error:
                 if error.code is not ErrorCode.CONNECTION_FAILED or remaining <= delay:
@@ -567,14 +626,20 @@ class ServedTransport:
 
     validates_records = False  # the client checks batches before they become frames
 
-    def __init__(self, address: Address, *, token: str | None = None) -> None:
+    def __init__(
+        self,
+        address: Address,
+        *,
+        token: str | None = None,
+        request_timeout_s: float = DEFAULT_LIMITS.request_timeout_ms / 1000,
+    ) -> None:
         self._severed_callbacks: list[Callable[[str], None]] = []
         self._loop = new_event_loop()
         self._thread = threading.Thread(
             target=self._loop.run_forever, name="fencelog-client", daemon=True
         )
         self._thread.start()
-        self.client = self._call(_make_client(address, token, self._pushed))
+        self.client = self._call(_make_client(address, token, self._pushed, request_timeout_s))
         try:
             self.limits = self._call(self.client.limits())
         except BaseException:
@@ -585,7 +650,7 @@ class ServedTransport:
         return asyncio.run_coroutine_threadsafe(work, self._loop).result()
 
     def _pushed(self, push: Push) -> None:
-        if push.event == "session_closed":
+        if push.event in ("session_closed", LOST_EVENT):
             reason = str(push.data.get("reason", "the server closed the session"))
             for callback in list(self._severed_callbacks):
                 callback(reason)
@@ -723,6 +788,9 @@ class ServedTransport:
 
 
 async def _make_client(
-    address: Address, token: str | None, on_push: Callable[[Push], None]
+    address: Address,
+    token: str | None,
+    on_push: Callable[[Push], None],
+    request_timeout_s: float,
 ) -> AsyncClient:
-    return AsyncClient(address, token=token, on_push=on_push)
+    return AsyncClient(address, token=token, on_push=on_push, request_timeout_s=request_timeout_s)

@@ -28,7 +28,7 @@ import pytest
 
 from broker.client.client import Client, connect
 from broker.discovery import DB_FILE
-from broker.errors import ErrorCode
+from broker.errors import BrokerError, ErrorCode
 from broker.protocol.messages import ErrorReply, Message, Op, Reply, Request
 from broker.storage import producers as producer_store
 from broker.types import AppendResult, Record
@@ -497,3 +497,63 @@ def test_a_zombie_copier_is_fenced_after_its_successors_first_new_record(
         successor.process.stdin.flush()
         assert "committed" in successor.next()
     assert output_of(copier_dir) == expected_output()
+
+
+# a broker that stops answering -------------------------------------------------------------
+
+
+class BlackHole:
+    """Once `on`, every connection's replies stop coming, save the handshake's."""
+
+    def __init__(self, on: bool = True) -> None:
+        self.on = on
+
+    def __call__(self, connection: int, direction: Direction, message: Message) -> Action:
+        hello = isinstance(message, Reply) and "session_id" in message.result
+        return "swallow" if self.on and direction == "to_client" and not hello else "forward"
+
+
+def test_a_request_without_a_reply_fails_at_its_deadline(data_dir: Path) -> None:
+    with served(data_dir) as server, connect(server.address) as direct:
+        direct.create_topic(TOPIC)
+        with (
+            FrameProxy(server.port, BlackHole()) as proxy,
+            connect(proxy.address, request_timeout_s=0.5) as client,
+            pytest.raises(BrokerError) as raised,
+        ):
+            client.produce(TOPIC, [b"x"], partition=0)
+    assert raised.value.code is ErrorCode.CONNECTION_FAILED
+    assert "no reply from the broker to PRODUCE within its deadline" in raised.value.message
+
+
+def test_an_idempotent_producer_gives_up_at_its_delivery_timeout(data_dir: Path) -> None:
+    hole = BlackHole(on=False)
+    with served(data_dir) as server, connect(server.address) as direct:
+        direct.create_topic(TOPIC)
+        with (
+            FrameProxy(server.port, hole) as proxy,
+            connect(proxy.address, request_timeout_s=0.3) as client,
+        ):
+            producer = client.producer(TOPIC, delivery_timeout_s=2.0)
+            producer.send([b"a"], partition=0)
+            hole.on = True
+            with pytest.raises(BrokerError) as raised:
+                producer.send([b"b"], partition=0)
+        assert [r.value for r in all_records(direct)] in ([b"a"], [b"a", b"b"])
+    assert raised.value.code is ErrorCode.CONNECTION_FAILED
+
+
+def test_consume_against_a_broker_that_stopped_answering_exits_80(
+    data_dir: Path, processes: Processes
+) -> None:
+    with served(data_dir) as server, connect(server.address) as direct:
+        direct.create_topic(TOPIC)
+        direct.produce(TOPIC, [b"a"], partition=0)
+        with FrameProxy(server.port, BlackHole()) as proxy:
+            consume = processes.fencelog(
+                "--broker", proxy.address, "--request-timeout", "500ms", "consume", TOPIC
+            )
+            status = consume.wait(60)
+    assert status == ErrorCode.CONNECTION_FAILED, consume.stderr_text()
+    stderr = consume.stderr_text()
+    assert stderr.count("\n") == 1 and "within its deadline" in stderr, stderr

@@ -22,7 +22,7 @@ import pytest
 from click.testing import CliRunner, Result
 
 from broker.client.client import Client, connect
-from broker.errors import ErrorCode
+from broker.errors import BrokerError, ErrorCode
 from cli.main import command
 from support.helpers import Invoke, Process, expect, fencelog_script, json_error, json_lines
 from support.owning import broker_target, resumed_and_killed, tool_env
@@ -516,3 +516,82 @@ def test_a_severed_own_stops_its_command_and_exits_42(
             assert rest == ["child got SIGTERM\n"]
         else:
             assert rest == []  # it ignored SIGTERM; SIGKILL after the grace ended it
+
+
+# idempotence under ownership, commands that cannot run, a server that goes away -------------
+
+
+@pytest.mark.parametrize("kind", ["embedded", "served"])
+def test_an_idempotent_produce_inside_own_writes_with_the_owners_fence(
+    data_dir: Path, tmp_path: Path, kind: str
+) -> None:
+    writer = tmp_path / "run-writer.sh"
+    writer.write_text(
+        "#!/bin/sh\nexec fencelog produce journal --partition 0 --idempotent --value a --json\n"
+    )
+    writer.chmod(0o755)
+    with broker_target(kind, data_dir) as target:
+        expect(cli(target, "topic", "create", "journal", "-p", "2", "--owner-group", "samza"), 0)
+        own = own_process(target, "samza", "journal/0", "--", str(writer))
+        with resumed_and_killed(own):
+            assert own.wait(ENDS_WITHIN_S) == 0, own.stderr_text()
+        consumed = json_lines(expect(cli(target, "consume", "journal", "--json"), 0).stdout)
+    assert [(r["partition"], r["value"]) for r in consumed] == [(0, "a")]
+
+
+def test_an_idempotent_producer_with_a_stale_fence_is_fenced(
+    data_dir: Path, invoke: Invoke, journal: None
+) -> None:
+    with connect(data_dir) as first, connect(data_dir) as second:
+        [claimed] = first.own("samza", ["journal/0"], generation=3)
+        producer = first.producer("journal", fences=[claimed.fence])
+        assert [r.offset for r in producer.send([b"mine"], partition=0)] == [0]
+        second.own("samza", ["journal/0"], generation=4)  # a newer owner: first is severed
+        with pytest.raises(BrokerError) as raised:
+            producer.send([b"zombie"], partition=0)
+    assert raised.value.code is ErrorCode.FENCED
+    assert records(invoke) == [(0, "mine")]
+
+
+@pytest.mark.parametrize(
+    ("make", "status"), [("missing", 127), ("not-executable", 126)], ids=["127", "126"]
+)
+def test_a_command_that_cannot_run_exits_as_a_shell_would_and_releases(
+    data_dir: Path, invoke: Invoke, tmp_path: Path, make: str, status: int
+) -> None:
+    program = tmp_path / "program"
+    if make == "not-executable":
+        program.write_text("#!/bin/sh\nexit 0\n")
+        program.chmod(0o644)
+    own = own_process(str(data_dir), "workers", "w/0", "--", str(program))
+    with resumed_and_killed(own):
+        assert own.wait(ENDS_WITHIN_S) == status
+    stderr = own.stderr_text()
+    assert "Traceback" not in stderr
+    assert stderr.count("\n") == 1 and stderr.startswith(f"error: cannot run {program}"), stderr
+    assert [(r["resource"], r["live"]) for r in listed(invoke)] == [("w/0", False)]
+
+
+@pytest.mark.parametrize("stop", [signal.SIGTERM, signal.SIGKILL], ids=["sigterm", "kill-9"])
+def test_a_served_holder_whose_server_goes_away_is_severed(
+    data_dir: Path, tmp_path: Path, stop: signal.Signals
+) -> None:
+    from support.servers import ServeProcess
+
+    child_pid = tmp_path / "child.pid"
+    script = f"echo $$ > {child_pid}; exec sleep 120"
+    server = ServeProcess(data_dir, tmp_path / "ready.json", serve_args=["--no-unix"])
+    try:
+        server.wait_ready()
+        own = own_process(f"tcp://{server.tcp}", "workers", "w/0", "--", "sh", "-c", script)
+        with resumed_and_killed(own):
+            wait_until(child_pid.exists, ENDS_WITHIN_S, message="CMD started")
+            wait_until(lambda: child_pid.read_text().strip() != "", ENDS_WITHIN_S)
+            server.process.signal(stop)
+            assert own.wait(ENDS_WITHIN_S) == int(ErrorCode.SEVERED), own.stderr_text()
+        assert "[SEVERED]" in own.stderr_text()
+        pid = int(child_pid.read_text())
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)  # CMD was stopped with it
+    finally:
+        server.close()
