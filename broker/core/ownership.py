@@ -148,23 +148,33 @@ def refusal_error(group: str, refusals: Sequence[Refusal]) -> BrokerError:
 
 
 def check_fence(fence: Fence, holding: Holding) -> None:
-    """Passes only for the current generation with a live holder."""
-    if holding.generation != fence.generation or not holding.holder_live:
-        current = holding.generation
-        why = (
-            "its holder is gone"
-            if holding.generation == fence.generation
-            else f"the current generation is {current}"
+    """Passes only for the current generation with a live holder; the refusal says which
+    of the three it is: never claimed, claimed again since, or its holder gone."""
+    if holding.generation == fence.generation and holding.holder_live:
+        return
+    current = holding.generation
+    if current == 0:
+        why = f"nobody has ever claimed {fence.group}:{fence.resource}"
+        hint = f"claim it first: fencelog own {fence.group} {fence.resource} -- CMD"
+    elif current != fence.generation:
+        why = f"the current generation is {current}"
+        hint = (
+            "a newer owner took over; stop writing"
+            if current > fence.generation
+            else f"generation {fence.generation} was never granted; use the one own printed"
         )
-        raise BrokerError(
-            ErrorCode.FENCED,
-            f"fence {fence} is stale: {why}",
-            group=fence.group,
-            resource=fence.resource,
-            generation=current,
-            fence_generation=fence.generation,
-            hint="a newer owner took over; stop writing",
-        )
+    else:
+        why = "its holder is gone (released, or its session ended)"
+        hint = "claim it again to write; a claim lasts while its holder runs"
+    raise BrokerError(
+        ErrorCode.FENCED,
+        f"fence {fence} is stale: {why}",
+        group=fence.group,
+        resource=fence.resource,
+        generation=current,
+        fence_generation=fence.generation,
+        hint=hint,
+    )
 
 
 def parse_fence(text: str) -> Fence:

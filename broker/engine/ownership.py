@@ -147,8 +147,9 @@ class Owners:
             if not rows:
                 raise BrokerError(
                     ErrorCode.UNKNOWN_GROUP,
-                    f"no resource of group {group} was ever claimed",
+                    f"no resource of group {group} was ever claimed: nothing to release",
                     group=group,
+                    hint="check the group name (fencelog own list shows every group)",
                 )
             holders = {resource: holder for resource, _, holder in rows if holder is not None}
             if not any_holder:
@@ -157,11 +158,14 @@ class Owners:
             missing = [r for r in wanted if r not in holders]
             if missing or not wanted:
                 whom = "anyone" if any_holder else "this session"
+                name = f"{group}:{missing[0]}" if missing else f"no resource of {group}"
                 raise BrokerError(
                     ErrorCode.NOT_HELD,
-                    f"{group}:{missing[0] if missing else '*'} is not held by {whom}",
+                    f"{name} is not held by {whom}: nothing to release",
                     group=group,
                     resources=missing,
+                    hint="its holder released it or its session ended; the generation "
+                    "stays recorded (fencelog own list)",
                 )
             return self._release_named(conn, session_id, group, wanted, holders)
 

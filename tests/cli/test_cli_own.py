@@ -595,3 +595,22 @@ def test_a_served_holder_whose_server_goes_away_is_severed(
             os.kill(pid, 0)  # CMD was stopped with it
     finally:
         server.close()
+
+
+def test_refusals_say_what_is_the_case(invoke: Invoke, journal: None) -> None:
+    never = expect(
+        invoke("produce", "journal", "-p", "0", "--fence", "samza:journal/0:1", "-v", "x"),
+        ErrorCode.FENCED,
+    )
+    assert "nobody has ever claimed samza:journal/0" in never.stderr
+    assert "newer owner" not in never.stderr
+    expect(invoke("own", "samza", "journal/0", "--generation", "3", "--once"), 0)
+    gone = expect(
+        invoke("produce", "journal", "-p", "0", "--fence", "samza:journal/0:3", "-v", "x"),
+        ErrorCode.FENCED,
+    )
+    assert "its holder is gone" in gone.stderr and "newer owner" not in gone.stderr
+    unheld = expect(invoke("own", "release", "samza", "journal/0"), ErrorCode.NOT_HELD)
+    assert "samza:journal/0 is not held by anyone: nothing to release" in unheld.stderr
+    unknown = expect(invoke("own", "release", "nobody"), ErrorCode.UNKNOWN_GROUP)
+    assert "no resource of group nobody was ever claimed" in unknown.stderr
