@@ -21,13 +21,15 @@ from __future__ import annotations
 import argparse
 import collections
 import os
+import re
+import shutil
 import sys
 from pathlib import Path
 
 from pyspark.sql import SparkSession
 
 import broker.spark
-from broker.client import connect
+from broker.client import Client, connect
 from broker.errors import BrokerError, ErrorCode
 
 
@@ -45,13 +47,23 @@ def main() -> int:
     token = Path(args.auth_token_file).read_text().strip() if args.auth_token_file else None
     source, sink = args.input, args.output
 
+    if not (shutil.which("java") or os.environ.get("JAVA_HOME")):
+        print(
+            "error: Spark needs Java 17: install openjdk-17-jre-headless (Debian/Ubuntu) "
+            "or set JAVA_HOME",
+            file=sys.stderr,
+        )
+        return 2
     with connect(args.broker, token=token) as client:
-        for topic in (source, sink):
-            try:
-                client.create_topic(topic, partitions=2)
-            except BrokerError as error:
-                if error.code is not ErrorCode.TOPIC_EXISTS:
-                    raise
+        partitions = _create(client, source, 2)
+        # the output keeps each record's partition: it needs as many as the input has
+        if _create(client, sink, partitions) < partitions:
+            print(
+                f"error: topic {sink} has fewer partitions than {source} ({partitions}): "
+                f"choose another --output, or delete it (fencelog topic delete {sink})",
+                file=sys.stderr,
+            )
+            return 2
         if client.describe_topic(source).records == 0:
             client.produce(source, [f"order-{i}" for i in range(args.records)])
 
@@ -82,8 +94,16 @@ def main() -> int:
         .trigger(availableNow=True)
         .start()
     )
-    query.awaitTermination()
-    spark.stop()
+    try:
+        query.awaitTermination()
+    except Exception as failed:  # shown as fencelog's own line if it is one, else raised
+        found = _FENCELOG_ERROR.search(str(failed))
+        if found is None:
+            raise
+        print(f"error: {found.group(1)}", file=sys.stderr)
+        return 1
+    finally:
+        spark.stop()
 
     with connect(args.broker, token=token) as client:
         inputs = [r.value.upper() for r in client.consume(source)]
@@ -92,6 +112,20 @@ def main() -> int:
     missing = len(set(inputs) - set(outputs))
     print(f"input {len(inputs)}, output {len(outputs)}, duplicates {duplicates}, missing {missing}")
     return 0 if duplicates == 0 and missing == 0 else 1
+
+
+# A fencelog error raised in a Spark task, as the JVM's report of it quotes it.
+_FENCELOG_ERROR = re.compile(r"broker\.errors\.BrokerError: ([^\n]+)")
+
+
+def _create(client: Client, topic: str, partitions: int) -> int:
+    """Create topic with partitions unless it exists; how many partitions it has."""
+    try:
+        return client.create_topic(topic, partitions=partitions).partitions
+    except BrokerError as error:
+        if error.code is not ErrorCode.TOPIC_EXISTS:
+            raise
+    return client.describe_topic(topic).partitions
 
 
 if __name__ == "__main__":

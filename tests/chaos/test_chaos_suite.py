@@ -23,13 +23,6 @@ BOUND_S = 110  # the suite bounds each of its waits; this bounds the whole run
 
 @pytest.mark.slow
 @pytest.mark.timeout(BOUND_S + 10)
-@pytest.mark.xfail(
-    strict=False,
-    reason="three faults this suite finds are being fixed: a reply cut mid-frame fails "
-    "pending requests with PROTOCOL_ERROR instead of retrying as a lost connection; "
-    "requests have no deadline (a black-holed request hangs); embedded session liveness "
-    "is misjudged when another process stops inside a write transaction",
-)
 def test_a_small_seed_of_the_fault_suite_finds_no_anomaly() -> None:
     env = os.environ | {"PYTHONPATH": os.pathsep.join([str(REPO_ROOT), str(REPO_ROOT / "tests")])}
     # Its own process group: should the run outlive its bound, it goes with every
