@@ -30,6 +30,8 @@ FENCED_EXIT = 3
 SESSION_TIMEOUT_MS = 1500
 GROUP = "chaos"
 _lock = threading.Lock()
+_QUIET_AFTER_RELEASE_S = 1.0
+_quiet_until = [0.0]  # monotonic time before which the writer does not write
 
 
 def say(line: str) -> None:
@@ -43,10 +45,14 @@ def _commands(data_dir: Path) -> None:
     held: sqlite3.Connection | None = None
     for line in sys.stdin:
         if line.strip() == "hold" and held is None:
+            _quiet_until[0] = float("inf")  # no write of its own waits behind the hold
             held = sqlite3.connect(data_dir / DB_FILE, timeout=30, isolation_level=None)
             held.execute("BEGIN IMMEDIATE")
             say("holding")
         elif line.strip() == "release" and held is not None:
+            # Quiet for a moment after letting go: the suite stops this process again at
+            # once, and must catch it outside a write of its own, not inside the next one.
+            _quiet_until[0] = time.monotonic() + _QUIET_AFTER_RELEASE_S
             held.execute("ROLLBACK")
             held.close()
             held = None
@@ -90,6 +96,8 @@ def main() -> int:
 
             number = 0
             while time.monotonic() < deadline:
+                while time.monotonic() < _quiet_until[0]:
+                    time.sleep(0.01)
                 say(f"ack {send(f'{name}:{number}'.encode())}")
                 number += 1
                 time.sleep(pace_s)  # pacing: a steady stream to pause in the middle of

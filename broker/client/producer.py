@@ -70,6 +70,7 @@ RETRIABLE: Final = frozenset(
     }
 )
 _SESSION_ENDED: Final = frozenset({ErrorCode.CONNECTION_FAILED, ErrorCode.SEVERED})
+_LEASE_RETRIABLE: Final = RETRIABLE - {ErrorCode.SEVERED}
 _BACKOFF_FIRST_S: Final = 0.02
 _BACKOFF_MAX_S: Final = 1.0
 
@@ -523,13 +524,28 @@ class Producer:
         of the old pid still in flight: they keep its sequences)."""
         state = self._partitions.get(partition)
         if self.idempotent and may_lease and (state is None or self._needs_lease(partition)):
-            lease = self.client.lease_pid(self.topic, partition)
+            lease = self._lease(partition)
             state = _Partition(lease, 1, self.renew_before_ms)
             self._partitions[partition] = state
         if state is None:
             assert not self.idempotent
             return _Partition(Lease(0, 0, 0, 0, 0), 1, 0)
         return state
+
+    def _lease(self, partition: int) -> Lease:
+        """A new pid, leased again after a failure without a decision (the connection
+        lost, storage busy) until the delivery timeout: a lease whose answer was lost
+        only leaves an unused pid behind."""
+        deadline = time.monotonic() + self.delivery_timeout_s
+        delay = _BACKOFF_FIRST_S
+        while True:
+            try:
+                return self.client.lease_pid(self.topic, partition)
+            except BrokerError as error:
+                if error.code not in _LEASE_RETRIABLE or time.monotonic() + delay > deadline:
+                    raise
+            time.sleep(delay)
+            delay = min(delay * 2, _BACKOFF_MAX_S)
 
     def _resume(self, partition: int, saved: PartitionState) -> None:
         lease = self.client.lease_pid(self.topic, partition, saved.producer_id)

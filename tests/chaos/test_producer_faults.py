@@ -557,3 +557,14 @@ def test_consume_against_a_broker_that_stopped_answering_exits_80(
     assert status == ErrorCode.CONNECTION_FAILED, consume.stderr_text()
     stderr = consume.stderr_text()
     assert stderr.count("\n") == 1 and "within its deadline" in stderr, stderr
+
+
+def test_a_lease_whose_answer_is_lost_is_leased_again(data_dir: Path) -> None:
+    with served(data_dir) as server, connect(server.address) as direct:
+        direct.create_topic(TOPIC)
+        rule = CutReplyMidFrame(Op.LEASE_PID, 1)
+        with FrameProxy(server.port, rule) as proxy, connect(proxy.address) as client:
+            producer = client.producer(TOPIC)
+            assert [r.offset for r in producer.send([b"a"], partition=0)] == [0]
+        assert values_of(all_records(direct)) == [b"a"]
+    assert len(rule.ids) == 1, "the first lease's answer was cut"
