@@ -129,4 +129,8 @@ def _create(client: Client, topic: str, partitions: int) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        sys.exit(main())
+    except KeyboardInterrupt:  # Ctrl-C: the checkpoint keeps what was committed
+        print("interrupted; run again to go on from the checkpoint", file=sys.stderr)
+        sys.exit(130)
