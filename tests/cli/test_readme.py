@@ -10,6 +10,7 @@ fail first, the test stops every server a `ready.json` of the section names."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -55,10 +56,8 @@ def test_the_readme_has_blocks_to_run() -> None:
 def workdir(tmp_path: Path) -> Iterator[Path]:
     yield tmp_path
     for ready in tmp_path.rglob("ready*.json"):  # a server a failed section left running
-        try:
+        with contextlib.suppress(OSError, ValueError, KeyError):
             os.kill(int(json.loads(ready.read_text())["pid"]), signal.SIGTERM)
-        except (OSError, ValueError, KeyError):
-            pass
 
 
 @pytest.mark.parametrize("title", sorted(SECTIONS))
@@ -68,15 +67,31 @@ def test_a_readme_section_runs_as_written(workdir: Path, title: str) -> None:
         PYTHONPATH=str(REPO_ROOT),
     )
     for line, syntax, code in SECTIONS[title]:
-        done = subprocess.run(
-            [*RUN[syntax], code],
-            cwd=workdir,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=BLOCK_TIMEOUT_S,
-            stdin=subprocess.DEVNULL,
-        )
-        shown = f"README.md line {line} ({syntax}):\n{code}\nstdout:\n{done.stdout}\nstderr:\n{done.stderr}"
-        assert done.returncode == 0, f"exit {done.returncode}; {shown}"
-        assert "Traceback" not in done.stderr, shown
+        status, stdout, stderr = run_block([*RUN[syntax], code], workdir, env)
+        shown = f"README.md line {line} ({syntax}):\n{code}\nstdout:\n{stdout}\nstderr:\n{stderr}"
+        assert status == 0, f"exit {status}; {shown}"
+        assert "Traceback" not in stderr, shown
+
+
+def run_block(args: list[str], cwd: Path, env: dict[str, str]) -> tuple[int, str, str]:
+    """Run one block in a session of its own: past its timeout, it goes with every
+    process it started."""
+    block = subprocess.Popen(
+        args,
+        cwd=cwd,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        stdout, stderr = block.communicate(timeout=BLOCK_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        os.killpg(block.pid, signal.SIGKILL)
+        stdout, stderr = block.communicate()
+        raise AssertionError(
+            f"still running after {BLOCK_TIMEOUT_S}s: {args[-1]}\n{stderr}"
+        ) from None
+    return block.returncode, stdout, stderr
