@@ -241,7 +241,6 @@ PRODUCE_MISUSE = [
     ["-p", "0", "--pid", "1", "--generation", "1", "-v", "a"],  # no --sequence
     ["--pid", "1", "--generation", "1", "--sequence", "1", "-v", "a"],  # no --partition
     ["-p", "0", "--pid", "1", "--generation", "1", "--sequence", "1", "--idempotent", "-v", "a"],
-    ["--idempotent", "--fence", "g:orders/0:1", "-v", "a"],
     ["-p", "0", "--pid", "-1", "--generation", "1", "--sequence", "1", "-v", "a"],
 ]
 
