@@ -14,7 +14,6 @@ import contextlib
 import json
 import os
 import signal
-import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,7 +22,7 @@ import pytest
 from pytest_codeblocks import extract_from_file
 
 from support import REPO_ROOT
-from support.helpers import fencelog_script, user_env
+from support.helpers import fencelog_script, run_bounded, user_env
 
 README = REPO_ROOT / "README.md"
 BLOCK_TIMEOUT_S = 120
@@ -67,31 +66,9 @@ def test_a_readme_section_runs_as_written(workdir: Path, title: str) -> None:
         PYTHONPATH=str(REPO_ROOT),
     )
     for line, syntax, code in SECTIONS[title]:
-        status, stdout, stderr = run_block([*RUN[syntax], code], workdir, env)
+        status, stdout, stderr = run_bounded(
+            [*RUN[syntax], code], cwd=workdir, env=env, timeout_s=BLOCK_TIMEOUT_S
+        )
         shown = f"README.md line {line} ({syntax}):\n{code}\nstdout:\n{stdout}\nstderr:\n{stderr}"
         assert status == 0, f"exit {status}; {shown}"
         assert "Traceback" not in stderr, shown
-
-
-def run_block(args: list[str], cwd: Path, env: dict[str, str]) -> tuple[int, str, str]:
-    """Run one block in a session of its own: past its timeout, it goes with every
-    process it started."""
-    block = subprocess.Popen(
-        args,
-        cwd=cwd,
-        env=env,
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,
-    )
-    try:
-        stdout, stderr = block.communicate(timeout=BLOCK_TIMEOUT_S)
-    except subprocess.TimeoutExpired:
-        os.killpg(block.pid, signal.SIGKILL)
-        stdout, stderr = block.communicate()
-        raise AssertionError(
-            f"still running after {BLOCK_TIMEOUT_S}s: {args[-1]}\n{stderr}"
-        ) from None
-    return block.returncode, stdout, stderr

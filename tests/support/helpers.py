@@ -243,3 +243,29 @@ class Processes:
     def close(self) -> None:
         for process in self._started:
             process.close()
+
+
+def run_bounded(
+    args: Sequence[str | Path], *, cwd: Path, env: Mapping[str, str], timeout_s: float
+) -> tuple[int, str, str]:
+    """(status, stdout, stderr) of a process run in a session of its own: past
+    timeout_s it goes with every process it started, and the test fails saying so."""
+    run = subprocess.Popen(
+        [str(a) for a in args],
+        cwd=cwd,
+        env=dict(env),
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        stdout, stderr = run.communicate(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        os.killpg(run.pid, signal.SIGKILL)
+        stdout, stderr = run.communicate()
+        raise AssertionError(
+            f"{args[-1]!s} still running after {timeout_s}s\nstdout: {stdout}\nstderr: {stderr}"
+        ) from None
+    return run.returncode, stdout, stderr
