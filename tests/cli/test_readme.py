@@ -13,12 +13,14 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import signal
 import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from markdown_it import MarkdownIt
 from pytest_codeblocks import extract_from_file
 
 from support import REPO_ROOT
@@ -72,3 +74,36 @@ def test_a_readme_section_runs_as_written(workdir: Path, title: str) -> None:
         shown = f"README.md line {line} ({syntax}):\n{code}\nstdout:\n{stdout}\nstderr:\n{stderr}"
         assert status == 0, f"exit {status}; {shown}"
         assert "Traceback" not in stderr, shown
+
+
+def links(path: Path) -> list[str]:
+    tokens = MarkdownIt().parse(path.read_text(encoding="utf-8"))
+    return [
+        str(child.attrs["href"])
+        for token in tokens
+        for child in token.children or ()
+        if child.type == "link_open"
+    ]
+
+
+def slug(heading: str) -> str:
+    """A heading's anchor as GitHub makes it."""
+    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+
+
+@pytest.mark.parametrize("document", [README, REPO_ROOT / "docs" / "design.md"], ids=str)
+def test_links_resolve_inside_the_repository(document: Path) -> None:
+    broken = []
+    for href in links(document):
+        if re.match(r"[a-z]+:", href):
+            continue  # an address outside the repository, on purpose (https:)
+        target, _, anchor = href.partition("#")
+        path = (document.parent / target).resolve() if target else document
+        if not path.is_relative_to(REPO_ROOT) or not path.exists():
+            broken.append(href)
+        elif anchor and path.suffix == ".md":
+            headings = re.findall(r"^#+ (.+)$", path.read_text(encoding="utf-8"), re.MULTILINE)
+            if anchor not in {slug(h) for h in headings}:
+                broken.append(href)
+    assert not broken, f"{document.name}: links that do not resolve in the repository: {broken}"
+    assert "DESIGN.md" not in document.read_text(encoding="utf-8")
