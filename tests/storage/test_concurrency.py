@@ -182,6 +182,7 @@ def test_concurrent_first_open_and_topic_create(processes: Processes, data_dir: 
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(300)  # its own wait is 240 s: a loaded host must reach that first
 def test_processes_opening_a_new_directory_at_once_never_see_it_as_foreign(
     processes: Processes, tmp_path: Path
 ) -> None:
