@@ -31,6 +31,7 @@ class ServerInfo:
     pid: int
     tcp: str | None
     unix: str | None
+    kafka: str | None = None  # the Kafka listener's HOST:PORT, when serve has one
 
     def url(self) -> str:
         if self.unix:
@@ -86,7 +87,7 @@ class ServerLock:
 def read_info(data_dir: Path) -> ServerInfo | None:
     try:
         raw = json.loads((data_dir / INFO_FILE).read_text())
-        return ServerInfo(int(raw["pid"]), raw.get("tcp"), raw.get("unix"))
+        return ServerInfo(int(raw["pid"]), raw.get("tcp"), raw.get("unix"), raw.get("kafka"))
     except (OSError, ValueError, KeyError, TypeError):
         return None
 

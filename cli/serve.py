@@ -77,6 +77,39 @@ def serve(
             metavar="DURATION",
         ),
     ] = f"{BUSY_POLL_US_DEFAULT}us",
+    kafka_listen: Annotated[
+        str | None,
+        typer.Option(
+            "--kafka-listen",
+            help="Also speak Kafka's wire protocol on HOST:PORT, for unchanged Kafka clients "
+            "(port 0: any free port; the ready file's `kafka` says which).",
+            metavar="HOST:PORT",
+        ),
+    ] = None,
+    kafka_partitions: Annotated[
+        int,
+        typer.Option(
+            "--kafka-partitions",
+            help="Partitions of a topic a Kafka client creates without naming how many.",
+            min=1,
+        ),
+    ] = 1,
+    kafka_auto_create: Annotated[
+        bool,
+        typer.Option(
+            "--kafka-auto-create/--no-kafka-auto-create",
+            help="Create a topic when a Kafka client's metadata request names it "
+            "(Kafka's auto.create.topics.enable).",
+        ),
+    ] = True,
+    kafka_advertised_host: Annotated[
+        str | None,
+        typer.Option(
+            "--kafka-advertised-host",
+            help="The host Kafka clients are told to connect to (default: the listened one).",
+            metavar="HOST",
+        ),
+    ] = None,
     verbose: Annotated[bool, typer.Option("--verbose", help="Log sessions to stderr.")] = False,
 ) -> None:
     """Serve the data directory (--broker) until SIGTERM or Ctrl-C, then stop cleanly.
@@ -92,6 +125,14 @@ def serve(
             hint="fencelog --broker PATH serve",
         )
     host, port = _host_port(listen)
+    kafka = None
+    if kafka_listen is not None:
+        from broker.kafka.listener import KafkaListen
+
+        kafka_host, kafka_port = _host_port(kafka_listen, "--kafka-listen")
+        kafka = KafkaListen(
+            kafka_host, kafka_port, kafka_auto_create, kafka_partitions, kafka_advertised_host
+        )
     token = read_token(auth_token_file) if auth_token_file else None
     timeout_ms = int(parse_duration(session_timeout) * 1000)
     if timeout_ms <= 0:
@@ -125,6 +166,7 @@ def serve(
         auth_token=token,
         drop_acks=drop_acks,
         busy_poll_us=busy_poll_us,
+        kafka=kafka,
     )
     from broker.event_loop import new_event_loop
 
@@ -148,23 +190,27 @@ async def _run(server: Server, host: str, port: int, unix: bool, ready_file: Pat
     assert info is not None
     # url: the TCP address as --broker and connect() take it
     addresses = {"pid": info.pid, "tcp": info.tcp, "unix": info.unix, "url": f"tcp://{info.tcp}"}
+    if info.kafka is not None:
+        addresses["kafka"] = info.kafka
     if ready_file is not None:
         temporary = ready_file.with_name(ready_file.name + ".tmp")
         temporary.write_text(json.dumps(addresses))
         temporary.replace(ready_file)
     where = f"tcp://{info.tcp}" + (f" and unix://{info.unix}" if info.unix else "")
+    if info.kafka is not None:
+        where += f", Kafka clients on {info.kafka}"
     sys.stdout.write(f"fencelog serving {server.data_dir} on {where} (pid {os.getpid()})\n")
     sys.stdout.flush()
     await server.wait_stopped()
 
 
-def _host_port(listen: str) -> tuple[str, int]:
+def _host_port(listen: str, option: str = "--listen") -> tuple[str, int]:
     host, _, port = listen.rpartition(":")
     if not host or not (port.isascii() and port.isdigit()) or int(port) > 65535:
         raise BrokerError(
             ErrorCode.INVALID_ARGUMENT,
-            f"--listen {listen!r} is not HOST:PORT",
-            hint="e.g. --listen 127.0.0.1:7420 or 127.0.0.1:0",
+            f"{option} {listen!r} is not HOST:PORT",
+            hint=f"e.g. {option} 127.0.0.1:7420 or 127.0.0.1:0",
         )
     return host.strip("[]"), int(port)
 

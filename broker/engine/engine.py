@@ -25,6 +25,7 @@ from broker.core import records as record_rules
 from broker.core.producers import Batch, Verdict
 from broker.engine import backup, sessions
 from broker.engine.exclusive_access import Exclusives
+from broker.engine.kafka_producers import KafkaProducers
 from broker.engine.ownership import Heartbeats, Owners
 from broker.engine.producer_table import ProducerTable, Staged, write_snapshot
 from broker.engine.transactions import Transactions
@@ -104,6 +105,7 @@ class Engine:
             database, limits, clock, self.producers, self.owners, self.exclusives
         )
         self.txns.recover()  # finish every commit a killed broker had prepared
+        self.kafka = KafkaProducers(database, self.producers, self.txns, limits, clock)
 
     @classmethod
     def open(
@@ -659,6 +661,16 @@ class Engine:
             row = self._topic(conn, topic)
             self.exclusives.reconcile(conn, row.topic_id)
             return self.exclusives.info(conn, row.topic_id)
+
+    def offset_for_time(
+        self, topic: str, partition: int, timestamp_ms: int
+    ) -> tuple[int, int] | None:
+        """The first record of a partition at or after timestamp_ms: (offset, its
+        timestamp), or None when every record is older."""
+        with self.database.read() as conn:
+            row = self._topic(conn, topic)
+            record_rules.check_partition(topic, partition, row.partitions)
+            return logs.offset_for_time(conn, row, partition, timestamp_ms)
 
     def read_compacted(self, topic: str, partition: int) -> list[Record]:
         """The newest record of every key in one partition, in offset order."""

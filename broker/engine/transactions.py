@@ -178,6 +178,10 @@ class Transactions:
         store.put_fences(conn, txn_id, ((f.group, f.resource, f.generation) for f in fences))
         results: list[AppendResult] = [_PENDING] * len(records)
         for partition, indexes in by_partition.items():
+            if producer.first_sequence and not self._in_sequence(
+                conn, txn_id, topic.topic_id, partition, producer.first_sequence, len(indexes)
+            ):
+                continue  # a retry of records journaled already: answered, not repeated
             store.journal_records(
                 conn,
                 txn_id,
@@ -196,6 +200,45 @@ class Transactions:
                 for index in indexes:
                     results[index] = pending
         return results
+
+    def is_open(self, txn_id: int) -> bool:
+        """Whether txn_id still takes records (open, and not past its deadline)."""
+        with self.database.read() as conn:
+            row = store.by_id(conn, txn_id)
+            if row is None:
+                return False
+            return self._current(conn, row, self.clock(), persist=False).state is TxnState.OPEN
+
+    def _in_sequence(
+        self,
+        conn: sqlite3.Connection,
+        txn_id: int,
+        topic_id: int,
+        partition: int,
+        first: int,
+        count: int,
+    ) -> bool:
+        """A sequenced produce into a transaction (the Kafka listener's): True when its
+        records continue the partition's journal, False when they repeat records
+        journaled already (a retry); OUT_OF_ORDER_SEQUENCE otherwise. The first one
+        sets where the partition's sequences start in this transaction."""
+        start, journaled = store.journal_sequence(conn, txn_id, topic_id, partition)
+        if start is None:
+            store.set_first_sequence(conn, txn_id, topic_id, partition, first)
+            return True
+        expected = start + journaled
+        if first == expected:
+            return True
+        if first < expected and first + count <= expected:
+            return False
+        raise BrokerError(
+            ErrorCode.OUT_OF_ORDER_SEQUENCE,
+            f"transaction {txn_id} expected sequence {expected} on partition {partition}, "
+            f"not {first}",
+            txn_id=txn_id,
+            expected_sequence=expected,
+            received_sequence=first,
+        )
 
     def add_offsets(
         self,

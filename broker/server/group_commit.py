@@ -14,7 +14,7 @@ import logging
 import operator
 from collections.abc import Callable, Sequence
 
-from broker.engine.engine import Engine, ProduceRequest
+from broker.engine.engine import Engine, ProduceOutcome, ProduceRequest
 from broker.errors import BrokerError, ErrorCode
 from broker.limits import Limits
 from broker.protocol import codec
@@ -38,7 +38,7 @@ class GroupCommit:
         self._writer_lock = writer_lock  # the writer's one connection: one user at a time
         self.limits = limits
         self._wake = wake  # long-polling fetches of a topic look again
-        self._pending: list[PendingProduce] = []
+        self._pending: list[PendingProduce | _Submitted] = []
         self._ready = asyncio.Event()
 
     @property
@@ -52,6 +52,14 @@ class GroupCommit:
         self._pending.append(pending)
         self._ready.set()
         return pending
+
+    def submit(self, request: ProduceRequest) -> asyncio.Future[ProduceOutcome]:
+        """The produce joins the next group; the future is its outcome (the Kafka
+        listener's produces, which have no native session)."""
+        pending = _Submitted(request, _value_bytes(request.records))
+        self._pending.append(pending)
+        self._ready.set()
+        return pending.future
 
     async def run(self) -> None:
         """Commit groups as produces come, until cancelled."""
@@ -73,6 +81,10 @@ class GroupCommit:
                         outcomes = [BrokerError(ErrorCode.INTERNAL, repr(exc))] * len(group)
                     now = loop.time()
                     for pending, outcome in zip(group, outcomes, strict=True):
+                        if isinstance(pending, _Submitted):
+                            if not pending.future.done():  # cancelled: its connection is gone
+                                pending.future.set_result(outcome)
+                            continue
                         pending.answer(
                             outcome
                             if isinstance(outcome, BrokerError)
@@ -81,10 +93,10 @@ class GroupCommit:
                         )
                     for topic in {request.topic for request in requests}:
                         self._wake(topic)
-                    for session in {pending.session for pending in group}:
+                    for session in {p.session for p in group if not isinstance(p, _Submitted)}:
                         session.reply_now()
 
-    def _take_group(self, limits: Limits) -> list[PendingProduce]:
+    def _take_group(self, limits: Limits) -> list[PendingProduce | _Submitted]:
         """The next group: every waiting produce, up to the group limits, or half of
         them when at least twice group_commit_split_requests wait. The first half's
         replies then leave while the second half commits, so a client with a window
@@ -103,6 +115,17 @@ class GroupCommit:
         group = pending[:count]
         del pending[:count]
         return group
+
+
+class _Submitted:
+    """A produce submitted with a future for its outcome."""
+
+    __slots__ = ("future", "request", "size")
+
+    def __init__(self, request: ProduceRequest, size: int) -> None:
+        self.request = request
+        self.size = size
+        self.future: asyncio.Future[ProduceOutcome] = asyncio.get_running_loop().create_future()
 
 
 def _value_bytes(records: Sequence[NewRecord]) -> int:

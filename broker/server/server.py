@@ -45,10 +45,12 @@ from typing import Any, Final, TypeVar
 from broker import __version__
 from broker.core.exclusive import ExclusiveWait, GiveUp, parse_access
 from broker.discovery import SOCKET_FILE, ServerInfo, ServerLock
-from broker.engine.engine import Engine, ProduceRequest, wall_clock_ms
+from broker.engine.engine import Engine, ProduceOutcome, ProduceRequest, wall_clock_ms
 from broker.engine.sessions import connection_session_id, new_server_run
 from broker.errors import BrokerError, ErrorCode
 from broker.event_loop import BusyPoll
+from broker.kafka.api import KafkaApi
+from broker.kafka.listener import KafkaConnection, KafkaListen, close_all
 from broker.limits import DEFAULT_LIMITS, Limits, limits_for_client
 from broker.protocol import codec, ops
 from broker.protocol.frames import FrameConnection, ProtocolError
@@ -90,6 +92,7 @@ class Server:
         clock: Clock = wall_clock_ms,
         drop_acks: float = 0.0,
         busy_poll_us: int = 0,  # fencelog serve's default is BUSY_POLL_US_DEFAULT
+        kafka: KafkaListen | None = None,
     ) -> None:
         if not 0.0 <= drop_acks < 1.0:
             raise BrokerError(
@@ -136,6 +139,8 @@ class Server:
         }
         self._access_changed: dict[str, asyncio.Event] = {}
         self._run = new_server_run()
+        self._kafka_listen = kafka
+        self.kafka: KafkaApi | None = None
 
     # life cycle ---------------------------------------------------------------------
 
@@ -145,6 +150,14 @@ class Server:
                 ErrorCode.INVALID_ARGUMENT,
                 f"listening on {host} exposes the broker beyond this machine",
                 hint="pass --auth-token-file, or listen on 127.0.0.1",
+            )
+        kafka = self._kafka_listen
+        if kafka is not None and not _is_loopback(kafka.host) and self._auth_token is None:
+            raise BrokerError(
+                ErrorCode.INVALID_ARGUMENT,
+                f"a Kafka listener on {kafka.host} exposes the broker beyond this machine",
+                hint="pass --auth-token-file (Kafka clients then log in with SASL/PLAIN), "
+                "or listen on 127.0.0.1",
             )
         writer = Engine.open(
             self.data_dir, durability=self.durability, limits=self.limits, clock=self._clock
@@ -156,6 +169,7 @@ class Server:
         )
         for engine in (self._writer, self._reader):
             engine.owners.served_sessions = self.sessions.keys
+        self._group_commit = GroupCommit(self._writer, self._writer_lock, self.limits, self._wake)
         loop = asyncio.get_running_loop()
         try:
             tcp = await loop.create_server(partial(Connection, self), host, port)
@@ -179,17 +193,56 @@ class Server:
                 )
             finally:
                 os.umask(old_umask)
+        kafka_address = await self._start_kafka() if self._kafka_listen else None
         self.info = ServerInfo(
-            os.getpid(), f"{bound[0]}:{bound[1]}", str(unix_path) if unix_path else None
+            os.getpid(),
+            f"{bound[0]}:{bound[1]}",
+            str(unix_path) if unix_path else None,
+            kafka_address,
         )
         self._lock.publish(self.info)
-        self._group_commit = GroupCommit(self._writer, self._writer_lock, self.limits, self._wake)
         self._background = [
             asyncio.create_task(self._group_commit.run(), name="group-commit"),
             asyncio.create_task(self._reap_sessions(), name="session-reaper"),
             asyncio.create_task(self._expire_txns(), name="txn-expiry"),
         ]
         log.info("serving %s on tcp://%s", self.data_dir, self.info.tcp)
+
+    async def _start_kafka(self) -> str:
+        """The Kafka listener beside the native one (broker/kafka/); its HOST:PORT."""
+        listen = self._kafka_listen
+        assert listen is not None
+        api = KafkaApi(
+            self,
+            host=listen.host,
+            port=listen.port,
+            auth_token=self._auth_token if not _is_loopback(listen.host) else None,
+            auto_create=listen.auto_create,
+            default_partitions=listen.partitions,
+            cluster_id=f"fencelog-{self._run}",
+        )
+        loop = asyncio.get_running_loop()
+        try:
+            server = await loop.create_server(
+                lambda: KafkaConnection(api), listen.host, listen.port
+            )
+        except OSError as exc:
+            for started in self._servers:
+                started.close()
+            self._release_start()
+            raise BrokerError(
+                ErrorCode.LISTEN_FAILED,
+                f"cannot listen for Kafka clients on {listen.host}:{listen.port}: "
+                f"{exc.strerror or exc}",
+                hint="pick another --kafka-listen address, or port 0 for any free port",
+            ) from exc
+        self._servers.append(server)
+        host, port = server.sockets[0].getsockname()[:2]
+        api.host, api.port = listen.advertised or host, port
+        api.coordinator.start()
+        self.kafka = api
+        log.info("Kafka listener on %s:%d", host, port)
+        return f"{host}:{port}"
 
     def _release_start(self) -> None:
         self._writer.close()
@@ -220,6 +273,9 @@ class Server:
         for event in self._topic_events.values():
             event.set()
         grace_s = self.limits.shutdown_grace_ms / 1000
+        if self.kafka is not None:
+            await self.kafka.stop()
+            await close_all(self.kafka.connections, grace_s)
         connections = list(self._connections)
         for connection in connections:
             connection.finish()  # answer what was read, then close
@@ -611,6 +667,36 @@ class Server:
         event = self._topic_events.pop(topic, None)
         if event is not None:
             event.set()
+
+    # the Kafka listener's Backend (broker/kafka/api.py) -------------------------------
+
+    @property
+    def writer(self) -> Engine:
+        return self._writer
+
+    @property
+    def reader(self) -> Engine:
+        return self._reader
+
+    async def write(self, work: Callable[[], T]) -> T:
+        return await self._write(work)
+
+    async def read(self, work: Callable[[], T]) -> T:
+        return await self._read(work)
+
+    async def produce(self, request: ProduceRequest) -> ProduceOutcome:
+        return await self._group_commit.submit(request)
+
+    def appended(self, topic: str) -> asyncio.Event:
+        """Set when the writer next commits to topic."""
+        return self._topic_events.setdefault(topic, asyncio.Event())
+
+    def wake(self, topic: str | None = None) -> None:
+        for name in [topic] if topic is not None else list(self._topic_events):
+            self._wake(name)
+
+    def stopping(self) -> bool:
+        return self._stopping.is_set()
 
 
 @functools.cache

@@ -86,6 +86,16 @@ def end_offset(conn: sqlite3.Connection, topic: TopicRow, partition: int) -> int
     return int(row[0])
 
 
+def offset_for_time(
+    conn: sqlite3.Connection, topic: TopicRow, partition: int, timestamp_ms: int
+) -> tuple[int, int] | None:
+    """The first record at or after timestamp_ms: (offset, its timestamp), or None."""
+    row = conn.execute(
+        Q["records_offset_for_time"], (topic.topic_id, partition, timestamp_ms)
+    ).fetchone()
+    return None if row is None else (int(row[0]), int(row[1]))
+
+
 class Appends:
     """The appends of one write transaction, held back and written by flush() in a few
     statements: the record rows (RUN_ROWS at a time where a plain batch allows), one

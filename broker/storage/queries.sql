@@ -549,3 +549,33 @@ WHERE txn_id = ? AND producer_state IS NOT NULL AND topic_id IN (SELECT topic_id
 
 -- name: txn_topics
 SELECT DISTINCT topic_id FROM txn_partitions WHERE txn_id = ? ORDER BY topic_id;
+
+-- name: txn_first_sequence
+SELECT first_sequence FROM txn_partitions WHERE txn_id = ? AND topic_id = ? AND partition = ?;
+
+-- name: txn_first_sequence_set
+UPDATE txn_partitions SET first_sequence = ?4
+WHERE txn_id = ?1 AND topic_id = ?2 AND partition = ?3;
+
+-- name: kafka_producer
+SELECT transactional_id, producer_id, epoch, txn_timeout_ms, txn_id
+FROM kafka_producers WHERE transactional_id = ?;
+
+-- name: kafka_producer_by_pid
+SELECT transactional_id, producer_id, epoch, txn_timeout_ms, txn_id
+FROM kafka_producers WHERE producer_id = ?;
+
+-- name: kafka_producer_put
+INSERT INTO kafka_producers
+    (transactional_id, producer_id, epoch, txn_timeout_ms, txn_id, updated_ms)
+VALUES (?1, ?2, ?3, ?4, ?5, ?6)
+ON CONFLICT (transactional_id) DO UPDATE SET
+    producer_id = ?2, epoch = ?3, txn_timeout_ms = ?4, txn_id = ?5, updated_ms = ?6;
+
+-- name: kafka_producer_set_txn
+UPDATE kafka_producers SET txn_id = ?2, updated_ms = ?3 WHERE transactional_id = ?1;
+
+-- name: records_offset_for_time
+SELECT offset, timestamp_ms FROM records
+WHERE topic_id = ? AND partition = ? AND timestamp_ms >= ?
+ORDER BY offset LIMIT 1;

@@ -132,6 +132,23 @@ def partitions_of(conn: sqlite3.Connection, txn_id: int) -> list[TxnPartitionRow
     return [TxnPartitionRow(*row) for row in conn.execute(Q["txn_partitions_of"], (txn_id,))]
 
 
+def journal_sequence(
+    conn: sqlite3.Connection, txn_id: int, topic_id: int, partition: int
+) -> tuple[int | None, int]:
+    """A partition's first sequence in the transaction (None: not sequenced yet) and the
+    number of records journaled there."""
+    conn.execute(Q["txn_partition_touch"], (txn_id, topic_id, partition))
+    row = conn.execute(Q["txn_first_sequence"], (txn_id, topic_id, partition)).fetchone()
+    end = conn.execute(Q["txn_data_end"], (txn_id, topic_id, partition)).fetchone()
+    return (None if row is None else row[0]), int(end[0])
+
+
+def set_first_sequence(
+    conn: sqlite3.Connection, txn_id: int, topic_id: int, partition: int, sequence: int
+) -> None:
+    conn.execute(Q["txn_first_sequence_set"], (txn_id, topic_id, partition, sequence))
+
+
 def journal_records(
     conn: sqlite3.Connection,
     txn_id: int,

@@ -1,0 +1,161 @@
+"""Kafka producer ids and transactional ids on fencelog's pids and transactions.
+
+- InitProducerId without a transactional.id: a fresh fencelog pid, issued at generation
+  0, which is the Kafka epoch: an idempotent Kafka producer's batches are judged by the
+  seed's rules exactly as a native idempotent producer's (broker/core/producers.py), its
+  Kafka sequence s being fencelog's s + 1 (Kafka counts from 0, fencelog from 1).
+  A producer that asks again (KIP-360's epoch bump after an error) gets a new pid: its
+  sequences start again at 0, which a new generation of the same pid could not do.
+- InitProducerId with a transactional.id: the same pid at epoch + 1 (a new pid at epoch
+  0 the first time, or when the epoch would overflow Kafka's int16). The bump fences
+  every older incarnation: each of its later requests carries an older epoch and is
+  refused. What the older one left open is aborted first.
+- A Kafka transaction is a fencelog transaction of the group `kafka:<transactional.id>`,
+  begun by the first AddPartitionsToTxn or AddOffsetsToTxn and ended by EndTxn: its
+  records wait in the data journals and reach the log only at commit.
+"""
+
+from __future__ import annotations
+
+from typing import Final, NamedTuple
+
+from broker.core import txn as txn_rules
+from broker.engine.producer_table import ProducerTable
+from broker.engine.transactions import Transactions
+from broker.errors import BrokerError, ErrorCode
+from broker.limits import Limits
+from broker.storage import kafka as store
+from broker.storage.database import Database
+from broker.types import Clock
+
+EPOCH_MAX: Final = 32767  # Kafka's producer epoch is an int16
+GROUP_PREFIX: Final = "kafka:"
+
+
+class KafkaProducer(NamedTuple):
+    producer_id: int
+    epoch: int
+
+
+class KafkaProducers:
+    def __init__(
+        self,
+        database: Database,
+        producers: ProducerTable,
+        txns: Transactions,
+        limits: Limits,
+        clock: Clock,
+    ) -> None:
+        self.database = database
+        self.producers = producers
+        self.txns = txns
+        self.limits = limits
+        self.clock = clock
+
+    def init(self, transactional_id: str | None, txn_timeout_ms: int) -> KafkaProducer:
+        now_ms = self.clock()
+        if transactional_id is None:
+            with self.database.write() as conn:
+                return KafkaProducer(self.producers.new_pid(conn, 0, now_ms), 0)
+        txn_rules.check_group(GROUP_PREFIX + transactional_id)
+        txn_rules.check_timeout(txn_timeout_ms, self.limits.txn_timeout_max_ms)
+        with self.database.read() as conn:
+            found = store.producer(conn, transactional_id)
+        if found is not None and found.txn_id is not None:
+            self._abort(found.txn_id)  # what the older incarnation left open
+        with self.database.write() as conn:
+            found = store.producer(conn, transactional_id)
+            if found is None or found.epoch >= EPOCH_MAX - 1:
+                pid, epoch = self.producers.new_pid(conn, 0, now_ms), 0
+            else:
+                pid, epoch = found.producer_id, found.epoch + 1
+            row = store.KafkaProducerRow(transactional_id, pid, epoch, txn_timeout_ms, None)
+            store.put_producer(conn, row, now_ms)
+        return KafkaProducer(pid, epoch)
+
+    def _abort(self, txn_id: int) -> None:
+        try:
+            self.txns.abort(txn_id)
+        except BrokerError as error:
+            if error.code not in {ErrorCode.TXN_NOT_OPEN, ErrorCode.UNKNOWN_TXN}:
+                raise  # a committed one stays committed; anything else is news
+
+    def current(
+        self, transactional_id: str, producer_id: int, epoch: int
+    ) -> store.KafkaProducerRow:
+        """The transactional id's row, when (producer_id, epoch) is its current incarnation."""
+        with self.database.read() as conn:
+            found = store.producer(conn, transactional_id)
+        return _check(found, transactional_id, producer_id, epoch)
+
+    def begin(self, transactional_id: str, producer_id: int, epoch: int) -> int:
+        """The fencelog transaction of the current Kafka transaction, begun if need be."""
+        row = self.current(transactional_id, producer_id, epoch)
+        if row.txn_id is not None and self.txns.is_open(row.txn_id):
+            return row.txn_id
+        info = self.txns.begin(GROUP_PREFIX + transactional_id, None, row.txn_timeout_ms)
+        with self.database.write() as conn:
+            _check(store.producer(conn, transactional_id), transactional_id, producer_id, epoch)
+            store.set_txn(conn, transactional_id, info.txn_id, self.clock())
+        return info.txn_id
+
+    def open_txn(self, producer_id: int, epoch: int) -> int:
+        """The open transaction a transactional batch of (producer_id, epoch) goes into."""
+        with self.database.read() as conn:
+            found = store.producer_by_pid(conn, producer_id)
+        if found is None:
+            raise BrokerError(
+                ErrorCode.UNKNOWN_PID,
+                f"producer id {producer_id} belongs to no transactional id",
+                producer_id=producer_id,
+            )
+        row = _check(found, found.transactional_id, producer_id, epoch)
+        if row.txn_id is None:
+            raise BrokerError(
+                ErrorCode.TXN_NOT_OPEN,
+                f"transactional id {row.transactional_id} added no partition to a transaction",
+                hint="AddPartitionsToTxn comes before a transactional produce",
+            )
+        return row.txn_id
+
+    def end(self, transactional_id: str, producer_id: int, epoch: int, commit: bool) -> None:
+        """EndTxn: commit or abort the open transaction (nothing open: nothing to do)."""
+        row = self.current(transactional_id, producer_id, epoch)
+        if row.txn_id is None:
+            return
+        if commit:
+            self.txns.commit(row.txn_id)
+        else:
+            self._abort(row.txn_id)
+        with self.database.write() as conn:
+            again = store.producer(conn, transactional_id)
+            if again is not None and again.txn_id == row.txn_id:
+                store.set_txn(conn, transactional_id, None, self.clock())
+
+
+def _check(
+    found: store.KafkaProducerRow | None, transactional_id: str, producer_id: int, epoch: int
+) -> store.KafkaProducerRow:
+    if found is None or found.producer_id != producer_id:
+        raise BrokerError(
+            ErrorCode.UNKNOWN_PID,
+            f"producer id {producer_id} is not transactional id {transactional_id}'s",
+            producer_id=producer_id,
+            hint="call InitProducerId (init_transactions) first",
+        )
+    if epoch < found.epoch:
+        raise BrokerError(
+            ErrorCode.FENCED,
+            f"transactional id {transactional_id}: epoch {epoch} was fenced by epoch "
+            f"{found.epoch} (a newer producer with this transactional.id started)",
+            producer_id=producer_id,
+            stored_generation=found.epoch,
+            received_generation=epoch,
+        )
+    if epoch > found.epoch:
+        raise BrokerError(
+            ErrorCode.INVALID_GENERATION,
+            f"transactional id {transactional_id}: epoch {epoch} is ahead of {found.epoch}",
+            producer_id=producer_id,
+        )
+    return found

@@ -1,0 +1,917 @@
+"""What each Kafka API does to fencelog's engine (DESIGN.md section 11).
+
+One engine, no second store: a Kafka request becomes the engine operations a native
+request would, on the server's writer or reader (the Backend), and a produce joins the
+server's group commit. The mappings users rely on:
+
+- one broker (node 0) leads every partition; leader epochs are 0.
+- Produce: a batch of an idempotent producer carries (pid, epoch, sequence) and is judged
+  by the seed's rules, Kafka's sequence s being fencelog's s + 1; a retry is answered with
+  the original offsets. A transactional batch goes to its transaction's data journals:
+  its records have no offset until the commit, so its answer's base offset is -1.
+- Fetch: records are in the log only once committed, so the last stable offset is the
+  high watermark and there are never aborted transactions to list, whatever the
+  isolation level. No fetch sessions: every fetch is a full one (session id 0).
+- Consumer groups: broker/kafka/groups.py; their offsets are fencelog's group offsets
+  (what `fencelog consume --group` reads and commits).
+- Kafka errors are Kafka's numbers; what fencelog knows more goes to the server's log.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Final, Protocol, TypeVar
+
+from kafka.protocol import admin, consumer, metadata, producer, sasl
+
+from broker.engine.engine import Engine, ProduceOutcome, ProduceRequest
+from broker.errors import BrokerError, ErrorCode
+from broker.kafka import records as kafka_records
+from broker.kafka import wire
+from broker.kafka.groups import Coordinator
+from broker.limits import Limits
+from broker.types import AppendResult, ProducerFields, TopicInfo
+
+if TYPE_CHECKING:
+    from broker.kafka.listener import KafkaConnection
+
+log = logging.getLogger("fencelog.kafka")
+T = TypeVar("T")
+NODE_ID: Final = 0
+OWNERSHIP_GROUP: Final = "kafka"  # the ownership group of consumer group generations
+LATEST: Final = -1
+EARLIEST: Final = -2
+_TXN_APIS: Final = frozenset({24, 25, 26, 28})
+
+
+class Backend(Protocol):
+    """What the listener needs of `fencelog serve` (broker/server/server.py)."""
+
+    @property
+    def writer(self) -> Engine: ...
+    @property
+    def reader(self) -> Engine: ...
+
+    limits: Limits
+
+    async def write(self, work: Callable[[], T]) -> T: ...
+    async def read(self, work: Callable[[], T]) -> T: ...
+    async def produce(self, request: ProduceRequest) -> ProduceOutcome: ...
+    def appended(self, topic: str) -> asyncio.Event: ...
+    def wake(self, topic: str | None = None) -> None: ...
+    def stopping(self) -> bool: ...
+
+
+class KafkaApi:
+    def __init__(
+        self,
+        backend: Backend,
+        *,
+        host: str,
+        port: int,
+        auth_token: str | None,
+        auto_create: bool,
+        default_partitions: int,
+        cluster_id: str,
+    ) -> None:
+        self.backend = backend
+        self.host = host
+        self.port = port
+        self.auth_token = auth_token
+        self.auto_create = auto_create
+        self.default_partitions = default_partitions
+        self.cluster_id = cluster_id
+        self.frame_bytes_max = backend.limits.frame_bytes_max
+        self.connections: set[KafkaConnection] = set()
+        self.coordinator = Coordinator(self._next_generation)
+        self._generation_claims = 0
+        self._handlers: dict[int, Callable[[KafkaConnection, Any, int], Any]] = {
+            0: self.produce,
+            1: self.fetch,
+            2: self.list_offsets,
+            3: self.metadata,
+            8: self.offset_commit,
+            9: self.offset_fetch,
+            10: self.find_coordinator,
+            11: self.join_group,
+            12: self.heartbeat,
+            13: self.leave_group,
+            14: self.sync_group,
+            17: self.sasl_handshake,
+            18: self.api_versions,
+            19: self.create_topics,
+            22: self.init_producer_id,
+            24: self.add_partitions_to_txn,
+            25: self.add_offsets_to_txn,
+            26: self.end_txn,
+            28: self.txn_offset_commit,
+            36: self.sasl_authenticate,
+        }
+
+    async def handle(self, connection: KafkaConnection, request: wire.Request) -> Any:
+        handler = self._handlers[request.header.api_key]
+        return await handler(connection, request.body, request.header.api_version)
+
+    # ApiVersions, Metadata, FindCoordinator -------------------------------------------
+
+    async def api_versions(self, connection: KafkaConnection, body: Any, version: int) -> Any:
+        return wire.api_versions_body(version)
+
+    async def metadata(self, connection: KafkaConnection, body: Any, version: int) -> Any:
+        names = None if body.topics is None else [t.name for t in body.topics]
+        if version == 0 and not names:
+            names = None  # v0: an empty list means every topic
+        auto = body.allow_auto_topic_creation if version >= 4 else True
+        topics = {t.name: t for t in await self.backend.read(self.backend.reader.list_topics)}
+        response = metadata.MetadataResponse
+        topic_cls = response.MetadataResponseTopic
+        answers = []
+        for name in sorted(topics) if names is None else names:
+            info = topics.get(name)
+            error = wire.NONE
+            if info is None and name is not None:
+                info, error = await self._auto_create(name, auto)
+            if info is None:
+                answers.append(topic_cls(error_code=error, name=name, partitions=[]))
+                continue
+            answers.append(
+                topic_cls(
+                    error_code=wire.NONE,
+                    name=info.name,
+                    is_internal=False,
+                    partitions=[
+                        topic_cls.MetadataResponsePartition(
+                            error_code=wire.NONE,
+                            partition_index=p,
+                            leader_id=NODE_ID,
+                            leader_epoch=0,
+                            replica_nodes=[NODE_ID],
+                            isr_nodes=[NODE_ID],
+                            offline_replicas=[],
+                        )
+                        for p in range(info.partitions)
+                    ],
+                )
+            )
+        return response(
+            version=version,
+            throttle_time_ms=0,
+            brokers=[
+                response.MetadataResponseBroker(
+                    node_id=NODE_ID, host=self.host, port=self.port, rack=None
+                )
+            ],
+            cluster_id=self.cluster_id,
+            controller_id=NODE_ID,
+            topics=answers,
+        )
+
+    async def _auto_create(self, name: str, allowed: bool) -> tuple[TopicInfo | None, int]:
+        if not (allowed and self.auto_create):
+            return None, wire.UNKNOWN_TOPIC_OR_PARTITION
+        writer = self.backend.writer
+        try:
+            created = await self.backend.write(
+                lambda: writer.create_topic(name, self.default_partitions)
+            )
+        except BrokerError as error:
+            if error.code is ErrorCode.TOPIC_EXISTS:
+                return await self.backend.read(lambda: self.backend.reader.describe_topic(name)), 0
+            if error.code is ErrorCode.INVALID_TOPIC_NAME:
+                return None, wire.INVALID_TOPIC_EXCEPTION
+            raise
+        log.info("created topic %s (%d partitions) for a Kafka client", name, created.partitions)
+        return created, wire.NONE
+
+    async def find_coordinator(self, connection: KafkaConnection, body: Any, version: int) -> Any:
+        response = metadata.FindCoordinatorResponse
+        if version >= 4:
+            return response(
+                version=version,
+                throttle_time_ms=0,
+                coordinators=[
+                    response.Coordinator(
+                        key=key,
+                        node_id=NODE_ID,
+                        host=self.host,
+                        port=self.port,
+                        error_code=wire.NONE,
+                        error_message=None,
+                    )
+                    for key in body.coordinator_keys
+                ],
+            )
+        return response(
+            version=version,
+            throttle_time_ms=0,
+            error_code=wire.NONE,
+            error_message=None,
+            node_id=NODE_ID,
+            host=self.host,
+            port=self.port,
+        )
+
+    # Produce --------------------------------------------------------------------------
+
+    async def produce(self, connection: KafkaConnection, body: Any, version: int) -> Any:
+        work = [
+            (topic.name, part.index, self._produce_partition(topic.name, part.index, part.records))
+            for topic in body.topic_data
+            for part in topic.partition_data
+        ]
+        outcomes = await asyncio.gather(*(coroutine for _, _, coroutine in work))
+        response = producer.ProduceResponse
+        topic_cls = response.TopicProduceResponse
+        by_topic: dict[str, list[Any]] = {}
+        for (topic, partition, _), (error, base_offset, message) in zip(
+            work, outcomes, strict=True
+        ):
+            by_topic.setdefault(topic, []).append(
+                topic_cls.PartitionProduceResponse(
+                    index=partition,
+                    error_code=error,
+                    base_offset=base_offset,
+                    log_append_time_ms=-1,
+                    log_start_offset=0,
+                    record_errors=[],
+                    error_message=message,
+                )
+            )
+        return response(
+            version=version,
+            throttle_time_ms=0,
+            responses=[
+                topic_cls(name=name, partition_responses=parts) for name, parts in by_topic.items()
+            ],
+        )
+
+    async def _produce_partition(
+        self, topic: str, partition: int, data: bytes | None
+    ) -> tuple[int, int, str | None]:
+        """(Kafka error, base offset, message) of one partition's record batches."""
+        try:
+            batches = kafka_records.read_batches(data, partition)
+        except kafka_records.BadRecords as bad:
+            log.info("refused a Kafka produce to %s/%d: %s", topic, partition, bad)
+            return bad.code, -1, str(bad)
+        base_offset = -1
+        for index, batch in enumerate(batches):
+            try:
+                offset = await self._produce_batch(topic, batch)
+            except BrokerError as error:
+                code = _produce_error(error)
+                if code == wire.UNKNOWN_SERVER_ERROR:
+                    log.error("a Kafka produce to %s/%d failed: %s", topic, partition, error)
+                return code, -1, error.message
+            if index == 0:
+                base_offset = offset
+        return wire.NONE, base_offset, None
+
+    async def _produce_batch(self, topic: str, batch: kafka_records.ProducedBatch) -> int:
+        backend = self.backend
+        if batch.transactional:
+            pid, epoch = batch.producer_id, batch.producer_epoch
+            writer = backend.writer
+            txn_id = await backend.write(lambda: writer.kafka.open_txn(pid, epoch))
+            fields = ProducerFields(0, 0, batch.base_sequence + 1, 0, txn_id)
+            await backend.write(lambda: writer.produce(topic, batch.records, producer=fields))
+            return -1  # the records take their offsets at the commit
+        if batch.producer_id >= 0:
+            fields = ProducerFields(
+                batch.producer_id, batch.producer_epoch, batch.base_sequence + 1
+            )
+        else:
+            fields = ProducerFields()
+        outcome = await backend.produce(ProduceRequest(topic, batch.records, fields))
+        if isinstance(outcome, BrokerError):
+            raise outcome
+        first: AppendResult = outcome[0]
+        return first.offset
+
+    # Fetch ----------------------------------------------------------------------------
+
+    async def fetch(self, connection: KafkaConnection, body: Any, version: int) -> Any:
+        loop = asyncio.get_running_loop()
+        limits = self.backend.limits
+        wait_s = max(0, min(body.max_wait_ms, limits.fetch_wait_ms_max)) / 1000
+        deadline = loop.time() + wait_s
+        wanted = [
+            (t.topic, [(p.partition, p.fetch_offset, p.partition_max_bytes) for p in t.partitions])
+            for t in body.topics
+        ]
+        max_bytes = body.max_bytes if version >= 3 else 0x7FFFFFFF
+        min_bytes = max(1, body.min_bytes)
+        reader = self.backend.reader
+        while True:
+            events = {topic: self.backend.appended(topic) for topic, _ in wanted}
+            found = await self.backend.read(lambda: _read_fetch(reader, wanted, max_bytes))
+            size = sum(len(part[3] or b"") for parts in found.values() for part in parts)
+            errors = any(part[1] for parts in found.values() for part in parts)
+            remaining = deadline - loop.time()
+            if size >= min_bytes or errors or remaining <= 0 or self.backend.stopping():
+                break
+            waits = [asyncio.ensure_future(event.wait()) for event in events.values()]
+            if not waits:
+                await asyncio.sleep(remaining)
+                break
+            _, pending = await asyncio.wait(
+                waits, timeout=remaining, return_when=asyncio.FIRST_COMPLETED
+            )
+            for waiting in pending:
+                waiting.cancel()
+        response = consumer.FetchResponse
+        topic_cls = response.FetchableTopicResponse
+        part_cls = topic_cls.PartitionData
+        read_committed = version >= 4 and body.isolation_level == 1
+        return response(
+            version=version,
+            throttle_time_ms=0,
+            error_code=wire.NONE,
+            session_id=0,
+            responses=[
+                topic_cls(
+                    topic=topic,
+                    partitions=[
+                        part_cls(
+                            partition_index=partition,
+                            error_code=error,
+                            high_watermark=end,
+                            last_stable_offset=end,
+                            log_start_offset=0 if end >= 0 else -1,
+                            aborted_transactions=[] if read_committed else None,
+                            preferred_read_replica=-1,
+                            records=batch or b"",
+                        )
+                        for partition, error, end, batch in parts
+                    ],
+                )
+                for topic, parts in found.items()
+            ],
+        )
+
+    # ListOffsets ----------------------------------------------------------------------
+
+    async def list_offsets(self, connection: KafkaConnection, body: Any, version: int) -> Any:
+        reader = self.backend.reader
+        wanted = [
+            (t.name, [(p.partition_index, p.timestamp) for p in t.partitions]) for t in body.topics
+        ]
+        found = await self.backend.read(lambda: _read_offsets(reader, wanted))
+        response = consumer.ListOffsetsResponse
+        topic_cls = response.ListOffsetsTopicResponse
+        return response(
+            version=version,
+            throttle_time_ms=0,
+            topics=[
+                topic_cls(
+                    name=topic,
+                    partitions=[
+                        topic_cls.ListOffsetsPartitionResponse(
+                            partition_index=partition,
+                            error_code=error,
+                            timestamp=timestamp,
+                            offset=offset,
+                            leader_epoch=0,
+                        )
+                        for partition, error, timestamp, offset in parts
+                    ],
+                )
+                for topic, parts in found
+            ],
+        )
+
+    # CreateTopics ---------------------------------------------------------------------
+
+    async def create_topics(self, connection: KafkaConnection, body: Any, version: int) -> Any:
+        response = admin.CreateTopicsResponse
+        results = []
+        for topic in body.topics:
+            partitions = (
+                self.default_partitions if topic.num_partitions == -1 else topic.num_partitions
+            )
+            error, message = await self._create_topic(
+                topic.name, partitions, topic.replication_factor, body.validate_only
+            )
+            results.append(
+                response.CreatableTopicResult(
+                    name=topic.name,
+                    error_code=error,
+                    error_message=message,
+                    topic_config_error_code=0,
+                    num_partitions=partitions if error == wire.NONE else -1,
+                    replication_factor=1 if error == wire.NONE else -1,
+                    configs=[],
+                )
+            )
+        return response(version=version, throttle_time_ms=0, topics=results)
+
+    async def _create_topic(
+        self, name: str, partitions: int, replication: int, validate_only: bool
+    ) -> tuple[int, str | None]:
+        if replication not in (-1, 1):
+            return (
+                wire.INVALID_REPLICATION_FACTOR,
+                f"fencelog is one broker: the replication factor is 1, not {replication}",
+            )
+        writer = self.backend.writer
+        from broker.core import records as record_rules  # the topic checks, without a write
+
+        try:
+            record_rules.check_topic_name(name, writer.limits)
+            record_rules.check_partition_count(partitions, writer.limits)
+            if not validate_only:
+                await self.backend.write(lambda: writer.create_topic(name, partitions))
+        except BrokerError as error:
+            code = {
+                ErrorCode.TOPIC_EXISTS: wire.TOPIC_ALREADY_EXISTS,
+                ErrorCode.INVALID_TOPIC_NAME: wire.INVALID_TOPIC_EXCEPTION,
+                ErrorCode.INVALID_ARGUMENT: wire.INVALID_PARTITIONS,
+            }.get(error.code)
+            if code is None:
+                raise
+            return code, error.message
+        return wire.NONE, None
+
+    # consumer groups ------------------------------------------------------------------
+
+    async def _next_generation(self, group_id: str) -> int:
+        """A new generation for the group from the ownership table: a claim by a new
+        session, which severs no live holder (the older ones are gone) and so takes the
+        current generation + 1."""
+        self._generation_claims += 1
+        session = f"kafka-coordinator:{id(self)}:{self._generation_claims}"
+        owners = self.backend.writer.owners
+        result = await self.backend.write(
+            lambda: owners.own(session, OWNERSHIP_GROUP, [(group_id, 1)])
+        )
+        generation: int = result.claimed[0].generation
+        await self.backend.write(lambda: owners.release(session, OWNERSHIP_GROUP, [group_id]))
+        return generation
+
+    async def join_group(self, connection: KafkaConnection, body: Any, version: int) -> Any:
+        result = await self.coordinator.join(
+            body.group_id,
+            body.member_id,
+            body.group_instance_id if version >= 5 else None,
+            connection.client_id,
+            body.session_timeout_ms,
+            body.rebalance_timeout_ms if version >= 1 else body.session_timeout_ms,
+            body.protocol_type,
+            [(p.name, bytes(p.metadata)) for p in body.protocols],
+        )
+        response = consumer.JoinGroupResponse
+        return response(
+            version=version,
+            throttle_time_ms=0,
+            error_code=result.error,
+            generation_id=result.generation,
+            protocol_type=result.protocol_type,
+            protocol_name=result.protocol_name or ("" if version < 7 else None),
+            leader=result.leader,
+            member_id=result.member_id,
+            members=[
+                response.JoinGroupResponseMember(
+                    member_id=member_id, group_instance_id=instance, metadata=data
+                )
+                for member_id, instance, data in result.members
+            ],
+        )
+
+    async def sync_group(self, connection: KafkaConnection, body: Any, version: int) -> Any:
+        result = await self.coordinator.sync(
+            body.group_id,
+            body.generation_id,
+            body.member_id,
+            {a.member_id: bytes(a.assignment) for a in body.assignments},
+        )
+        return consumer.SyncGroupResponse(
+            version=version,
+            throttle_time_ms=0,
+            error_code=result.error,
+            protocol_type=result.protocol_type,
+            protocol_name=result.protocol_name,
+            assignment=result.assignment,
+        )
+
+    async def heartbeat(self, connection: KafkaConnection, body: Any, version: int) -> Any:
+        error = self.coordinator.heartbeat(body.group_id, body.generation_id, body.member_id)
+        return consumer.HeartbeatResponse(version=version, throttle_time_ms=0, error_code=error)
+
+    async def leave_group(self, connection: KafkaConnection, body: Any, version: int) -> Any:
+        response = consumer.LeaveGroupResponse
+        if version < 3:
+            (error,) = self.coordinator.leave(body.group_id, [body.member_id])
+            return response(version=version, throttle_time_ms=0, error_code=error)
+        ids = [m.member_id for m in body.members]
+        errors = self.coordinator.leave(body.group_id, ids)
+        return response(
+            version=version,
+            throttle_time_ms=0,
+            error_code=wire.NONE,
+            members=[
+                response.MemberResponse(member_id=m, group_instance_id=None, error_code=e)
+                for m, e in zip(ids, errors, strict=True)
+            ],
+        )
+
+    async def offset_commit(self, connection: KafkaConnection, body: Any, version: int) -> Any:
+        error = self.coordinator.check_commit(
+            body.group_id, body.generation_id_or_member_epoch, body.member_id
+        )
+        response = consumer.OffsetCommitResponse
+        topic_cls = response.OffsetCommitResponseTopic
+        answers = []
+        writer = self.backend.writer
+        for topic in body.topics:
+            offsets = {p.partition_index: p.committed_offset for p in topic.partitions}
+            code = error
+            if code == wire.NONE:
+                name = topic.name
+                try:
+                    await self.backend.write(
+                        lambda name=name, offsets=offsets: writer.commit_offsets(  # type: ignore[misc]
+                            body.group_id, name, offsets
+                        )
+                    )
+                except BrokerError as failed:
+                    code = _group_error(failed)
+            answers.append(
+                topic_cls(
+                    name=topic.name,
+                    partitions=[
+                        topic_cls.OffsetCommitResponsePartition(partition_index=p, error_code=code)
+                        for p in offsets
+                    ],
+                )
+            )
+        return response(version=version, throttle_time_ms=0, topics=answers)
+
+    async def offset_fetch(self, connection: KafkaConnection, body: Any, version: int) -> Any:
+        reader = self.backend.reader
+        group = body.group_id
+        asked = (
+            None
+            if body.topics is None
+            else [(t.name, list(t.partition_indexes)) for t in body.topics]
+        )
+        found, error = await self.backend.read(lambda: _read_committed(reader, group, asked))
+        response = consumer.OffsetFetchResponse
+        topic_cls = response.OffsetFetchResponseTopic
+        return response(
+            version=version,
+            throttle_time_ms=0,
+            error_code=error,
+            topics=[
+                topic_cls(
+                    name=topic,
+                    partitions=[
+                        topic_cls.OffsetFetchResponsePartition(
+                            partition_index=p,
+                            committed_offset=offset,
+                            committed_leader_epoch=-1,
+                            metadata="",
+                            error_code=code,
+                        )
+                        for p, offset, code in parts
+                    ],
+                )
+                for topic, parts in found
+            ],
+        )
+
+    # transactions ---------------------------------------------------------------------
+
+    async def init_producer_id(self, connection: KafkaConnection, body: Any, version: int) -> Any:
+        response = producer.InitProducerIdResponse
+        writer = self.backend.writer
+        tid, timeout = body.transactional_id, body.transaction_timeout_ms
+        try:
+            found = await self.backend.write(lambda: writer.kafka.init(tid, timeout))
+        except BrokerError as error:
+            code = wire.INVALID_TRANSACTION_TIMEOUT
+            if error.code is not ErrorCode.INVALID_ARGUMENT:
+                code = _txn_error(error)
+            log.info("refused InitProducerId (%s): %s", tid, error.message)
+            return response(
+                version=version,
+                throttle_time_ms=0,
+                error_code=code,
+                producer_id=-1,
+                producer_epoch=-1,
+            )
+        if tid is not None:
+            log.info(
+                "transactional id %s: producer %d epoch %d", tid, found.producer_id, found.epoch
+            )
+        return response(
+            version=version,
+            throttle_time_ms=0,
+            error_code=wire.NONE,
+            producer_id=found.producer_id,
+            producer_epoch=found.epoch,
+        )
+
+    async def _begin(self, tid: str, pid: int, epoch: int) -> tuple[int, int]:
+        """The open transaction of tid (begun if need be), or a Kafka error."""
+        writer = self.backend.writer
+        try:
+            return await self.backend.write(lambda: writer.kafka.begin(tid, pid, epoch)), wire.NONE
+        except BrokerError as error:
+            return -1, _txn_error(error)
+
+    async def add_partitions_to_txn(
+        self, connection: KafkaConnection, body: Any, version: int
+    ) -> Any:
+        tid = body.v3_and_below_transactional_id
+        _, error = await self._begin(
+            tid, body.v3_and_below_producer_id, body.v3_and_below_producer_epoch
+        )
+        topics = {t.name: list(t.partitions) for t in body.v3_and_below_topics}
+        known = {
+            t.name: t.partitions for t in await self.backend.read(self.backend.reader.list_topics)
+        }
+        response = producer.AddPartitionsToTxnResponse
+        result_cls = response.AddPartitionsToTxnTopicResult
+        results = []
+        for name, partitions in topics.items():
+            codes = []
+            for p in partitions:
+                code = error
+                if name not in known or not 0 <= p < known[name]:
+                    code = wire.UNKNOWN_TOPIC_OR_PARTITION
+                codes.append(
+                    result_cls.AddPartitionsToTxnPartitionResult(
+                        partition_index=p, partition_error_code=code
+                    )
+                )
+            results.append(result_cls(name=name, results_by_partition=codes))
+        return response(version=version, throttle_time_ms=0, results_by_topic_v3_and_below=results)
+
+    async def add_offsets_to_txn(self, connection: KafkaConnection, body: Any, version: int) -> Any:
+        _, error = await self._begin(body.transactional_id, body.producer_id, body.producer_epoch)
+        return producer.AddOffsetsToTxnResponse(
+            version=version, throttle_time_ms=0, error_code=error
+        )
+
+    async def txn_offset_commit(self, connection: KafkaConnection, body: Any, version: int) -> Any:
+        txn_id, error = await self._begin(
+            body.transactional_id, body.producer_id, body.producer_epoch
+        )
+        if error == wire.NONE and version >= 3 and body.generation_id >= 0:
+            error = self.coordinator.check_commit(body.group_id, body.generation_id, body.member_id)
+        writer = self.backend.writer
+        response = producer.TxnOffsetCommitResponse
+        topic_cls = response.TxnOffsetCommitResponseTopic
+        answers = []
+        for topic in body.topics:
+            offsets = {p.partition_index: p.committed_offset for p in topic.partitions}
+            code = error
+            if code == wire.NONE:
+                name = topic.name
+                try:
+                    await self.backend.write(
+                        lambda name=name, offsets=offsets: writer.txn_commit_offsets(  # type: ignore[misc]
+                            txn_id, body.group_id, name, offsets
+                        )
+                    )
+                except BrokerError as failed:
+                    code = _txn_error(failed)
+            answers.append(
+                topic_cls(
+                    name=topic.name,
+                    partitions=[
+                        topic_cls.TxnOffsetCommitResponsePartition(
+                            partition_index=p, error_code=code
+                        )
+                        for p in offsets
+                    ],
+                )
+            )
+        return response(version=version, throttle_time_ms=0, topics=answers)
+
+    async def end_txn(self, connection: KafkaConnection, body: Any, version: int) -> Any:
+        writer = self.backend.writer
+        tid, pid, epoch, commit = (
+            body.transactional_id,
+            body.producer_id,
+            body.producer_epoch,
+            body.committed,
+        )
+        try:
+            await self.backend.write(lambda: writer.kafka.end(tid, pid, epoch, commit))
+            error = wire.NONE
+        except BrokerError as failed:
+            error = _txn_error(failed)
+            log.info(
+                "EndTxn of %s (%s) refused: %s",
+                tid,
+                "commit" if commit else "abort",
+                failed.message,
+            )
+        if commit and error == wire.NONE:
+            self.backend.wake()
+        return producer.EndTxnResponse(version=version, throttle_time_ms=0, error_code=error)
+
+    # SASL -----------------------------------------------------------------------------
+
+    async def sasl_handshake(self, connection: KafkaConnection, body: Any, version: int) -> Any:
+        ok = body.mechanism == "PLAIN"
+        connection.sasl_mechanism = body.mechanism if ok else None
+        return sasl.SaslHandshakeResponse(
+            version=version,
+            error_code=wire.NONE if ok else wire.UNSUPPORTED_SASL_MECHANISM,
+            mechanisms=["PLAIN"],
+        )
+
+    async def sasl_authenticate(self, connection: KafkaConnection, body: Any, version: int) -> Any:
+        response = sasl.SaslAuthenticateResponse
+        if connection.sasl_mechanism != "PLAIN":
+            return response(
+                version=version,
+                error_code=wire.ILLEGAL_SASL_STATE,
+                error_message="SaslHandshake with mechanism PLAIN comes first",
+                auth_bytes=b"",
+            )
+        if not connection.authenticate(bytes(body.auth_bytes)):
+            log.warning("Kafka connection %s: SASL/PLAIN authentication failed", connection.peer)
+            return response(
+                version=version,
+                error_code=wire.SASL_AUTHENTICATION_FAILED,
+                error_message="authentication failed: the password must be the server's auth token",
+                auth_bytes=b"",
+            )
+        return response(
+            version=version,
+            error_code=wire.NONE,
+            error_message=None,
+            auth_bytes=b"",
+            session_lifetime_ms=0,
+        )
+
+    # life cycle -----------------------------------------------------------------------
+
+    async def stop(self) -> None:
+        await self.coordinator.stop()
+
+
+# readers (run on the reader thread) -----------------------------------------------------
+
+
+def _read_fetch(
+    reader: Engine, wanted: list[tuple[str, list[tuple[int, int, int]]]], max_bytes: int
+) -> dict[str, list[tuple[int, int, int, bytes | None]]]:
+    """Per topic: (partition, Kafka error, high watermark, one record batch or None)."""
+    found: dict[str, list[tuple[int, int, int, bytes | None]]] = {}
+    budget = max_bytes
+    for topic, partitions in wanted:
+        parts = found.setdefault(topic, [])
+        try:
+            info = reader.describe_topic(topic)
+        except BrokerError:
+            parts.extend((p, wire.UNKNOWN_TOPIC_OR_PARTITION, -1, None) for p, _, _ in partitions)
+            continue
+        ends = {p.partition: p.end_offset for p in info.partition_details}
+        for partition, offset, partition_max in partitions:
+            end = ends.get(partition)
+            if end is None:
+                parts.append((partition, wire.UNKNOWN_TOPIC_OR_PARTITION, -1, None))
+                continue
+            if offset < 0 or offset > end:
+                parts.append((partition, wire.OFFSET_OUT_OF_RANGE, end, None))
+                continue
+            batch = None
+            if offset < end and budget > 0:
+                rows = reader.fetch_rows(topic, {partition: offset}, None)
+                rows = _within(rows, min(partition_max, budget))
+                if rows:
+                    batch = kafka_records.encode_batch(rows)
+                    budget -= len(batch)
+                    end = max(end, rows[-1][1] + 1)
+            parts.append((partition, wire.NONE, end, batch))
+    return found
+
+
+def _within(rows: list[Any], limit: int) -> list[Any]:
+    """The first rows whose keys and values fit in limit bytes (always the first one)."""
+    total = 0
+    for index, row in enumerate(rows):
+        total += len(row[4]) + (len(row[3]) if row[3] is not None else 0) + 16
+        if total > limit and index > 0:
+            return rows[:index]
+    return rows
+
+
+def _read_offsets(
+    reader: Engine, wanted: list[tuple[str, list[tuple[int, int]]]]
+) -> list[tuple[str, list[tuple[int, int, int, int]]]]:
+    """Per topic: (partition, Kafka error, timestamp, offset) for each asked timestamp."""
+    answers = []
+    for topic, partitions in wanted:
+        parts: list[tuple[int, int, int, int]] = []
+        try:
+            info = reader.describe_topic(topic)
+        except BrokerError:
+            parts.extend((p, wire.UNKNOWN_TOPIC_OR_PARTITION, -1, -1) for p, _ in partitions)
+            answers.append((topic, parts))
+            continue
+        ends = {p.partition: (p.start_offset, p.end_offset) for p in info.partition_details}
+        for partition, timestamp in partitions:
+            bounds = ends.get(partition)
+            if bounds is None:
+                parts.append((partition, wire.UNKNOWN_TOPIC_OR_PARTITION, -1, -1))
+            elif timestamp == LATEST:
+                parts.append((partition, wire.NONE, -1, bounds[1]))
+            elif timestamp == EARLIEST:
+                parts.append((partition, wire.NONE, -1, bounds[0]))
+            elif timestamp < 0:
+                parts.append((partition, wire.UNSUPPORTED_VERSION, -1, -1))
+            else:
+                at = reader.offset_for_time(topic, partition, timestamp)
+                parts.append((partition, wire.NONE, *(at[::-1] if at else (-1, -1))))
+        answers.append((topic, parts))
+    return answers
+
+
+def _read_committed(
+    reader: Engine, group: str, asked: list[tuple[str, list[int]]] | None
+) -> tuple[list[tuple[str, list[tuple[int, int, int]]]], int]:
+    """Per topic: (partition, committed offset or -1, Kafka error); the group's error."""
+    try:
+        topics = [t.name for t in reader.list_topics()] if asked is None else [n for n, _ in asked]
+        partitions = dict(asked) if asked is not None else {}
+        answers = []
+        for topic in topics:
+            try:
+                committed = {
+                    row.partition: row.next_offset for row in reader.committed_offsets(group, topic)
+                }
+            except BrokerError as error:
+                if error.code is not ErrorCode.UNKNOWN_TOPIC:
+                    raise
+                answers.append(
+                    (
+                        topic,
+                        [
+                            (p, -1, wire.UNKNOWN_TOPIC_OR_PARTITION)
+                            for p in partitions.get(topic, [])
+                        ],
+                    )
+                )
+                continue
+            if asked is None and not committed:
+                continue
+            wanted = partitions.get(topic) if asked is not None else sorted(committed)
+            answers.append((topic, [(p, committed.get(p, -1), wire.NONE) for p in wanted or []]))
+        return answers, wire.NONE
+    except BrokerError as error:
+        return [], _group_error(error)
+
+
+# errors ---------------------------------------------------------------------------------
+
+
+def _produce_error(error: BrokerError) -> int:
+    return {
+        ErrorCode.UNKNOWN_TOPIC: wire.UNKNOWN_TOPIC_OR_PARTITION,
+        ErrorCode.UNKNOWN_PARTITION: wire.UNKNOWN_TOPIC_OR_PARTITION,
+        ErrorCode.RECORD_TOO_LARGE: wire.MESSAGE_TOO_LARGE,
+        ErrorCode.INVALID_TOPIC_NAME: wire.INVALID_TOPIC_EXCEPTION,
+        ErrorCode.OUT_OF_ORDER_SEQUENCE: wire.OUT_OF_ORDER_SEQUENCE_NUMBER,
+        ErrorCode.FENCED: wire.INVALID_PRODUCER_EPOCH,
+        ErrorCode.INVALID_GENERATION: wire.INVALID_PRODUCER_EPOCH,
+        ErrorCode.PID_EXPIRED: wire.UNKNOWN_PRODUCER_ID,
+        ErrorCode.UNKNOWN_PID: wire.UNKNOWN_PRODUCER_ID,
+        ErrorCode.TXN_NOT_OPEN: wire.INVALID_TXN_STATE,
+        ErrorCode.TXN_ABORTED: wire.INVALID_TXN_STATE,
+        ErrorCode.UNKNOWN_TXN: wire.INVALID_TXN_STATE,
+        ErrorCode.INVALID_ARGUMENT: wire.INVALID_REQUEST,
+        ErrorCode.STORAGE_BUSY: wire.KAFKA_STORAGE_ERROR,
+        ErrorCode.PRODUCER_BUSY: wire.CONCURRENT_TRANSACTIONS,
+    }.get(error.code, wire.UNKNOWN_SERVER_ERROR)
+
+
+def _txn_error(error: BrokerError) -> int:
+    return {
+        ErrorCode.FENCED: wire.INVALID_PRODUCER_EPOCH,
+        ErrorCode.INVALID_GENERATION: wire.INVALID_PRODUCER_EPOCH,
+        ErrorCode.UNKNOWN_PID: wire.INVALID_PRODUCER_ID_MAPPING,
+        ErrorCode.TXN_NOT_OPEN: wire.INVALID_TXN_STATE,
+        ErrorCode.TXN_ABORTED: wire.INVALID_TXN_STATE,
+        ErrorCode.UNKNOWN_TXN: wire.INVALID_TXN_STATE,
+        ErrorCode.UNKNOWN_TOPIC: wire.UNKNOWN_TOPIC_OR_PARTITION,
+        ErrorCode.UNKNOWN_PARTITION: wire.UNKNOWN_TOPIC_OR_PARTITION,
+        ErrorCode.INVALID_NAME: wire.INVALID_REQUEST,
+        ErrorCode.INVALID_ARGUMENT: wire.INVALID_REQUEST,
+        ErrorCode.STORAGE_BUSY: wire.CONCURRENT_TRANSACTIONS,
+    }.get(error.code, wire.UNKNOWN_SERVER_ERROR)
+
+
+def _group_error(error: BrokerError) -> int:
+    return {
+        ErrorCode.UNKNOWN_TOPIC: wire.UNKNOWN_TOPIC_OR_PARTITION,
+        ErrorCode.UNKNOWN_PARTITION: wire.UNKNOWN_TOPIC_OR_PARTITION,
+        ErrorCode.INVALID_NAME: wire.INVALID_GROUP_ID,
+        ErrorCode.INVALID_ARGUMENT: wire.INVALID_REQUEST,
+    }.get(error.code, wire.UNKNOWN_SERVER_ERROR)

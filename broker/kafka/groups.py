@@ -1,0 +1,388 @@
+"""Kafka's consumer group coordinator (the classic JoinGroup/SyncGroup protocol).
+
+A group's members and their assignments live here, in memory, as in Kafka, where they
+are soft state that clients rebuild by joining again; what must survive is elsewhere:
+committed offsets in fencelog's group offsets, and the generation in fencelog's
+ownership table. Each completed rebalance claims the resource `<group>` of the ownership
+group `kafka` for a new session, which gives a generation one above the last one ever
+given, across restarts. OffsetCommit takes effect only from a member of the current
+generation of a stable group, so a zombie (a member that missed a rebalance, or one the
+coordinator expired) is refused.
+
+States, as Kafka names them:
+    Empty --join--> PreparingRebalance --all joined or rebalance timeout-->
+    CompletingRebalance --leader's SyncGroup--> Stable --join, leave or expiry-->
+    PreparingRebalance ...
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import enum
+import uuid
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Final
+
+from broker.kafka import wire
+
+EXPIRY_CHECK_S: Final = 0.5
+# A new group waits this long for more members before its first generation (Kafka's
+# group.initial.rebalance.delay.ms, shorter: a local broker's consumers start together).
+INITIAL_DELAY_S: Final = 0.3
+SESSION_TIMEOUT_MS_RANGE: Final = (1_000, 300_000)
+
+
+class State(enum.Enum):
+    EMPTY = "Empty"
+    PREPARING = "PreparingRebalance"
+    COMPLETING = "CompletingRebalance"
+    STABLE = "Stable"
+
+
+@dataclass(slots=True)
+class JoinResult:
+    error: int
+    generation: int = -1
+    protocol_type: str | None = None
+    protocol_name: str | None = None
+    leader: str = ""
+    member_id: str = ""
+    members: list[tuple[str, str | None, bytes]] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class SyncResult:
+    error: int
+    assignment: bytes = b""
+    protocol_type: str | None = None
+    protocol_name: str | None = None
+
+
+@dataclass(slots=True)
+class Member:
+    member_id: str
+    group_instance_id: str | None
+    client_id: str
+    session_timeout_s: float
+    rebalance_timeout_s: float
+    protocol_type: str
+    protocols: list[tuple[str, bytes]]
+    last_seen: float
+    joining: asyncio.Future[JoinResult] | None = None
+    syncing: asyncio.Future[SyncResult] | None = None
+    assignment: bytes = b""
+
+
+@dataclass(slots=True)
+class Group:
+    group_id: str
+    state: State = State.EMPTY
+    generation: int = 0
+    protocol_type: str | None = None
+    protocol_name: str | None = None
+    leader: str | None = None
+    members: dict[str, Member] = field(default_factory=dict)
+    deadline: asyncio.TimerHandle | None = None
+    completing: bool = False
+
+
+class Coordinator:
+    """Every consumer group of one listener. next_generation(group) claims the next
+    generation in fencelog's ownership table."""
+
+    def __init__(self, next_generation: Callable[[str], Awaitable[int]]) -> None:
+        self._next_generation = next_generation
+        self.groups: dict[str, Group] = {}
+        self._expiry: asyncio.Task[None] | None = None
+        self._completing: set[asyncio.Future[None]] = set()  # rebalances being completed
+
+    def start(self) -> None:
+        self._expiry = asyncio.create_task(self._expire_members(), name="kafka-group-expiry")
+
+    async def stop(self) -> None:
+        if self._expiry is not None:
+            self._expiry.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._expiry
+        for group in self.groups.values():
+            for member in list(group.members.values()):
+                self._fail_waits(member, wire.COORDINATOR_NOT_AVAILABLE)
+
+    # JoinGroup ------------------------------------------------------------------------
+
+    async def join(
+        self,
+        group_id: str,
+        member_id: str,
+        group_instance_id: str | None,
+        client_id: str,
+        session_timeout_ms: int,
+        rebalance_timeout_ms: int,
+        protocol_type: str,
+        protocols: list[tuple[str, bytes]],
+    ) -> JoinResult:
+        if not group_id:
+            return JoinResult(wire.INVALID_GROUP_ID)
+        low, high = SESSION_TIMEOUT_MS_RANGE
+        if not low <= session_timeout_ms <= high:
+            return JoinResult(wire.INVALID_SESSION_TIMEOUT)
+        group = self.groups.setdefault(group_id, Group(group_id))
+        if not protocols or (
+            group.members
+            and (
+                protocol_type != group.protocol_type
+                or not self._common_protocols(group, protocols, member_id)
+            )
+        ):
+            return JoinResult(wire.INCONSISTENT_GROUP_PROTOCOL)
+        loop = asyncio.get_running_loop()
+        now = loop.time()
+        if member_id and member_id not in group.members:
+            return JoinResult(wire.UNKNOWN_MEMBER_ID, member_id=member_id)
+        if not member_id:
+            member_id = f"{client_id or 'member'}-{uuid.uuid4()}"
+        member = group.members.get(member_id)
+        if member is None:
+            member = Member(
+                member_id,
+                group_instance_id,
+                client_id,
+                session_timeout_ms / 1000,
+                max(rebalance_timeout_ms, session_timeout_ms) / 1000,
+                protocol_type,
+                protocols,
+                now,
+            )
+            group.members[member_id] = member
+        else:
+            member.protocols = protocols
+            member.last_seen = now
+            if member.joining is not None and not member.joining.done():
+                member.joining.set_result(JoinResult(wire.UNKNOWN_MEMBER_ID))
+        member.joining = loop.create_future()
+        if group.protocol_type is None or len(group.members) == 1:
+            group.protocol_type = protocol_type
+        if group.state is not State.PREPARING:
+            self._prepare(group, initial=group.state is State.EMPTY)
+        self._maybe_complete(group)
+        return await member.joining
+
+    def _common_protocols(
+        self, group: Group, protocols: list[tuple[str, bytes]], member_id: str
+    ) -> set[str]:
+        names = {name for name, _ in protocols}
+        for other in group.members.values():
+            if other.member_id != member_id:
+                names &= {name for name, _ in other.protocols}
+        return names
+
+    def _prepare(self, group: Group, *, initial: bool = False) -> None:
+        """Start a rebalance: members learn it from their heartbeats and join again."""
+        for member in group.members.values():
+            if member.syncing is not None and not member.syncing.done():
+                member.syncing.set_result(SyncResult(wire.REBALANCE_IN_PROGRESS))
+        group.state = State.PREPARING
+        if group.deadline is not None:
+            group.deadline.cancel()
+        timeout = max((m.rebalance_timeout_s for m in group.members.values()), default=1.0)
+        if initial:
+            timeout = INITIAL_DELAY_S
+        loop = asyncio.get_running_loop()
+        group.deadline = loop.call_later(timeout, self._deadline_passed, group)
+
+    def _deadline_passed(self, group: Group) -> None:
+        group.deadline = None
+        if group.state is State.PREPARING:
+            for member in list(group.members.values()):
+                if member.joining is None or member.joining.done():
+                    del group.members[member.member_id]  # it did not join in time
+                    self._fail_waits(member, wire.UNKNOWN_MEMBER_ID)
+            self._maybe_complete(group, deadline=True)
+
+    def _maybe_complete(self, group: Group, *, deadline: bool = False) -> None:
+        if group.state is not State.PREPARING or group.completing:
+            return
+        waiting = [m for m in group.members.values() if m.joining and not m.joining.done()]
+        if not group.members:
+            group.state = State.EMPTY
+            return
+        if len(waiting) < len(group.members):
+            return
+        if not deadline and group.deadline is not None and group.generation == 0:
+            return  # a new group waits out its initial delay for more members
+        group.completing = True
+        task = asyncio.ensure_future(self._complete(group))
+        self._completing.add(task)
+        task.add_done_callback(self._completing.discard)
+
+    async def _complete(self, group: Group) -> None:
+        try:
+            generation = await self._next_generation(group.group_id)
+        except Exception:  # the writer failed: every joiner hears it and may retry
+            group.completing = False
+            for member in group.members.values():
+                self._fail_waits(member, wire.COORDINATOR_NOT_AVAILABLE)
+            group.members.clear()
+            group.state = State.EMPTY
+            raise
+        group.completing = False
+        if group.deadline is not None:
+            group.deadline.cancel()
+            group.deadline = None
+        members = [m for m in group.members.values() if m.joining and not m.joining.done()]
+        if not members:
+            group.state = State.EMPTY
+            return
+        group.generation = generation
+        leader = group.leader if group.leader in group.members else members[0].member_id
+        group.leader = leader
+        group.protocol_name = self._choose_protocol(group.members[leader], members)
+        group.state = State.COMPLETING
+        for member in group.members.values():
+            member.assignment = b""
+        listing = [
+            (m.member_id, m.group_instance_id, dict(m.protocols)[group.protocol_name])
+            for m in members
+        ]
+        for member in members:
+            assert member.joining is not None
+            member.joining.set_result(
+                JoinResult(
+                    wire.NONE,
+                    generation,
+                    group.protocol_type,
+                    group.protocol_name,
+                    leader,
+                    member.member_id,
+                    listing if member.member_id == leader else [],
+                )
+            )
+
+    @staticmethod
+    def _choose_protocol(leader: Member, members: list[Member]) -> str:
+        for name, _ in leader.protocols:
+            if all(name in dict(m.protocols) for m in members):
+                return name
+        return leader.protocols[0][0]
+
+    # SyncGroup, Heartbeat, LeaveGroup --------------------------------------------------
+
+    async def sync(
+        self, group_id: str, generation: int, member_id: str, assignments: dict[str, bytes]
+    ) -> SyncResult:
+        group = self.groups.get(group_id)
+        member = None if group is None else group.members.get(member_id)
+        if group is None or member is None:
+            return SyncResult(wire.UNKNOWN_MEMBER_ID)
+        member.last_seen = asyncio.get_running_loop().time()
+        if generation != group.generation:
+            return SyncResult(wire.ILLEGAL_GENERATION)
+        if group.state is State.PREPARING:
+            return SyncResult(wire.REBALANCE_IN_PROGRESS)
+        if group.state is State.STABLE:
+            return self._synced(group, member)
+        if member_id == group.leader:
+            for other in group.members.values():
+                other.assignment = assignments.get(other.member_id, b"")
+            group.state = State.STABLE
+            for other in group.members.values():
+                if other.syncing is not None and not other.syncing.done():
+                    other.syncing.set_result(self._synced(group, other))
+            return self._synced(group, member)
+        member.syncing = asyncio.get_running_loop().create_future()
+        return await member.syncing
+
+    @staticmethod
+    def _synced(group: Group, member: Member) -> SyncResult:
+        return SyncResult(wire.NONE, member.assignment, group.protocol_type, group.protocol_name)
+
+    def heartbeat(self, group_id: str, generation: int, member_id: str) -> int:
+        group = self.groups.get(group_id)
+        member = None if group is None else group.members.get(member_id)
+        if group is None or member is None:
+            return wire.UNKNOWN_MEMBER_ID
+        member.last_seen = asyncio.get_running_loop().time()
+        if group.state is State.PREPARING:
+            return wire.REBALANCE_IN_PROGRESS
+        if generation != group.generation:
+            return wire.ILLEGAL_GENERATION
+        return wire.NONE
+
+    def leave(self, group_id: str, member_ids: list[str]) -> list[int]:
+        """Each member's answer; the group rebalances when anyone left."""
+        group = self.groups.get(group_id)
+        answers = []
+        left = False
+        for member_id in member_ids:
+            member = None if group is None else group.members.pop(member_id, None)
+            if member is None:
+                answers.append(wire.UNKNOWN_MEMBER_ID)
+                continue
+            self._fail_waits(member, wire.UNKNOWN_MEMBER_ID)
+            answers.append(wire.NONE)
+            left = True
+        if group is not None and left:
+            self._after_removal(group)
+        return answers
+
+    def _after_removal(self, group: Group) -> None:
+        if not group.members:
+            if group.deadline is not None:
+                group.deadline.cancel()
+                group.deadline = None
+            group.state = State.EMPTY
+            group.leader = None
+        elif group.state is State.PREPARING:
+            self._maybe_complete(group)
+        else:
+            self._prepare(group)
+
+    @staticmethod
+    def _fail_waits(member: Member, error: int) -> None:
+        if member.joining is not None and not member.joining.done():
+            member.joining.set_result(JoinResult(error))
+        if member.syncing is not None and not member.syncing.done():
+            member.syncing.set_result(SyncResult(error))
+
+    # OffsetCommit ---------------------------------------------------------------------
+
+    def check_commit(self, group_id: str, generation: int, member_id: str) -> int:
+        """Whether a member may commit offsets now (a Kafka error code; 0: yes). A
+        commit without a generation (-1) is a consumer that assigns its own partitions:
+        accepted while the group has no members."""
+        group = self.groups.get(group_id)
+        if generation < 0 and not member_id:
+            if group is None or not group.members:
+                return wire.NONE
+            return wire.ILLEGAL_GENERATION
+        member = None if group is None else group.members.get(member_id)
+        if group is None or member is None:
+            return wire.UNKNOWN_MEMBER_ID
+        member.last_seen = asyncio.get_running_loop().time()
+        if group.state is State.PREPARING:
+            return wire.REBALANCE_IN_PROGRESS
+        if generation != group.generation:
+            return wire.ILLEGAL_GENERATION
+        return wire.NONE
+
+    # expiry ---------------------------------------------------------------------------
+
+    async def _expire_members(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            await asyncio.sleep(EXPIRY_CHECK_S)
+            now = loop.time()
+            for group in list(self.groups.values()):
+                expired = [
+                    m
+                    for m in group.members.values()
+                    if (m.joining is None or m.joining.done())
+                    and (m.syncing is None or m.syncing.done())
+                    and now - m.last_seen > m.session_timeout_s
+                ]
+                for member in expired:
+                    del group.members[member.member_id]
+                if expired:
+                    self._after_removal(group)

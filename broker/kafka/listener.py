@@ -1,0 +1,225 @@
+"""The Kafka listener of `fencelog serve --kafka-listen`: bytes in, the same engine's
+operations, bytes out.
+
+Each connection reads length-prefixed frames (the length checked against the frame
+limit before anything is allocated), starts each request as it arrives and sends the
+answers in request order, as Kafka clients expect of a pipelined connection. A request
+that cannot be read costs only its connection: ApiVersions of an unknown version gets
+Kafka's UNSUPPORTED_VERSION answer, another API's unknown version an error answer where
+its response can carry one, garbage a closed connection; the broker goes on.
+
+When the listener is not on loopback, a connection must authenticate with SASL/PLAIN
+first, its password being the server's auth token (the native listener's rule).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import hmac
+import logging
+import struct
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Final
+
+from broker.kafka import wire
+
+if TYPE_CHECKING:
+    from broker.kafka.api import KafkaApi
+
+log = logging.getLogger("fencelog.kafka")
+_LENGTH: Final = struct.Struct(">i")
+_PRE_AUTH: Final = frozenset({wire.API_VERSIONS_KEY, 17, 36})  # SaslHandshake, SaslAuthenticate
+_READ_PAUSE_ANSWERS: Final = 64  # unanswered requests before the socket is not read
+
+
+@dataclass(frozen=True, slots=True)
+class KafkaListen:
+    """`serve --kafka-listen HOST:PORT` and the options that go with it."""
+
+    host: str
+    port: int
+    auto_create: bool = True  # Kafka's auto.create.topics.enable
+    partitions: int = 1  # a created topic's partitions when the client names none
+    advertised: str | None = None  # the host Metadata names (default: the bound one)
+
+
+class KafkaConnection(asyncio.Protocol):
+    def __init__(self, api: KafkaApi) -> None:
+        self.api = api
+        self.transport: asyncio.Transport | None = None
+        self.peer = "?"
+        self._buffer = bytearray()
+        self._answers: collections.deque[asyncio.Future[bytes | None]] = collections.deque()
+        self._closing = False
+        self._paused = False
+        self.authenticated = api.auth_token is None
+        self.sasl_mechanism: str | None = None
+        self.client_id = ""  # the last request's client id (Kafka names members after it)
+        self.closed: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+    # asyncio.Protocol -----------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]  # uvloop's is no asyncio.Transport
+        peer = transport.get_extra_info("peername")
+        self.peer = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
+        self.api.connections.add(self)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._closing = True
+        self.api.connections.discard(self)
+        for answer in self._answers:
+            answer.cancel()
+        self._answers.clear()
+        if not self.closed.done():
+            self.closed.set_result(None)
+
+    def data_received(self, data: bytes) -> None:
+        if self._closing:
+            return
+        self._buffer += data
+        limit = self.api.frame_bytes_max
+        while len(self._buffer) >= 4 and not self._closing:
+            (size,) = _LENGTH.unpack_from(self._buffer)
+            if size < 0 or size > limit:
+                log.warning(
+                    "closing Kafka connection %s: a frame of %d bytes (the limit is %d)",
+                    self.peer,
+                    size,
+                    limit,
+                )
+                self._close()
+                return
+            if len(self._buffer) < 4 + size:
+                break
+            frame = bytes(self._buffer[4 : 4 + size])
+            del self._buffer[: 4 + size]
+            self._start(frame)
+        if len(self._answers) >= _READ_PAUSE_ANSWERS and not self._paused and self.transport:
+            self._paused = True
+            self.transport.pause_reading()
+
+    # requests -------------------------------------------------------------------------
+
+    def _start(self, frame: bytes) -> None:
+        try:
+            request = wire.read_request(frame)
+        except wire.MalformedRequest as exc:
+            log.warning("closing Kafka connection %s: %s", self.peer, exc)
+            self._close()
+            return
+        header = request.header
+        self.client_id = header.client_id or ""
+        if not self.authenticated and header.api_key not in _PRE_AUTH:
+            log.warning(
+                "closing Kafka connection %s: %s before SASL authentication",
+                self.peer,
+                wire.unknown_api_message(header) if request.api is None else request.api.name,
+            )
+            self._close()
+            return
+        if request.body is None:
+            self._queue(self._done(self._unanswerable(request)))
+            return
+        if header.api_key == producer_key and request.body.acks == 0:
+            task = asyncio.ensure_future(self.api.handle(self, request))
+            task.add_done_callback(_log_failure)
+            return  # acks=0: no answer at all
+        self._queue(asyncio.ensure_future(self._answer(request)))
+
+    def _unanswerable(self, request: wire.Request) -> bytes | None:
+        header = request.header
+        log.info("Kafka connection %s: %s", self.peer, wire.unknown_api_message(header))
+        if header.api_key == wire.API_VERSIONS_KEY:
+            return wire.unsupported_version_answer(header)
+        if request.api is not None:
+            return wire.error_answer(header, request.api, wire.UNSUPPORTED_VERSION)
+        return None
+
+    async def _answer(self, request: wire.Request) -> bytes | None:
+        assert request.api is not None
+        try:
+            body = await self.api.handle(self, request)
+        except Exception:
+            log.exception(
+                "a Kafka %s v%d request from %s failed",
+                request.api.name,
+                request.header.api_version,
+                self.peer,
+            )
+            return None  # closes the connection: the client reconnects and retries
+        if body is None:
+            return None
+        return wire.encode_response(request.header, request.api, body)
+
+    def _done(self, answer: bytes | None) -> asyncio.Future[bytes | None]:
+        future: asyncio.Future[bytes | None] = asyncio.get_running_loop().create_future()
+        future.set_result(answer)
+        return future
+
+    def _queue(self, answer: asyncio.Future[bytes | None]) -> None:
+        self._answers.append(answer)
+        answer.add_done_callback(self._send_ready)
+
+    def _send_ready(self, _: object = None) -> None:
+        out = bytearray()
+        close = False
+        while self._answers and self._answers[0].done():
+            answer = self._answers.popleft()
+            if answer.cancelled():
+                continue
+            data = answer.result() if answer.exception() is None else None
+            if data is None:
+                close = True
+                break
+            out += data
+        if self.transport is not None and out and not self._closing:
+            self.transport.write(bytes(out))
+        if close:
+            self._close()
+        elif self._paused and len(self._answers) < _READ_PAUSE_ANSWERS // 2 and self.transport:
+            self._paused = False
+            self.transport.resume_reading()
+
+    def _close(self) -> None:
+        self._closing = True
+        if self.transport is not None:
+            self.transport.close()
+
+    def abort(self) -> None:
+        if self.transport is not None:
+            self.transport.abort()
+
+    # SASL -----------------------------------------------------------------------------
+
+    def authenticate(self, auth_bytes: bytes) -> bool:
+        """SASL/PLAIN: authzid NUL authcid NUL password; the password is the token."""
+        token = self.api.auth_token
+        parts = auth_bytes.split(b"\x00")
+        if token is None or len(parts) != 3:
+            return token is None
+        ok = hmac.compare_digest(parts[2], token.encode())
+        self.authenticated = ok
+        return ok
+
+
+producer_key: Final = 0  # Produce's API key
+
+
+def _log_failure(task: asyncio.Future[Any]) -> None:
+    if not task.cancelled() and task.exception() is not None:
+        log.error("a Kafka produce with acks=0 failed", exc_info=task.exception())
+
+
+async def close_all(connections: set[KafkaConnection], grace_s: float) -> None:
+    """Close every connection, after the answers already started (stop())."""
+    pending = list(connections)
+    for connection in pending:
+        connection._close()
+    if pending:
+        await asyncio.wait([c.closed for c in pending], timeout=grace_s)
+    for connection in pending:
+        with contextlib.suppress(Exception):
+            connection.abort()

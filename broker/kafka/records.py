@@ -1,0 +1,184 @@
+"""Kafka record batches (magic v2) in and out of fencelog's records.
+
+In: a Produce request's records field holds one or more record batches; each is checked
+(magic 2, its CRC-32C, its length), decompressed with kafka-python's codecs (gzip always;
+snappy, lz4 and zstd with their libraries, which the kafka extra installs) and read into
+NewRecords with the batch's producer fields.
+
+Out: a Fetch answer holds, per partition, one uncompressed batch of the stored rows,
+built here without a Python object per record beyond the row itself (a fetch of many
+records is this module's loop, so it is kept tight). Offsets inside a batch are deltas
+from its first, so a gap (none today) would cost nothing.
+
+Kafka's null value (a tombstone) is stored as an empty value, and a null header value
+as empty bytes: fencelog's records always have a value.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Final
+
+from kafka.errors import CorruptRecordError, UnsupportedCodecError
+from kafka.record.default_records import DefaultRecordBatch
+from kafka.record.util import calc_crc32c
+
+from broker import rows
+from broker.types import NewRecord
+
+# BaseOffset int64, Length int32, PartitionLeaderEpoch int32, Magic int8, CRC uint32,
+# Attributes int16, LastOffsetDelta int32, BaseTimestamp int64, MaxTimestamp int64,
+# ProducerId int64, ProducerEpoch int16, BaseSequence int32, RecordCount int32
+_BATCH_HEADER: Final = struct.Struct(">qiibIhiqqqhii")
+_LOG_OVERHEAD: Final = 12  # BaseOffset and Length come before what Length counts
+_CRC_FROM: Final = 21  # the CRC covers Attributes to the end
+_MAGIC_AT: Final = 16
+_TRANSACTIONAL: Final = 0x10
+_CONTROL: Final = 0x20
+NO_PRODUCER_ID: Final = -1
+
+
+class BadRecords(Exception):
+    """Records a Produce cannot append; `code` is the Kafka error to answer with."""
+
+    def __init__(self, code: int, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+@dataclass(frozen=True, slots=True)
+class ProducedBatch:
+    producer_id: int  # -1: none
+    producer_epoch: int
+    base_sequence: int
+    transactional: bool
+    records: list[NewRecord]
+
+
+def read_batches(data: bytes | memoryview | None, partition: int) -> list[ProducedBatch]:
+    """The record batches of one partition's Produce data, each checked."""
+    from broker.kafka import wire  # error codes
+
+    if not data:
+        raise BadRecords(wire.CORRUPT_MESSAGE, "a produce with no records")
+    view = memoryview(data)
+    batches: list[ProducedBatch] = []
+    pos = 0
+    while pos < len(view):
+        if len(view) - pos < _BATCH_HEADER.size:
+            raise BadRecords(wire.CORRUPT_MESSAGE, "a record batch shorter than its header")
+        if view[pos + _MAGIC_AT] != 2:
+            raise BadRecords(
+                wire.UNSUPPORTED_FOR_MESSAGE_FORMAT,
+                f"record batches of magic {view[pos + _MAGIC_AT]} are not accepted (only v2)",
+            )
+        header = _BATCH_HEADER.unpack_from(view, pos)
+        end = pos + _LOG_OVERHEAD + header[1]
+        if header[1] < _BATCH_HEADER.size - _LOG_OVERHEAD or end > len(view):
+            raise BadRecords(wire.CORRUPT_MESSAGE, "a record batch's length runs past its data")
+        if calc_crc32c(view[pos + _CRC_FROM : end]) != header[4]:
+            raise BadRecords(wire.CORRUPT_MESSAGE, "a record batch fails its CRC-32C check")
+        attributes = header[5]
+        if attributes & _CONTROL:
+            raise BadRecords(wire.INVALID_REQUEST, "a producer cannot send control batches")
+        batch = DefaultRecordBatch(view[pos:end])
+        try:
+            records = [
+                NewRecord(
+                    b"" if r.value is None else r.value,
+                    r.key,
+                    tuple((k, b"" if v is None else v) for k, v in r.headers),
+                    partition,
+                    r.timestamp,
+                )
+                for r in batch
+            ]
+        except UnsupportedCodecError as exc:
+            raise BadRecords(wire.UNSUPPORTED_FOR_MESSAGE_FORMAT, str(exc)) from exc
+        except (CorruptRecordError, ValueError, IndexError, OSError, EOFError) as exc:
+            raise BadRecords(wire.CORRUPT_MESSAGE, f"a corrupt record batch: {exc}") from exc
+        if len(records) != header[12] or not records:
+            raise BadRecords(wire.CORRUPT_MESSAGE, "a record batch's count does not match")
+        batches.append(
+            ProducedBatch(
+                header[9], header[10], header[11], bool(attributes & _TRANSACTIONAL), records
+            )
+        )
+        pos = end
+    return batches
+
+
+def _zigzag(value: int) -> bytes:
+    """A Kafka varint/varlong (zigzag, then 7 bits a byte, low first)."""
+    n = (value << 1) ^ (value >> 63)
+    if n < 0x80:
+        return _SMALL[n]
+    out = bytearray()
+    while n >= 0x80:
+        out.append((n & 0x7F) | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out)
+
+
+_SMALL: Final = [bytes([n]) for n in range(0x80)]
+_NULL: Final = _zigzag(-1)
+
+
+def encode_batch(stored: Sequence[rows.Row]) -> bytes:
+    """One uncompressed v2 batch of stored rows (offsets ascending, one partition)."""
+    first = stored[0]
+    base_offset, base_ts = first[1], first[2]
+    max_ts = base_ts
+    empty_headers = rows.EMPTY_HEADERS
+    body = bytearray()
+    for row in stored:
+        _, offset, timestamp, key, value, headers = row[:6]
+        max_ts = max(max_ts, timestamp)
+        part = bytearray(b"\x00")  # attributes
+        part += _zigzag(timestamp - base_ts)
+        part += _zigzag(offset - base_offset)
+        if key is None:
+            part += _NULL
+        else:
+            part += _zigzag(len(key))
+            part += key
+        part += _zigzag(len(value))
+        part += value
+        if headers == empty_headers:
+            part += b"\x00"
+        else:
+            decoded = rows.decode_headers(headers)
+            part += _zigzag(len(decoded))
+            for name, data in decoded:
+                encoded = name.encode()
+                part += _zigzag(len(encoded))
+                part += encoded
+                part += _zigzag(len(data))
+                part += data
+        body += _zigzag(len(part))
+        body += part
+    last = stored[-1]
+    header = bytearray(
+        _BATCH_HEADER.pack(
+            base_offset,
+            _BATCH_HEADER.size - _LOG_OVERHEAD + len(body),
+            0,  # partition leader epoch: one broker, one epoch
+            2,
+            0,  # the CRC, below
+            0,  # attributes: uncompressed, CreateTime, not transactional
+            last[1] - base_offset,
+            base_ts,
+            max_ts,
+            NO_PRODUCER_ID,
+            -1,
+            -1,
+            len(stored),
+        )
+    )
+    header += body
+    crc = calc_crc32c(memoryview(header)[_CRC_FROM:])
+    struct.pack_into(">I", header, 17, crc)
+    return bytes(header)

@@ -1,0 +1,247 @@
+"""Kafka's wire format, as a thin layer over kafka-python's protocol classes.
+
+kafka-python (3.x) builds a class per API from Kafka's own JSON message specs, with
+every version's fields, flexible versions and tagged fields; this module only adds what
+a broker needs and a client does not: reading a request's header before its body is
+known to be decodable, the table of the APIs and versions fencelog answers (ApiVersions
+advertises exactly this table), and framing the answers.
+
+A request frame is INT32 length, then the request header (v1: api_key, api_version,
+correlation_id, client_id; v2, for flexible versions, adds tagged fields), then the
+body. An answer is INT32 length, the response header (v0: correlation_id; v1 adds tagged
+fields; ApiVersions always answers with v0), then the body.
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+from typing import Any, Final
+
+from kafka.protocol import admin, consumer, metadata, producer, sasl
+
+
+@dataclass(frozen=True, slots=True)
+class Api:
+    """One Kafka API fencelog answers: its classes and the versions it implements."""
+
+    key: int
+    name: str
+    request: Any
+    response: Any
+    min_version: int
+    max_version: int
+
+    def flexible(self, version: int) -> bool:
+        return bool(self.request.flexible_version_q(version))
+
+
+def _api(request: Any, response: Any, low: int, high: int) -> Api:
+    return Api(request.API_KEY, request.name.removesuffix("Request"), request, response, low, high)
+
+
+# The versions: from the oldest each client still sends to the newest whose meaning
+# fencelog implements in full (the next one adds what it does not: topic ids in Produce
+# v13, Fetch v13 and Metadata v10+, batched groups in OffsetFetch v8, KIP-848 fields...).
+APIS: Final = {
+    api.key: api
+    for api in (
+        _api(producer.ProduceRequest, producer.ProduceResponse, 3, 9),
+        _api(consumer.FetchRequest, consumer.FetchResponse, 4, 12),
+        _api(consumer.ListOffsetsRequest, consumer.ListOffsetsResponse, 1, 6),
+        _api(metadata.MetadataRequest, metadata.MetadataResponse, 0, 9),
+        _api(consumer.OffsetCommitRequest, consumer.OffsetCommitResponse, 2, 8),
+        _api(consumer.OffsetFetchRequest, consumer.OffsetFetchResponse, 1, 7),
+        _api(metadata.FindCoordinatorRequest, metadata.FindCoordinatorResponse, 0, 4),
+        _api(consumer.JoinGroupRequest, consumer.JoinGroupResponse, 0, 7),
+        _api(consumer.HeartbeatRequest, consumer.HeartbeatResponse, 0, 4),
+        _api(consumer.LeaveGroupRequest, consumer.LeaveGroupResponse, 0, 4),
+        _api(consumer.SyncGroupRequest, consumer.SyncGroupResponse, 0, 5),
+        _api(sasl.SaslHandshakeRequest, sasl.SaslHandshakeResponse, 1, 1),
+        _api(metadata.ApiVersionsRequest, metadata.ApiVersionsResponse, 0, 3),
+        _api(admin.CreateTopicsRequest, admin.CreateTopicsResponse, 2, 6),
+        _api(producer.InitProducerIdRequest, producer.InitProducerIdResponse, 0, 4),
+        _api(producer.AddPartitionsToTxnRequest, producer.AddPartitionsToTxnResponse, 0, 3),
+        _api(producer.AddOffsetsToTxnRequest, producer.AddOffsetsToTxnResponse, 0, 3),
+        _api(producer.EndTxnRequest, producer.EndTxnResponse, 0, 3),
+        _api(producer.TxnOffsetCommitRequest, producer.TxnOffsetCommitResponse, 0, 3),
+        _api(sasl.SaslAuthenticateRequest, sasl.SaslAuthenticateResponse, 0, 2),
+    )
+}
+API_VERSIONS_KEY: Final = metadata.ApiVersionsRequest.API_KEY
+_HEADER: Final = struct.Struct(">hhi")
+_INT16: Final = struct.Struct(">h")
+_INT32: Final = struct.Struct(">i")
+
+
+class MalformedRequest(Exception):
+    """A request that cannot be read: its connection is closed after the answer, if any."""
+
+
+@dataclass(frozen=True, slots=True)
+class Header:
+    api_key: int
+    api_version: int
+    correlation_id: int
+    client_id: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class Request:
+    header: Header
+    api: Api | None  # None: an API fencelog does not answer
+    body: Any  # the decoded request; None when the api or its version is not answered
+
+
+def read_request(frame: bytes | memoryview) -> Request:
+    """A request frame (without its length prefix) as its header and, when fencelog
+    answers that API at that version, its decoded body. MalformedRequest when the
+    bytes are not a Kafka request."""
+    data = memoryview(frame)
+    if len(data) < _HEADER.size + 2:
+        raise MalformedRequest(f"a request of {len(data)} bytes is shorter than its header")
+    api_key, api_version, correlation_id = _HEADER.unpack_from(data)
+    (client_len,) = _INT16.unpack_from(data, _HEADER.size)
+    pos = _HEADER.size + 2
+    client_id: str | None = None
+    if client_len >= 0:
+        if pos + client_len > len(data):
+            raise MalformedRequest("the client id runs past the end of the request")
+        client_id = bytes(data[pos : pos + client_len]).decode("utf-8", "replace")
+        pos += client_len
+    header = Header(api_key, api_version, correlation_id, client_id)
+    api = APIS.get(api_key)
+    if api is None or not api.min_version <= api_version <= api.max_version:
+        return Request(header, api, None)
+    if api.flexible(api_version):
+        pos = _skip_tagged_fields(data, pos)
+    try:
+        body = api.request.decode(data[pos:], version=api_version)
+    except Exception as exc:  # kafka-python raises what struct and its codecs raise
+        raise MalformedRequest(
+            f"{api.name} v{api_version} request cannot be decoded: {exc}"
+        ) from exc
+    return Request(header, api, body)
+
+
+def _skip_tagged_fields(data: memoryview, pos: int) -> int:
+    count, pos = _uvarint(data, pos)
+    for _ in range(count):
+        _, pos = _uvarint(data, pos)  # tag
+        size, pos = _uvarint(data, pos)
+        pos += size
+        if pos > len(data):
+            raise MalformedRequest("a tagged field runs past the end of the request header")
+    return pos
+
+
+def _uvarint(data: memoryview, pos: int) -> tuple[int, int]:
+    value, shift = 0, 0
+    while True:
+        if pos >= len(data) or shift > 28:
+            raise MalformedRequest("a malformed varint in the request header")
+        byte = data[pos]
+        pos += 1
+        value |= (byte & 0x7F) << shift
+        if not byte & 0x80:
+            return value, pos
+        shift += 7
+
+
+def encode_response(header: Header, api: Api, body: Any) -> bytes:
+    """The framed answer to a request, at the request's version."""
+    version = header.api_version
+    flexible_header = api.flexible(version) and api.key != API_VERSIONS_KEY
+    payload = bytes(body.encode(version=version))
+    head = _INT32.pack(header.correlation_id) + (b"\x00" if flexible_header else b"")
+    return _INT32.pack(len(head) + len(payload)) + head + payload
+
+
+def api_versions_body(version: int, error_code: int = 0) -> Any:
+    """ApiVersions' answer: every API and version range of APIS."""
+    response = metadata.ApiVersionsResponse
+    keys = [
+        response.ApiVersion(
+            api_key=api.key, min_version=api.min_version, max_version=api.max_version
+        )
+        for api in sorted(APIS.values(), key=lambda api: api.key)
+    ]
+    return response(version=version, error_code=error_code, api_keys=keys, throttle_time_ms=0)
+
+
+def unsupported_version_answer(header: Header) -> bytes:
+    """Kafka's answer to an ApiVersions request of a version fencelog does not know:
+    UNSUPPORTED_VERSION with the supported versions, in v0, which every client reads."""
+    body = api_versions_body(0, UNSUPPORTED_VERSION)
+    payload = bytes(body.encode(version=0))
+    head = _INT32.pack(header.correlation_id)
+    return _INT32.pack(len(head) + len(payload)) + head + payload
+
+
+def error_answer(header: Header, api: Api, error_code: int) -> bytes | None:
+    """An answer to a request carrying error_code wherever the response has an error
+    field at its top level, or None when the response cannot say it (then the
+    connection is closed, which is what Kafka does)."""
+    version = header.api_version
+    if not 0 <= version <= api.response.max_version:
+        return None
+    fields = {f["name"] for f in api.response.json["fields"]}
+    if "ErrorCode" not in fields:
+        return None
+    body = api.response(version=version, error_code=error_code)
+    return encode_response(header, api, body)
+
+
+def unknown_api_message(header: Header) -> str:
+    api = APIS.get(header.api_key)
+    if api is None:
+        return f"Kafka API key {header.api_key} is not answered by fencelog"
+    return (
+        f"{api.name} v{header.api_version} is not answered by fencelog "
+        f"(versions {api.min_version} to {api.max_version} are)"
+    )
+
+
+# Kafka's error codes that fencelog answers (org.apache.kafka.common.protocol.Errors).
+NONE: Final = 0
+OFFSET_OUT_OF_RANGE: Final = 1
+CORRUPT_MESSAGE: Final = 2
+UNKNOWN_TOPIC_OR_PARTITION: Final = 3
+INVALID_FETCH_SIZE: Final = 4
+NOT_LEADER_OR_FOLLOWER: Final = 6
+REQUEST_TIMED_OUT: Final = 7
+MESSAGE_TOO_LARGE: Final = 10
+COORDINATOR_NOT_AVAILABLE: Final = 15
+NOT_COORDINATOR: Final = 16
+INVALID_TOPIC_EXCEPTION: Final = 17
+RECORD_LIST_TOO_LARGE: Final = 18
+ILLEGAL_GENERATION: Final = 22
+INCONSISTENT_GROUP_PROTOCOL: Final = 23
+INVALID_GROUP_ID: Final = 24
+UNKNOWN_MEMBER_ID: Final = 25
+INVALID_SESSION_TIMEOUT: Final = 26
+REBALANCE_IN_PROGRESS: Final = 27
+TOPIC_AUTHORIZATION_FAILED: Final = 29
+CLUSTER_AUTHORIZATION_FAILED: Final = 31
+INVALID_TIMESTAMP: Final = 32
+UNSUPPORTED_SASL_MECHANISM: Final = 33
+ILLEGAL_SASL_STATE: Final = 34
+UNSUPPORTED_VERSION: Final = 35
+TOPIC_ALREADY_EXISTS: Final = 36
+INVALID_PARTITIONS: Final = 37
+INVALID_REPLICATION_FACTOR: Final = 38
+INVALID_REQUEST: Final = 42
+UNSUPPORTED_FOR_MESSAGE_FORMAT: Final = 43
+OUT_OF_ORDER_SEQUENCE_NUMBER: Final = 45
+DUPLICATE_SEQUENCE_NUMBER: Final = 46
+INVALID_PRODUCER_EPOCH: Final = 47
+INVALID_TXN_STATE: Final = 48
+INVALID_PRODUCER_ID_MAPPING: Final = 49
+INVALID_TRANSACTION_TIMEOUT: Final = 50
+CONCURRENT_TRANSACTIONS: Final = 51
+SASL_AUTHENTICATION_FAILED: Final = 58
+UNKNOWN_PRODUCER_ID: Final = 59
+KAFKA_STORAGE_ERROR: Final = 56
+GROUP_ID_NOT_FOUND: Final = 69
+UNKNOWN_SERVER_ERROR: Final = -1
+PRODUCER_FENCED: Final = 90
