@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 BENCH_STAMP := $(VENV)/.installed-bench
 SUDO := $(if $(filter 0,$(shell id -u)),,sudo -n)
 
-.PHONY: demo test lint typecheck unit docs bench chaos clean
+.PHONY: demo test lint typecheck unit docs bench chaos clean kcat
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -27,8 +27,18 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy
 
-unit: $(STAMP)
+unit: $(STAMP) kcat
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/pytest -q
+
+# kcat, Debian's Kafka command-line client, for tests/kafka_listener; without it those
+# tests skip and say why.
+kcat:
+	@command -v kcat >/dev/null 2>&1 || \
+		{ $(SUDO) apt-get install -y -qq kcat || \
+		{ $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq kcat; }; } \
+		>/dev/null 2>&1 || \
+		echo "make: kcat is missing and apt-get could not install it;" \
+			"its tests will be skipped" >&2
 
 docs: $(STAMP)
 	$(BIN)/python -m cli.docs write

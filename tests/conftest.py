@@ -3,6 +3,7 @@ open engine, and real subprocesses that are stopped at teardown."""
 
 from __future__ import annotations
 
+import shutil
 import threading
 from collections.abc import Iterator, Mapping
 from pathlib import Path
@@ -13,6 +14,7 @@ from click.testing import CliRunner, Result
 import broker
 from cli.main import command
 from support.helpers import Invoke, Processes
+from support.servers import ServeProcess, serving
 from support.waiting import wait_until
 
 
@@ -85,3 +87,30 @@ def no_thread_is_left() -> Iterator[None]:
         THREADS_END_WITHIN_S,
         message="every thread the test started has ended",
     )
+
+
+# the Kafka listener (tests/kafka_listener) ------------------------------------------------------
+
+
+@pytest.fixture
+def kafka_server(tmp_path: Path) -> Iterator[ServeProcess]:
+    """`fencelog serve --kafka-listen 127.0.0.1:0` on a fresh data directory, stopped at
+    teardown."""
+    serve_args = ("--no-unix", "--kafka-listen", "127.0.0.1:0")
+    with serving(tmp_path / "data", tmp_path / "ready.json", serve_args=serve_args) as server:
+        yield server
+
+
+@pytest.fixture
+def kafka(kafka_server: ServeProcess) -> str:
+    """The Kafka listener's HOST:PORT, as bootstrap.servers takes it."""
+    return kafka_server.kafka
+
+
+@pytest.fixture
+def kcat() -> str:
+    """Debian's kcat (`make test` installs it); its tests skip, saying so, without it."""
+    found = shutil.which("kcat")
+    if found is None:
+        pytest.skip("kcat is not installed (Debian's kcat package; `make test` installs it)")
+    return found

@@ -244,6 +244,11 @@ class ServeProcess:
     def address(self) -> str:
         return f"tcp://{self.tcp}"
 
+    @property
+    def kafka(self) -> str:
+        """The Kafka listener's HOST:PORT (serve_args with --kafka-listen)."""
+        return str(self.info["kafka"])
+
     def stderr_text(self) -> str:
         return self.process.stderr_text()
 

@@ -1,0 +1,187 @@
+"""The Kafka codec (broker/kafka/wire.py, records.py) against bytes real clients sent.
+
+golden/requests.json holds the first frame of each (API key, version) that librdkafka,
+kafka-python and aiokafka sent while producing one record (golden/capture.py makes it).
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from kafka.protocol.metadata import ApiVersionsResponse
+from kafka.record.default_records import DefaultRecordBatch, DefaultRecordBatchBuilder
+
+from broker import rows
+from broker.kafka import records, wire
+from broker.kafka.records import BadRecords
+
+GOLDEN: dict[str, dict[str, str]] = json.loads(
+    (Path(__file__).parent / "golden" / "requests.json").read_text()
+)
+CLIENTS = sorted(GOLDEN)
+
+
+def golden(client: str, api_key: int) -> list[tuple[int, bytes]]:
+    return [
+        (int(name.split("/v")[1]), bytes.fromhex(frame))
+        for name, frame in GOLDEN[client].items()
+        if int(name.split("/")[0]) == api_key
+    ]
+
+
+@pytest.mark.parametrize("client", CLIENTS)
+def test_every_captured_request_decodes(client: str) -> None:
+    for name, frame in GOLDEN[client].items():
+        request = wire.read_request(bytes.fromhex(frame))
+        key, version = (int(part) for part in name.split("/v"))
+        assert (request.header.api_key, request.header.api_version) == (key, version)
+        assert request.header.client_id, "every client names itself"
+        api = wire.APIS[key]
+        if api.min_version <= version <= api.max_version:
+            assert request.body is not None, name
+        else:
+            assert request.body is None, name  # answered with UNSUPPORTED_VERSION
+
+
+@pytest.mark.parametrize("client", CLIENTS)
+def test_a_captured_produce_holds_the_record_the_client_sent(client: str) -> None:
+    ((_, frame),) = golden(client, 0)
+    body = wire.read_request(frame).body
+    ((topic,),) = [[t.name for t in body.topic_data]]
+    assert topic == "golden"
+    (part,) = body.topic_data[0].partition_data
+    (batch,) = records.read_batches(part.records, part.index)
+    (record,) = batch.records
+    assert (record.key, record.value, record.headers) == (b"k", client.encode(), (("h", b"1"),))
+    assert record.partition == part.index
+    if client == "librdkafka":  # idempotence on: a producer id and the first sequence
+        assert (batch.producer_id > 0, batch.producer_epoch, batch.base_sequence) == (True, 0, 0)
+
+
+def test_an_apiversions_of_an_unknown_version_gets_unsupported_version_in_v0() -> None:
+    (frame,) = [f for v, f in golden("kafka-python", wire.API_VERSIONS_KEY) if v == 4]
+    request = wire.read_request(frame)
+    assert request.body is None
+    answer = wire.unsupported_version_answer(request.header)
+    (size, correlation) = struct.unpack_from(">ii", answer)
+    assert size == len(answer) - 4
+    assert correlation == request.header.correlation_id
+    body = ApiVersionsResponse.decode(answer[8:], version=0)
+    assert body.error_code == wire.UNSUPPORTED_VERSION
+    advertised = {k.api_key: (k.min_version, k.max_version) for k in body.api_keys}
+    assert advertised[wire.API_VERSIONS_KEY] == (0, 3)
+    assert advertised == {a.key: (a.min_version, a.max_version) for a in wire.APIS.values()}
+
+
+def test_answers_carry_the_correlation_id_and_the_header_of_their_version() -> None:
+    (version, frame) = golden("librdkafka", 3)[0]
+    request = wire.read_request(frame)
+    assert request.api is not None and request.api.flexible(version)
+    body = request.api.response(version=version, brokers=[], topics=[], cluster_id=None)
+    answer = wire.encode_response(request.header, request.api, body)
+    size, correlation, tagged = struct.unpack_from(">iib", answer)
+    assert (size, correlation, tagged) == (len(answer) - 4, request.header.correlation_id, 0)
+    # ApiVersions answers with the v0 header even in its flexible versions
+    ((v3, api_versions),) = golden("librdkafka", 18)
+    asked = wire.read_request(api_versions)
+    assert asked.api is not None
+    answer = wire.encode_response(asked.header, asked.api, wire.api_versions_body(v3))
+    decoded = ApiVersionsResponse.decode(answer[8:], version=v3)
+    assert decoded.error_code == 0
+
+
+@pytest.mark.parametrize(
+    "frame",
+    [b"", b"\x00\x03", b"\x00\x03\x00\x09\x00\x00\x00\x01\x7f\xff", b"\x00\x12\x00\x03\x00"],
+)
+def test_a_truncated_header_is_malformed(frame: bytes) -> None:
+    with pytest.raises(wire.MalformedRequest):
+        wire.read_request(frame)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.binary(max_size=200))
+def test_any_bytes_decode_or_are_malformed(frame: bytes) -> None:
+    try:
+        request = wire.read_request(frame)
+    except wire.MalformedRequest:
+        return
+    assert request.header.api_key == struct.unpack_from(">h", frame)[0]
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.binary(max_size=300))
+def test_any_record_bytes_are_read_or_refused_with_a_kafka_error(data: bytes) -> None:
+    try:
+        records.read_batches(data, 0)
+    except BadRecords as bad:
+        assert bad.code in {
+            wire.CORRUPT_MESSAGE,
+            wire.UNSUPPORTED_FOR_MESSAGE_FORMAT,
+            wire.INVALID_REQUEST,
+        }
+
+
+def built(compression: int = 0, count: int = 3) -> bytes:
+    builder = DefaultRecordBatchBuilder(
+        magic=2,
+        compression_type=compression,
+        is_transactional=False,
+        producer_id=-1,
+        producer_epoch=-1,
+        base_sequence=-1,
+        batch_size=1 << 20,
+    )
+    for i in range(count):
+        builder.append(i, timestamp=1000 + i, key=b"k%d" % i, value=b"v%d" % i, headers=[])
+    return bytes(builder.build())
+
+
+@pytest.mark.parametrize("codec", [0, 1, 2, 3, 4], ids=["none", "gzip", "snappy", "lz4", "zstd"])
+def test_batches_of_every_codec_clients_use_are_read(codec: int) -> None:
+    (batch,) = records.read_batches(built(codec), 2)
+    assert [(r.key, r.value, r.timestamp_ms, r.partition) for r in batch.records] == [
+        (b"k%d" % i, b"v%d" % i, 1000 + i, 2) for i in range(3)
+    ]
+
+
+def test_a_damaged_batch_is_refused_as_corrupt() -> None:
+    data = bytearray(built())
+    data[-1] ^= 0xFF
+    with pytest.raises(BadRecords, match="CRC") as refused:
+        records.read_batches(bytes(data), 0)
+    assert refused.value.code == wire.CORRUPT_MESSAGE
+    with pytest.raises(BadRecords) as short:
+        records.read_batches(built()[:-5], 0)
+    assert short.value.code == wire.CORRUPT_MESSAGE
+
+
+def test_old_message_formats_are_refused_as_unsupported() -> None:
+    data = bytearray(built())
+    data[16] = 1  # magic v1
+    with pytest.raises(BadRecords) as refused:
+        records.read_batches(bytes(data), 0)
+    assert refused.value.code == wire.UNSUPPORTED_FOR_MESSAGE_FORMAT
+
+
+def test_a_fetched_batch_reads_back_as_kafka_records() -> None:
+    headers = rows.encode_headers((("h", b"\x00"), ("g", b"")))
+    stored: list[Any] = [
+        (0, 7, 5_000, b"key", b"value", headers, 0, 0, 0, 0, None),
+        (0, 8, 4_000, None, b"", rows.EMPTY_HEADERS, 0, 0, 0, 0, None),
+        (0, 9, 6_000, b"", b"x" * 300, rows.EMPTY_HEADERS, 0, 0, 0, 0, None),
+    ]
+    batch = DefaultRecordBatch(records.encode_batch(stored))
+    batch.validate_crc()
+    assert (batch.base_offset, batch.next_offset, batch.max_timestamp) == (7, 10, 6_000)
+    assert [(r.offset, r.timestamp, r.key, r.value, r.headers) for r in batch] == [
+        (7, 5_000, b"key", b"value", [("h", b"\x00"), ("g", b"")]),
+        (8, 4_000, None, b"", []),
+        (9, 6_000, b"", b"x" * 300, []),
+    ]
