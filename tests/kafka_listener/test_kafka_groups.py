@@ -1,0 +1,124 @@
+"""Consumer group generations are ownership generations: a zombie member's commit is
+refused, and a generation is never handed out twice (raw requests, as no client sends a
+zombie's commit on purpose)."""
+
+from __future__ import annotations
+
+import concurrent.futures
+import time
+from typing import Any
+
+from kafka.protocol.consumer import (
+    HeartbeatRequest,
+    JoinGroupRequest,
+    OffsetCommitRequest,
+    OffsetFetchRequest,
+    SyncGroupRequest,
+)
+
+from broker.client.client import connect
+from broker.kafka import wire
+from support.kafka_raw import STEP_TIMEOUT_S, RawKafka
+from support.servers import ServeProcess
+
+GROUP = "zombies"
+
+
+def join(member: RawKafka, member_id: str = "") -> Any:
+    protocol = JoinGroupRequest.JoinGroupRequestProtocol(name="range", metadata=b"m")
+    request = JoinGroupRequest(
+        group_id=GROUP,
+        session_timeout_ms=10_000,
+        rebalance_timeout_ms=10_000,
+        member_id=member_id,
+        group_instance_id=None,
+        protocol_type="consumer",
+        protocols=[protocol],
+    )
+    return member.call(request, 5)
+
+
+def sync(member: RawKafka, generation: int, member_id: str, assignments: dict[str, bytes]) -> Any:
+    request = SyncGroupRequest(
+        group_id=GROUP,
+        generation_id=generation,
+        member_id=member_id,
+        group_instance_id=None,
+        assignments=[
+            SyncGroupRequest.SyncGroupRequestAssignment(member_id=m, assignment=a)
+            for m, a in assignments.items()
+        ],
+    )
+    return member.call(request, 3)
+
+
+def commit(member: RawKafka, generation: int, member_id: str, offset: int) -> int:
+    topic_cls = OffsetCommitRequest.OffsetCommitRequestTopic
+    request = OffsetCommitRequest(
+        group_id=GROUP,
+        generation_id_or_member_epoch=generation,
+        member_id=member_id,
+        group_instance_id=None,
+        topics=[
+            topic_cls(
+                name="work",
+                partitions=[
+                    topic_cls.OffsetCommitRequestPartition(
+                        partition_index=0, committed_offset=offset, committed_metadata=None
+                    )
+                ],
+            )
+        ],
+    )
+    answer = member.call(request, 7)
+    (code,) = {p.error_code for t in answer.topics for p in t.partitions}
+    return int(code)
+
+
+def committed(member: RawKafka) -> int:
+    topic_cls = OffsetFetchRequest.OffsetFetchRequestTopic
+    request = OffsetFetchRequest(
+        group_id=GROUP, topics=[topic_cls(name="work", partition_indexes=[0])]
+    )
+    answer = member.call(request, 5)
+    return int(answer.topics[0].partitions[0].committed_offset)
+
+
+def test_a_zombie_members_commit_is_refused(kafka_server: ServeProcess, kafka: str) -> None:
+    with connect(kafka_server.address) as client:
+        client.create_topic("work")
+    first, second, third = RawKafka(kafka), RawKafka(kafka), RawKafka(kafka)
+    try:
+        joined = join(first)
+        assert joined.error_code == wire.NONE
+        one, first_id = joined.generation_id, joined.member_id
+        assert sync(first, one, first_id, {first_id: b"p0"}).assignment == b"p0"
+        assert commit(first, one, first_id, 5) == wire.NONE
+
+        with concurrent.futures.ThreadPoolExecutor(2) as pool:
+            newcomer = pool.submit(join, second)
+            # the first member hears of the rebalance on its heartbeat and joins again
+            beat = HeartbeatRequest(group_id=GROUP, generation_id=one, member_id=first_id)
+            deadline = time.monotonic() + STEP_TIMEOUT_S
+            while (code := first.call(beat, 3).error_code) == wire.NONE:
+                assert time.monotonic() < deadline, "no rebalance within the step"
+                time.sleep(0.02)
+            assert code == wire.REBALANCE_IN_PROGRESS
+            rejoined = pool.submit(join, first, first_id).result(STEP_TIMEOUT_S)
+            second_joined = newcomer.result(STEP_TIMEOUT_S)
+        two = rejoined.generation_id
+        assert two == second_joined.generation_id > one
+
+        # the first member's earlier incarnation (generation one) is a zombie now
+        assert commit(first, one, first_id, 99) == wire.ILLEGAL_GENERATION
+        assert commit(third, two, "nobody-knows-me", 99) == wire.UNKNOWN_MEMBER_ID
+        assert commit(third, -1, "", 99) == wire.ILLEGAL_GENERATION  # the group has members
+        assert committed(third) == 5
+
+        # the generation lives in the ownership table, under the group `kafka`
+        with connect(kafka_server.address) as client:
+            (row,) = [r for r in client.ownership("kafka") if r.resource == GROUP]
+        assert row.generation == two
+    finally:
+        for member in (first, second, third):
+            member.close()
