@@ -216,7 +216,7 @@ class Server:
             self,
             host=listen.host,
             port=listen.port,
-            auth_token=self._auth_token if not _is_loopback(listen.host) else None,
+            auth_token=self._auth_token,  # the native rule: a token given binds every client
             auto_create=listen.auto_create,
             default_partitions=listen.partitions,
             cluster_id=f"fencelog-{self._run}",
