@@ -21,8 +21,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Final
 
+from kafka import codec as codecs
 from kafka.errors import CorruptRecordError, UnsupportedCodecError
-from kafka.record.default_records import DefaultRecordBatch
 from kafka.record.util import calc_crc32c
 
 from broker import rows
@@ -37,6 +37,7 @@ _CRC_FROM: Final = 21  # the CRC covers Attributes to the end
 _MAGIC_AT: Final = 16
 _TRANSACTIONAL: Final = 0x10
 _CONTROL: Final = 0x20
+_CODEC: Final = 0x07
 NO_PRODUCER_ID: Final = -1
 
 
@@ -83,18 +84,9 @@ def read_batches(data: bytes | memoryview | None, partition: int) -> list[Produc
         attributes = header[5]
         if attributes & _CONTROL:
             raise BadRecords(wire.INVALID_REQUEST, "a producer cannot send control batches")
-        batch = DefaultRecordBatch(view[pos:end])
         try:
-            records = [
-                NewRecord(
-                    b"" if r.value is None else r.value,
-                    r.key,
-                    tuple((k, b"" if v is None else v) for k, v in r.headers),
-                    partition,
-                    r.timestamp,
-                )
-                for r in batch
-            ]
+            body = _decompressed(view[pos + _BATCH_HEADER.size : end], attributes & _CODEC)
+            records = _read_records(body, header[12], header[7], partition)
         except UnsupportedCodecError as exc:
             raise BadRecords(wire.UNSUPPORTED_FOR_MESSAGE_FORMAT, str(exc)) from exc
         except (CorruptRecordError, ValueError, IndexError, OSError, EOFError) as exc:
@@ -108,6 +100,104 @@ def read_batches(data: bytes | memoryview | None, partition: int) -> list[Produc
         )
         pos = end
     return batches
+
+
+def _decompressed(data: memoryview, codec: int) -> bytes:
+    """A batch's record bytes, decompressed with kafka-python's codecs."""
+    if codec == 0:
+        return bytes(data)
+    if codec > 4:
+        raise UnsupportedCodecError(f"unknown compression codec {codec}")
+    name = ("", "gzip", "snappy", "lz4", "zstd")[codec]
+    if not getattr(codecs, f"has_{name}")():
+        raise UnsupportedCodecError(f"{name} batches need the {name} library")
+    decode = getattr(codecs, f"{name}_decode")
+    return bytes(decode(data.tobytes()))
+
+
+def _read_records(
+    body: bytes, count: int, base_timestamp: int, partition: int
+) -> list[NewRecord]:
+    """count records of a v2 batch body. Each is Length, Attributes, TimestampDelta,
+    OffsetDelta, Key, Value and Headers, every number a zigzag varint: the one-byte
+    ones (almost all) are read inline, the others by _varint."""
+    records: list[NewRecord] = []
+    append = records.append
+    pos = 0
+    for _ in range(count):
+        byte = body[pos]
+        if byte < 0x80:
+            length, pos = (byte >> 1) ^ -(byte & 1), pos + 1
+        else:
+            length, pos = _varint(body, pos)
+        end = pos + length
+        pos += 1  # attributes: unused
+        byte = body[pos]
+        if byte < 0x80:
+            delta, pos = (byte >> 1) ^ -(byte & 1), pos + 1
+        else:
+            delta, pos = _varint(body, pos)
+        byte = body[pos]
+        pos = pos + 1 if byte < 0x80 else _varint(body, pos)[1]  # offset delta: unused
+        byte = body[pos]
+        if byte < 0x80:
+            size, pos = (byte >> 1) ^ -(byte & 1), pos + 1
+        else:
+            size, pos = _varint(body, pos)
+        key = None
+        if size >= 0:
+            key, pos = body[pos : pos + size], pos + size
+        byte = body[pos]
+        if byte < 0x80:
+            size, pos = (byte >> 1) ^ -(byte & 1), pos + 1
+        else:
+            size, pos = _varint(body, pos)
+        value = b""
+        if size >= 0:
+            value, pos = body[pos : pos + size], pos + size
+        headers: tuple[tuple[str, bytes], ...] = ()
+        if body[pos] == 0:
+            pos += 1
+        else:
+            headers, pos = _headers(body, pos)
+        if pos != end:
+            raise CorruptRecordError(f"a record's length says {length}, its fields differ")
+        append(NewRecord(value, key, headers, partition, base_timestamp + delta))
+    if pos != len(body):
+        raise CorruptRecordError(f"{len(body) - pos} bytes after the batch's last record")
+    return records
+
+
+def _headers(body: bytes, pos: int) -> tuple[tuple[tuple[str, bytes], ...], int]:
+    count, pos = _varint(body, pos)
+    if count < 0:
+        raise CorruptRecordError(f"a record with {count} headers")
+    headers = []
+    for _ in range(count):
+        size, pos = _varint(body, pos)
+        if size < 0:
+            raise CorruptRecordError("a header without a name")
+        name = body[pos : pos + size].decode()
+        pos += size
+        size, pos = _varint(body, pos)
+        data = b""
+        if size >= 0:
+            data, pos = body[pos : pos + size], pos + size
+        headers.append((name, data))
+    return tuple(headers), pos
+
+
+def _varint(data: bytes, pos: int) -> tuple[int, int]:
+    value, shift = 0, 0
+    while True:
+        byte = data[pos]
+        pos += 1
+        value |= (byte & 0x7F) << shift
+        if not byte & 0x80:
+            return (value >> 1) ^ -(value & 1), pos
+        shift += 7
+        if shift > 63:
+            raise CorruptRecordError("a varint longer than 10 bytes")
 
 
 def _zigzag(value: int) -> bytes:
