@@ -41,6 +41,9 @@ Row = tuple[int, int, int, bytes | None, bytes, bytes, int, int, int, int, int |
 
 
 ROW_KEY, ROW_VALUE, ROW_HEADERS, ROW_FIELDS = 3, 4, 5, 11
+# What a Kafka record batch holds of a stored record: (offset, timestamp_ms, key, value,
+# headers as stored).
+KafkaRow = tuple[int, int, bytes | None, bytes, bytes]
 
 
 def records_of(topic: str, rows: Sequence[Row]) -> list[Record]:

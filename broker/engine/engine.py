@@ -577,6 +577,18 @@ class Engine:
                     break
         return found
 
+    def fetch_kafka_rows(
+        self, topic: str, partition: int, offset: int, max_records: int
+    ) -> list[rows.KafkaRow]:
+        """(offset, timestamp_ms, key, value, stored headers) of up to max_records
+        records from offset: what the Kafka listener puts in a record batch."""
+        limit = _bounded(max_records, self.limits.read_records_max)
+        with self.database.read() as conn:
+            row = self._topic(conn, topic)
+            record_rules.check_partition(topic, partition, row.partitions)
+            _check_offset(offset)
+            return logs.read_kafka_rows(conn, row, partition, offset, limit)
+
     def fetch_arrow(
         self,
         topic: str,

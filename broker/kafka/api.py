@@ -32,7 +32,8 @@ from broker.kafka import records as kafka_records
 from broker.kafka import wire
 from broker.kafka.groups import Coordinator
 from broker.limits import Limits
-from broker.types import AppendResult, ProducerFields, TopicInfo
+from broker.rows import KafkaRow
+from broker.types import AppendResult, PartitionInfo, ProducerFields, TopicInfo
 
 if TYPE_CHECKING:
     from broker.kafka.listener import KafkaConnection
@@ -43,7 +44,7 @@ NODE_ID: Final = 0
 OWNERSHIP_GROUP: Final = "kafka"  # the ownership group of consumer group generations
 LATEST: Final = -1
 EARLIEST: Final = -2
-_TXN_APIS: Final = frozenset({24, 25, 26, 28})
+_RECORD_OVERHEAD: Final = 16  # a record's bytes in a batch beyond its key and value, about
 
 
 class Backend(Protocol):
@@ -772,35 +773,46 @@ def _read_fetch(
         except BrokerError:
             parts.extend((p, wire.UNKNOWN_TOPIC_OR_PARTITION, -1, None) for p, _, _ in partitions)
             continue
-        ends = {p.partition: p.end_offset for p in info.partition_details}
+        details = {p.partition: p for p in info.partition_details}
         for partition, offset, partition_max in partitions:
-            end = ends.get(partition)
-            if end is None:
+            detail = details.get(partition)
+            if detail is None:
                 parts.append((partition, wire.UNKNOWN_TOPIC_OR_PARTITION, -1, None))
                 continue
+            end = detail.end_offset
             if offset < 0 or offset > end:
                 parts.append((partition, wire.OFFSET_OUT_OF_RANGE, end, None))
                 continue
             batch = None
             if offset < end and budget > 0:
-                rows = reader.fetch_rows(topic, {partition: offset}, None)
-                rows = _within(rows, min(partition_max, budget))
-                if rows:
-                    batch = kafka_records.encode_batch(rows)
+                limit = min(partition_max, budget)
+                stored = reader.fetch_kafka_rows(
+                    topic, partition, offset, _records_in(detail, limit)
+                )
+                stored = _within(stored, limit)
+                if stored:
+                    batch = kafka_records.encode_batch(stored)
                     budget -= len(batch)
-                    end = max(end, rows[-1][1] + 1)
+                    end = max(end, stored[-1][0] + 1)
             parts.append((partition, wire.NONE, end, batch))
     return found
 
 
-def _within(rows: list[Any], limit: int) -> list[Any]:
-    """The first rows whose keys and values fit in limit bytes (always the first one)."""
+def _records_in(detail: PartitionInfo, limit: int) -> int:
+    """About how many of the partition's records fit in limit bytes (its average record
+    size says), so a fetch reads no rows it then drops."""
+    average = detail.bytes // detail.records if detail.records else 0
+    return max(1, limit // (average + _RECORD_OVERHEAD) + 1)
+
+
+def _within(stored: list[KafkaRow], limit: int) -> list[KafkaRow]:
+    """The first records whose keys and values fit in limit bytes (always the first)."""
     total = 0
-    for index, row in enumerate(rows):
-        total += len(row[4]) + (len(row[3]) if row[3] is not None else 0) + 16
+    for index, row in enumerate(stored):
+        total += len(row[3]) + (len(row[2]) if row[2] is not None else 0) + _RECORD_OVERHEAD
         if total > limit and index > 0:
-            return rows[:index]
-    return rows
+            return stored[:index]
+    return stored
 
 
 def _read_offsets(

@@ -15,6 +15,7 @@ from itertools import repeat
 
 from broker.rows import (
     EMPTY_HEADERS,
+    KafkaRow,
     Row,
     encode_headers,
 )
@@ -103,17 +104,24 @@ class Appends:
     partition. Whoever reads the log or the lease rows inside the transaction flushes
     first."""
 
-    __slots__ = ("ends", "leases", "plain", "records", "runs")
+    __slots__ = ("ends", "leases", "plain", "records", "runs", "stamped_runs")
 
     def __init__(self) -> None:
         self.records: list[tuple[object, ...]] = []
         self.plain: list[tuple[object, ...]] = []  # no key, headers or transaction
         self.runs: list[tuple[object, ...]] = []  # record_insert_run's parameters
+        self.stamped_runs: list[tuple[object, ...]] = []  # record_insert_stamped_run's
         self.leases: list[tuple[int, int, int, int, int]] = []
         self.ends: dict[tuple[int, int], list[int]] = {}  # part: [records, bytes]
 
     def __len__(self) -> int:
-        return len(self.records) + len(self.plain) + len(self.runs) + len(self.leases)
+        return (
+            len(self.records)
+            + len(self.plain)
+            + len(self.runs)
+            + len(self.stamped_runs)
+            + len(self.leases)
+        )
 
     def add(
         self,
@@ -189,6 +197,45 @@ class Appends:
                     repeat(epoch),
                 )
             )
+        elif txn_id is None and count >= RUN_ROWS and stamped_records(records):
+            # A batch with the producer's timestamps and nothing else (a Kafka client's):
+            # runs as the plain batch above, the rest one row each.
+            values = list(map(bytearray, map(_VALUE, records)))
+            stamps = list(map(_TIMESTAMP, records))
+            step = 1 if pid else 0
+            in_runs = count - count % RUN_ROWS
+            self.stamped_runs.extend(
+                (
+                    topic_id,
+                    partition,
+                    base_offset + start,
+                    pid,
+                    generation,
+                    (first_sequence + start) * step,
+                    step,
+                    epoch,
+                    *values[start : start + RUN_ROWS],
+                    *stamps[start : start + RUN_ROWS],
+                )
+                for start in range(0, in_runs, RUN_ROWS)
+            )
+            self.records.extend(
+                (
+                    topic_id,
+                    partition,
+                    base_offset + index,
+                    stamps[index],
+                    None,
+                    values[index],
+                    EMPTY_HEADERS,
+                    pid,
+                    generation,
+                    first_sequence + index if pid else 0,
+                    epoch,
+                    None,
+                )
+                for index in range(in_runs, count)
+            )
         else:
             self.records.extend(
                 (
@@ -224,6 +271,9 @@ class Appends:
         if self.runs:
             conn.executemany(Q["record_insert_run"], self.runs)
             self.runs.clear()
+        if self.stamped_runs:
+            conn.executemany(Q["record_insert_stamped_run"], self.stamped_runs)
+            self.stamped_runs.clear()
         if self.plain:
             conn.executemany(Q["record_insert_plain"], self.plain)
             self.plain.clear()
@@ -268,10 +318,27 @@ def plain_records(records: Sequence[NewRecord]) -> bool:
     )
 
 
+def stamped_records(records: Sequence[NewRecord]) -> bool:
+    """Timestamps of the producer's, and no key or headers: the *_stamped_run insert."""
+    count = len(records)
+    return (
+        list(map(_KEY, records)).count(None) == count
+        and not any(map(_HEADERS, records))
+        and None not in map(_TIMESTAMP, records)
+    )
+
+
 def read_rows(
     conn: sqlite3.Connection, topic: TopicRow, partition: int, offset: int, max_records: int
 ) -> list[Row]:
     cursor = conn.execute(Q["records_read_rows"], (topic.topic_id, partition, offset, max_records))
+    return cursor.fetchall()
+
+
+def read_kafka_rows(
+    conn: sqlite3.Connection, topic: TopicRow, partition: int, offset: int, max_records: int
+) -> list[KafkaRow]:
+    cursor = conn.execute(Q["records_read_kafka"], (topic.topic_id, partition, offset, max_records))
     return cursor.fetchall()
 
 

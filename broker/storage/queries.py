@@ -27,11 +27,15 @@ def _load() -> MappingProxyType[str, str]:
 
 
 def _run(template: str) -> str:
-    """The template's one VALUES row RUN_ROWS times, {i} and {value} filled in."""
+    """The template's one VALUES row RUN_ROWS times, {i}, {value} and {stamp} filled in
+    ({stamp}: a per-row parameter numbered after every row's {value})."""
     head, _, row = template.rpartition("VALUES")
     row = row.strip().removesuffix(";")
     first_value = 1 + max(int(number) for number in _PARAMETER.findall(row))
-    rows = (row.format(i=i, value=f"?{first_value + i}") for i in range(RUN_ROWS))
+    rows = (
+        row.format(i=i, value=f"?{first_value + i}", stamp=f"?{first_value + RUN_ROWS + i}")
+        for i in range(RUN_ROWS)
+    )
     return f"{head}VALUES {', '.join(rows)};"
 
 

@@ -55,6 +55,15 @@ INSERT INTO records (topic_id, partition, offset, timestamp_ms, key, value, head
                      producer_id, generation, sequence, epoch, txn_id)
 VALUES (?1, ?2, ?3 + {i}, ?4, NULL, {value}, X'90', ?5, ?6, ?7 + {i} * ?8, ?9, NULL);
 
+-- name: record_insert_stamped_run
+-- RUN_ROWS consecutive records of one batch with the producer's timestamps and no key or
+-- headers (what Kafka clients send): record_insert_run with a timestamp per row. ?1-?8:
+-- topic, partition, first offset, pid, generation, first sequence, sequence step, epoch;
+-- then the RUN_ROWS values, then the RUN_ROWS timestamps.
+INSERT INTO records (topic_id, partition, offset, timestamp_ms, key, value, headers,
+                     producer_id, generation, sequence, epoch, txn_id)
+VALUES (?1, ?2, ?3 + {i}, {stamp}, NULL, {value}, X'90', ?4, ?5, ?6 + {i} * ?7, ?8, NULL);
+
 -- name: records_page_first
 -- The first record of a page, which records_page_summary compares every row with.
 SELECT timestamp_ms, length(value), producer_id, generation, sequence, epoch, txn_id, value
@@ -579,3 +588,11 @@ UPDATE kafka_producers SET txn_id = ?2, updated_ms = ?3 WHERE transactional_id =
 SELECT offset, timestamp_ms FROM records
 WHERE topic_id = ? AND partition = ? AND timestamp_ms >= ?
 ORDER BY offset LIMIT 1;
+
+-- name: records_read_kafka
+-- What a Kafka record batch holds of a record: offset, timestamp, key, value, headers.
+SELECT offset, timestamp_ms, key, value, headers
+FROM records
+WHERE topic_id = ? AND partition = ? AND offset >= ?
+ORDER BY offset
+LIMIT ?;

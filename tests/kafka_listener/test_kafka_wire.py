@@ -173,15 +173,17 @@ def test_old_message_formats_are_refused_as_unsupported() -> None:
 def test_a_fetched_batch_reads_back_as_kafka_records() -> None:
     headers = rows.encode_headers((("h", b"\x00"), ("g", b"")))
     stored: list[Any] = [
-        (0, 7, 5_000, b"key", b"value", headers, 0, 0, 0, 0, None),
-        (0, 8, 4_000, None, b"", rows.EMPTY_HEADERS, 0, 0, 0, 0, None),
-        (0, 9, 6_000, b"", b"x" * 300, rows.EMPTY_HEADERS, 0, 0, 0, 0, None),
+        (7, 5_000, b"key", b"value", headers),
+        (8, 4_000, None, b"", rows.EMPTY_HEADERS),
+        (9, 6_000, b"", b"x" * 300, rows.EMPTY_HEADERS),
+        (10, 6_000 + 20_000, b"k" * 20_000, b"", rows.EMPTY_HEADERS),  # two-byte varints
     ]
     batch = DefaultRecordBatch(records.encode_batch(stored))
     batch.validate_crc()
-    assert (batch.base_offset, batch.next_offset, batch.max_timestamp) == (7, 10, 6_000)
+    assert (batch.base_offset, batch.next_offset, batch.max_timestamp) == (7, 11, 26_000)
     assert [(r.offset, r.timestamp, r.key, r.value, r.headers) for r in batch] == [
         (7, 5_000, b"key", b"value", [("h", b"\x00"), ("g", b"")]),
         (8, 4_000, None, b"", []),
         (9, 6_000, b"", b"x" * 300, []),
+        (10, 26_000, b"k" * 20_000, b"", []),
     ]

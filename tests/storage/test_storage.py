@@ -138,6 +138,38 @@ def test_plain_batches_of_any_size_store_every_offset_and_sequence(
     assert engine.describe_topic("runs").partition_details[1].end_offset == 2 * size + 1
 
 
+@pytest.mark.parametrize("size", [RUN_ROWS - 1, RUN_ROWS, RUN_ROWS + 1, 3 * RUN_ROWS + 5])
+def test_batches_with_their_own_timestamps_store_each_records(
+    engine: broker.Engine, size: int
+) -> None:
+    """A batch whose records carry the producer's timestamps and nothing else (a Kafka
+    client's) goes in runs too: every record keeps its own timestamp, offset and
+    sequence, beside a keyed batch of the same group."""
+    engine.create_topic("stamped")
+    lease = engine.lease_pid("stamped", 0)
+    stamps = [1_700_000_000_000 + 7 * i for i in range(size)]
+    outcomes = engine.produce_group(
+        [
+            ProduceRequest(
+                "stamped",
+                [NewRecord(b"s%d" % i, None, (), 0, t) for i, t in enumerate(stamps)],
+                ProducerFields(lease.producer_id, lease.generation, 1),
+            ),
+            ProduceRequest("stamped", [NewRecord(b"keyed", b"k", (), 0, 5)], NO_PRODUCER),
+        ]
+    )
+    assert [len(o) for o in outcomes if not isinstance(o, BrokerError)] == [size, 1]
+    read = engine.read("stamped", 0, 0, size + 10)
+    assert [(r.offset, r.timestamp_ms, r.value) for r in read] == [
+        (i, t, b"s%d" % i) for i, t in enumerate(stamps)
+    ] + [(size, 5, b"keyed")]
+    assert [(r.producer_id, r.sequence) for r in read[:size]] == [
+        (lease.producer_id, 1 + i) for i in range(size)
+    ]
+    assert {(r.key, r.headers) for r in read[:size]} == {(None, ())}
+    assert read[size].key == b"k"
+
+
 @pytest.mark.parametrize("size", [RUN_ROWS - 1, RUN_ROWS + 1, 2 * RUN_ROWS])
 def test_a_transactions_plain_batches_of_any_size_commit_in_order(
     engine: broker.Engine, size: int
