@@ -185,11 +185,21 @@ def error_answer(header: Header, api: Api, error_code: int) -> bytes | None:
     version = header.api_version
     if not 0 <= version <= api.response.max_version:
         return None
-    fields = {f["name"] for f in api.response.json["fields"]}
+    fields = {f["name"] for f in api.response.json["fields"] if _in(f["versions"], version)}
     if "ErrorCode" not in fields:
         return None
     body = api.response(version=version, error_code=error_code)
     return encode_response(header, api, body)
+
+
+def _in(versions: str, version: int) -> bool:
+    """Whether a message spec's versions ("3+", "0-7", "5", "none") include version."""
+    if versions.endswith("+"):
+        return version >= int(versions[:-1])
+    low, _, high = versions.partition("-")
+    if not low.isdigit():
+        return False
+    return int(low) <= version <= int(high or low)
 
 
 def unknown_api_message(header: Header) -> str:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 from confluent_kafka import KafkaException, Producer
-from confluent_kafka.admin import AdminClient  # type: ignore[attr-defined]
+from confluent_kafka.admin import AdminClient
 
 from broker.errors import ErrorCode
 from support.servers import ServeProcess, serving
