@@ -10,7 +10,10 @@ group's table and rewrites that group's section of bench/RESULTS.md as soon as i
 - idempotence: "Idempotent producers (issue 5)": the producer fields' overhead, restart;
 - txn: "Transactions (issue 7)": transactional against plain produce, commit latency;
 - spark: "PySpark connector (issue 8)": batch and streaming reads and writes through
-  broker/spark.py in one warm SparkSession, next to the Python data source ceiling.
+  broker/spark.py in one warm SparkSession, next to the Python data source ceiling;
+- kafka: "Kafka listener": `serve --kafka-listen` driven by confluent-kafka and kcat
+  beside the native client on the same server command (also `python -m
+  bench.kafka_listener`).
 All databases and servers live in one temporary directory, removed at the end; every
 server started is stopped. Exit status 0 when every target is met, 1 when one is missed.
 """
@@ -30,6 +33,7 @@ from bench import (
     cli_produce,
     idempotence,
     jetstream,
+    kafka_listener,
     ownership,
     read,
     report,
@@ -113,7 +117,7 @@ TXN_QUICK: Final = txn.TxnSizes(
     fsync_txns=20,
     quick=True,
 )
-GROUPS: Final = ("engine", "server", "ownership", "idempotence", "txn", "spark")
+GROUPS: Final = ("engine", "server", "ownership", "idempotence", "txn", "spark", "kafka")
 
 
 def _positive(text: str) -> int:
@@ -272,6 +276,12 @@ def run_spark(work_dir: Path, arguments: argparse.Namespace) -> Outcome:
     return _section_outcome(spark.section(results), finished(started))
 
 
+def run_kafka(work_dir: Path, arguments: argparse.Namespace) -> Outcome:
+    sizes = kafka_listener.QUICK if arguments.quick else kafka_listener.FULL
+    command = kafka_listener.command_line("bench.run")
+    return kafka_listener.run_group(work_dir, sizes, None, command)
+
+
 RUNNERS: Final[dict[str, Callable[[Path, argparse.Namespace], Outcome]]] = {
     "engine": run_engine,
     "server": run_server,
@@ -279,6 +289,7 @@ RUNNERS: Final[dict[str, Callable[[Path, argparse.Namespace], Outcome]]] = {
     "idempotence": run_idempotence,
     "txn": run_txn,
     "spark": run_spark,
+    "kafka": run_kafka,
 }
 
 
