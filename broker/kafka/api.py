@@ -85,6 +85,7 @@ class KafkaApi:
         self.default_partitions = default_partitions
         self.cluster_id = cluster_id
         self.frame_bytes_max = backend.limits.frame_bytes_max
+        self.connections_max = backend.limits.connections_max
         self.connections: set[KafkaConnection] = set()
         self.coordinator = Coordinator(self._next_generation)
         self._generation_claims = 0

@@ -65,6 +65,14 @@ class KafkaConnection(asyncio.Protocol):
         self.transport = transport  # type: ignore[assignment]  # uvloop's is no asyncio.Transport
         peer = transport.get_extra_info("peername")
         self.peer = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
+        if len(self.api.connections) >= self.api.connections_max:
+            log.warning(
+                "refusing Kafka connection %s: the listener holds its limit of %d",
+                self.peer,
+                self.api.connections_max,
+            )
+            self._close()
+            return
         self.api.connections.add(self)
 
     def connection_lost(self, exc: Exception | None) -> None:

@@ -5,14 +5,18 @@ from __future__ import annotations
 
 import json
 import socket
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 from confluent_kafka import KafkaException, Producer
 from confluent_kafka.admin import AdminClient
+from kafka.protocol.metadata import ApiVersionsRequest
 
 from broker.errors import ErrorCode
-from support.servers import ServeProcess, serving
+from broker.limits import DEFAULT_LIMITS
+from support.kafka_raw import RawKafka
+from support.servers import ServeProcess, served, serving
 
 TOKEN = "a-token-of-thirty-two-characters"
 STEP_S = 20.0
@@ -134,3 +138,29 @@ def test_a_kafka_listen_that_is_not_host_port_is_refused(tmp_path: Path, bad: st
     finally:
         refused.close()
     assert f"--kafka-listen {bad!r} is not HOST:PORT" in stderr
+
+
+def test_connections_past_the_limit_are_closed_and_the_rest_go_on(data_dir: Path) -> None:
+    limits = replace(DEFAULT_LIMITS, connections_max=2)
+    with served(data_dir, limits=limits, kafka=True) as server:
+        first, second = RawKafka(server.kafka), RawKafka(server.kafka)
+        try:
+            for held in (first, second):
+                assert held.call(ApiVersionsRequest(), 0).error_code == 0
+            third = socket.create_connection(tuple_of(server.kafka), timeout=STEP_S)
+            with third:
+                third.sendall(b"\x00\x00\x00\x0a\x00\x12\x00\x00\x00\x00\x00\x01\x00\x00")
+                assert closed_unanswered(third)
+            assert first.call(ApiVersionsRequest(), 0).error_code == 0
+        finally:
+            first.close()
+            second.close()
+
+
+def closed_unanswered(sock: socket.socket) -> bool:
+    """The peer closed the connection without a byte (a reset counts: it closed with our
+    request unread)."""
+    try:
+        return sock.recv(100) == b""
+    except ConnectionResetError:
+        return True

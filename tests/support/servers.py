@@ -24,6 +24,7 @@ from collections.abc import Callable, Coroutine, Iterator, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
+from broker.kafka.listener import KafkaListen
 from broker.limits import DEFAULT_LIMITS, Limits
 from broker.protocol.frames import CLOSED, NEED_DATA, FrameConnection, Sentinel
 from broker.protocol.messages import Message, Op, Reply, Request
@@ -50,6 +51,7 @@ class ServerThread:
         port: int = 0,
         unix: bool = False,
         busy_poll_us: int = 0,
+        kafka: bool = False,  # also a Kafka listener on 127.0.0.1:0 (.kafka)
     ) -> None:
         self.data_dir = data_dir
         self.server = Server(
@@ -58,6 +60,7 @@ class ServerThread:
             limits=limits,
             auth_token=auth_token,
             busy_poll_us=busy_poll_us,
+            kafka=KafkaListen(HOST, 0) if kafka else None,
         )
         self._requested_port = port
         self._unix = unix
@@ -94,6 +97,12 @@ class ServerThread:
     @property
     def address(self) -> str:
         return f"tcp://{HOST}:{self.port}"
+
+    @property
+    def kafka(self) -> str:
+        """The Kafka listener's HOST:PORT (kafka=True)."""
+        assert self.server.info is not None and self.server.info.kafka is not None
+        return self.server.info.kafka
 
     def call(
         self, work: Callable[[], Coroutine[Any, Any, T]], timeout_s: float = STEP_TIMEOUT_S
@@ -160,6 +169,7 @@ def served(
     port: int = 0,
     unix: bool = False,
     busy_poll_us: int = 0,
+    kafka: bool = False,
 ) -> Iterator[ServerThread]:
     thread = ServerThread(
         data_dir,
@@ -169,6 +179,7 @@ def served(
         port=port,
         unix=unix,
         busy_poll_us=busy_poll_us,
+        kafka=kafka,
     )
     thread.start()
     try:
