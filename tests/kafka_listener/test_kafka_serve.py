@@ -87,7 +87,7 @@ def test_with_a_token_kafka_clients_log_in_with_sasl_plain(tmp_path: Path) -> No
             plain.sendall(
                 b"\x00\x00\x00\x0e\x00\x03\x00\x01\x00\x00\x00\x07\x00\x00\xff\xff\xff\xff"
             )
-            assert plain.recv(100) == b""
+            assert closed_unanswered(plain)
 
 
 def tuple_of(address: str) -> tuple[str, int]:
