@@ -222,3 +222,14 @@ class OffsetRow:
     next_offset: int
     producer_state: bytes | None
     committed_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class GroupOffsetRow:
+    """A consumer group's next offset on one partition of a topic (Client.consumer_groups)."""
+
+    group: str
+    topic: str
+    partition: int
+    next_offset: int
+    committed_ms: int

@@ -211,6 +211,20 @@ class OwnershipInfo:
 
 
 @dataclass(frozen=True, slots=True)
+class SessionInfo:
+    """A client session: a connection to the server (conn-...: no pid, no heartbeat
+    row) or a process that opened the data directory and claimed something (proc-...)."""
+
+    session_id: str
+    kind: str  # "connection" or "process"
+    pid: int | None
+    started_ms: int | None
+    heartbeat_ms: int | None
+    severed: bool
+    live: bool
+
+
+@dataclass(frozen=True, slots=True)
 class Lease:
     producer_id: int
     generation: int

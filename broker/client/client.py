@@ -33,7 +33,7 @@ from broker.errors import BrokerError, ErrorCode
 from broker.limits import DEFAULT_LIMITS, Limits
 from broker.protocol import ops
 from broker.protocol.ops import Operation
-from broker.rows import AuditRow, Row, SnapshotRow
+from broker.rows import AuditRow, GroupOffsetRow, Row, SnapshotRow
 from broker.types import (
     NO_PRODUCER,
     AccessInfo,
@@ -51,6 +51,7 @@ from broker.types import (
     ProducerEntry,
     ProducerFields,
     Record,
+    SessionInfo,
     TopicInfo,
     TxnDetail,
     TxnInfo,
@@ -501,6 +502,14 @@ class Client:
             state = ProducerState.from_bytes(newest.producer_state)
         return {r.partition: r.next_offset for r in rows}, state
 
+    def consumer_groups(self, *, limit: int = 10_000) -> list[GroupOffsetRow]:
+        """Every consumer group's next offset on each partition it committed, by group,
+        topic and partition (at most limit rows); a partition's lag is its end offset
+        minus that."""
+        if limit < 0:
+            raise BrokerError(ErrorCode.INVALID_ARGUMENT, f"limit must be >= 0, not {limit}")
+        return self._transport.call(ops.CONSUMER_GROUPS, limit)
+
     def backup(self, path: str | os.PathLike[str]) -> int:
         """Write a consistent one-file copy of the whole broker; its size in bytes."""
         return self._transport.backup(os.fspath(path))
@@ -608,6 +617,14 @@ class Client:
         freed by severing that session (UNKNOWN_GROUP, NOT_HELD when there is nothing).
         """
         return self._transport.release(group, resources, any_holder)
+
+    def sessions(self, *, limit: int = 10_000) -> list[SessionInfo]:
+        """The sessions the broker knows (at most limit): a server's open connections,
+        and the processes that opened the data directory and claimed something, each
+        with whether it is live now."""
+        if limit < 0:
+            raise BrokerError(ErrorCode.INVALID_ARGUMENT, f"limit must be >= 0, not {limit}")
+        return self._transport.call(ops.SESSIONS, limit)
 
     def ownership(self, group: str | None = None) -> list[OwnershipInfo]:
         """Every (group, resource): generation, holder and whether it is live."""

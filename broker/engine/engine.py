@@ -50,6 +50,7 @@ from broker.types import (
     ProducerEntry,
     ProducerFields,
     Record,
+    SessionInfo,
     TopicInfo,
     TxnDetail,
     TxnInfo,
@@ -481,6 +482,13 @@ class Engine:
         with self.database.read() as conn:
             return producer_store.offsets_of(conn, group, self._topic(conn, topic).topic_id)
 
+    def consumer_groups(self, limit: int = 10_000) -> list[rows.GroupOffsetRow]:
+        """Every consumer group's next offsets, by group, topic and partition (at most
+        limit rows): what lag is measured against."""
+        _check_limit(limit)
+        with self.database.read() as conn:
+            return producer_store.all_group_offsets(conn, limit)
+
     def read(
         self,
         topic: str,
@@ -635,6 +643,12 @@ class Engine:
         return self.txns.show(txn_id, records_max)
 
     # sessions -----------------------------------------------------------------------
+
+    def sessions(self, limit: int = 10_000) -> list[SessionInfo]:
+        """The sessions the broker knows (at most limit): the server's connections and
+        the processes that claimed something, each with whether it is live."""
+        _check_limit(limit)
+        return self.owners.sessions(limit)
 
     def session_closed(self, session_id: str) -> None:
         """A client session ended (disconnect, missed heartbeats, or severed).
@@ -794,6 +808,11 @@ def _bounded(max_records: int | None, records_max: int) -> int:
             ErrorCode.INVALID_ARGUMENT, f"max_records must be >= 0, not {max_records}"
         )
     return min(max_records, records_max)
+
+
+def _check_limit(limit: int) -> None:
+    if limit < 0:
+        raise BrokerError(ErrorCode.INVALID_ARGUMENT, f"limit must be >= 0, not {limit}")
 
 
 def _check_offset(offset: int) -> None:

@@ -19,7 +19,7 @@ from broker.errors import BrokerError, ErrorCode
 from broker.limits import Limits
 from broker.storage import ownership as store
 from broker.storage.database import Database
-from broker.types import Claimed, Fence, OwnershipInfo, OwnResult, ReleaseResult
+from broker.types import Claimed, Fence, OwnershipInfo, OwnResult, ReleaseResult, SessionInfo
 
 
 class Owners:
@@ -247,6 +247,30 @@ class Owners:
                 for row in store.all_holdings(conn)
                 if group is None or row.group == group
             ]
+
+    def sessions(self, limit: int) -> list[SessionInfo]:
+        """The server's open connections (live by definition), then every process
+        session with a row, judged live or not as a claim would judge it."""
+        connections = [
+            SessionInfo(session_id, "connection", None, None, None, severed=False, live=True)
+            for session_id in sorted(self.served_sessions())[:limit]
+        ]
+        with self.database.read() as conn:
+            now_ms = self.clock()
+            stored = store.all_sessions(conn, max(0, limit - len(connections)))
+            processes = [
+                SessionInfo(
+                    row.session_id,
+                    "process",
+                    row.pid,
+                    started_ms,
+                    row.heartbeat_ms,
+                    severed=row.severed_ms is not None,
+                    live=self._live(conn, row.session_id, now_ms),
+                )
+                for row, started_ms in stored
+            ]
+        return connections + processes
 
     def history(self, group: str | None, limit: int) -> list[rows.AuditRow]:
         if limit <= 0:

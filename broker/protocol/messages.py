@@ -52,6 +52,7 @@ class Op(enum.IntEnum):
     RELEASE = 31
     OWNERSHIP = 32
     OWN_HISTORY = 33
+    SESSIONS = 34
     LEASE_PID = 40
     PRODUCERS = 41
     PRODUCER_SNAPSHOT = 42
@@ -59,6 +60,7 @@ class Op(enum.IntEnum):
     COMMIT_OFFSETS = 44
     COMMITTED_OFFSETS = 45
     BACKUP = 46
+    CONSUMER_GROUPS = 47
     ATTACH = 50
     DETACH = 51
     TOPIC_ACCESS = 52

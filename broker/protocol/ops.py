@@ -28,10 +28,11 @@ from typing import Any, Final, Generic, ParamSpec, TypeVar
 from broker.protocol import codec
 from broker.protocol.codec import field, non_negative, txn_id_from_wire
 from broker.protocol.messages import Op
-from broker.rows import OffsetRow, SnapshotRow
+from broker.rows import GroupOffsetRow, OffsetRow, SnapshotRow
 from broker.types import (
     ProducerEntry,
     Record,
+    SessionInfo,
     TopicInfo,
     TxnInfo,
 )
@@ -335,6 +336,63 @@ COMMITTED_OFFSETS: Final = Operation(
     _offsets_from_wire,
 )
 
+
+def _limit(limit: int = 10_000) -> Payload:
+    return {"limit": limit}
+
+
+def _of_limit(payload: Payload) -> Payload:
+    return {"limit": non_negative(payload, "limit")}
+
+
+def _group_offsets_to_wire(found: list[GroupOffsetRow]) -> Payload:
+    return {
+        "offsets": [(r.group, r.topic, r.partition, r.next_offset, r.committed_ms) for r in found]
+    }
+
+
+def _group_offsets_from_wire(payload: Payload) -> list[GroupOffsetRow]:
+    return [GroupOffsetRow(*row) for row in payload["offsets"]]
+
+
+CONSUMER_GROUPS: Final = Operation(
+    Op.CONSUMER_GROUPS,
+    "consumer_groups",
+    Side.READ,
+    _limit,
+    _of_limit,
+    _group_offsets_to_wire,
+    _group_offsets_from_wire,
+    retry_safe=True,
+)
+
+# sessions -----------------------------------------------------------------------------
+
+
+def _sessions_to_wire(found: list[SessionInfo]) -> Payload:
+    return {
+        "sessions": [
+            (s.session_id, s.kind, s.pid, s.started_ms, s.heartbeat_ms, s.severed, s.live)
+            for s in found
+        ]
+    }
+
+
+def _sessions_from_wire(payload: Payload) -> list[SessionInfo]:
+    return [SessionInfo(*row) for row in payload["sessions"]]
+
+
+SESSIONS: Final = Operation(
+    Op.SESSIONS,
+    "sessions",
+    Side.READ,
+    _limit,
+    _of_limit,
+    _sessions_to_wire,
+    _sessions_from_wire,
+    retry_safe=True,
+)
+
 # exclusive producers ------------------------------------------------------------------
 
 TOPIC_ACCESS: Final = Operation(
@@ -543,6 +601,8 @@ OPERATIONS: Final[tuple[Operation[Any, Any], ...]] = (
     PRODUCER_SNAPSHOTS,
     COMMIT_OFFSETS,
     COMMITTED_OFFSETS,
+    CONSUMER_GROUPS,
+    SESSIONS,
     TOPIC_ACCESS,
     TXN_BEGIN,
     TXN_JOIN,

@@ -41,6 +41,16 @@ def session(conn: sqlite3.Connection, session_id: str) -> SessionRow | None:
     return SessionRow(*row) if row else None
 
 
+def all_sessions(conn: sqlite3.Connection, limit: int) -> list[tuple[SessionRow, int]]:
+    """Every process session's row with its start time (ms)."""
+    return [
+        (SessionRow(session_id, pid, heartbeat_ms, severed_ms), started_ms)
+        for session_id, pid, started_ms, heartbeat_ms, severed_ms in conn.execute(
+            Q["sessions_all"], (limit,)
+        )
+    ]
+
+
 def sever_session(conn: sqlite3.Connection, session_id: str, now_ms: int) -> None:
     conn.execute(Q["session_sever"], (now_ms, session_id))
 

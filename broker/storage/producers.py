@@ -6,7 +6,7 @@ from __future__ import annotations
 import sqlite3
 from dataclasses import dataclass
 
-from broker.rows import OffsetRow, SnapshotRow
+from broker.rows import GroupOffsetRow, OffsetRow, SnapshotRow
 from broker.storage.queries import Q
 
 
@@ -143,6 +143,11 @@ def commit_offset(
 
 def offsets_of(conn: sqlite3.Connection, group: str, topic_id: int) -> list[OffsetRow]:
     return [OffsetRow(*row) for row in conn.execute(Q["offsets_of_group"], (group, topic_id))]
+
+
+def all_group_offsets(conn: sqlite3.Connection, limit: int) -> list[GroupOffsetRow]:
+    """Every consumer group's next offsets, by group, topic and partition."""
+    return [GroupOffsetRow(*row) for row in conn.execute(Q["offsets_all_groups"], (limit,))]
 
 
 def set_group_state(

@@ -150,6 +150,11 @@ UPDATE sessions SET heartbeat_ms = ? WHERE session_id = ? RETURNING severed_ms;
 -- name: session_by_id
 SELECT session_id, pid, heartbeat_ms, severed_ms FROM sessions WHERE session_id = ?;
 
+-- name: sessions_all
+SELECT session_id, pid, started_ms, heartbeat_ms, severed_ms FROM sessions
+ORDER BY session_id
+LIMIT ?;
+
 -- name: session_sever
 UPDATE sessions SET severed_ms = ? WHERE session_id = ? AND severed_ms IS NULL;
 
@@ -279,6 +284,13 @@ SET next_offset = excluded.next_offset, producer_state = excluded.producer_state
 SELECT partition, next_offset, producer_state, committed_ms FROM consumer_offsets
 WHERE group_name = ? AND topic_id = ?
 ORDER BY partition;
+
+-- name: offsets_all_groups
+-- Every group's next offsets, on the topics that exist (limit: how many rows at most).
+SELECT o.group_name, t.name, o.partition, o.next_offset, o.committed_ms
+FROM consumer_offsets AS o JOIN topics AS t USING (topic_id)
+ORDER BY o.group_name, t.name, o.partition
+LIMIT ?;
 
 -- name: access_get
 SELECT epoch, last_exclusive FROM topic_access WHERE topic_id = ?;

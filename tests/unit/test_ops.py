@@ -37,6 +37,8 @@ CALLS: dict[Op, tuple[tuple[Any, ...], dict[str, Any]]] = {
     Op.PRODUCER_SNAPSHOTS: ((), {}),
     Op.COMMIT_OFFSETS: (("billing", "orders", {0: 5, 3: 9}, b"state"), {}),
     Op.COMMITTED_OFFSETS: (("billing", "orders"), {}),
+    Op.CONSUMER_GROUPS: ((500,), {}),
+    Op.SESSIONS: ((20,), {}),
     Op.TOPIC_ACCESS: (("orders",), {}),
     Op.TXN_BEGIN: (("billing", "batch-7", 30_000), {}),
     Op.TXN_JOIN: ((12, "writer-1"), {}),
