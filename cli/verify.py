@@ -14,7 +14,7 @@ from typing import Annotated, Any
 
 import typer
 
-from broker.core.verify import EXAMPLES_MAX, KINDS, Ack, By, Checker, Report, Section
+from broker.core.verify import EXAMPLES_MAX, Ack, By, Checker, counts_text, plural, report_lines
 from broker.errors import BrokerError, ErrorCode
 from cli.context import state
 from cli.formats import Format, decode_input
@@ -99,8 +99,8 @@ def verify(
     if not report.clean:
         raise BrokerError(
             ErrorCode.VERIFY_FAILED,
-            f"{report.anomalies} {_plural(report.anomalies, 'anomaly', 'anomalies')} in "
-            f"{topic}: {_counts_text(report.counts)}",
+            f"{report.anomalies} {plural(report.anomalies, 'anomaly', 'anomalies')} in "
+            f"{topic}: {counts_text(report.counts)}",
             hint="the report on stdout lists them",
         )
 
@@ -184,63 +184,3 @@ def read_expected(path: Path, fmt: Format) -> list[bytes]:
         decode_input(line.removesuffix(b"\r"), fmt, f"{path} line {number}")
         for number, line in enumerate(lines, start=1)
     ]
-
-
-def _plural(count: int, one: str, many: str) -> str:
-    return one if count == 1 else many
-
-
-def _counts_text(counts: dict[str, int]) -> str:
-    return ", ".join(f"{kind} {counts[kind]}" for kind in KINDS if counts.get(kind))
-
-
-def _section_lines(section: Section, indent: str) -> list[str]:
-    lines = []
-    for kind in KINDS:
-        count = section.counts.get(kind, 0)
-        if not count:
-            continue
-        lines.append(f"{indent}{kind}: {count}")
-        shown = section.examples.get(kind, [])
-        lines += [f"{indent}  {finding.message}" for finding in shown]
-        if count > len(shown):
-            lines.append(f"{indent}  ... and {count - len(shown)} more")
-    return lines
-
-
-def report_lines(report: Report) -> list[str]:
-    """The text report: one summary per partition, its anomalies by kind with examples,
-    the topic-wide ones, then the overall verdict."""
-    lines = []
-    for partition, section in sorted(report.partitions.items()):
-        where = (
-            f"offsets {section.first_offset}-{section.last_offset}"
-            if section.records
-            else "no records"
-        )
-        verdict = (
-            "clean"
-            if not section.anomalies
-            else f"{section.anomalies} {_plural(section.anomalies, 'anomaly', 'anomalies')}"
-        )
-        lines.append(
-            f"partition {partition}: {section.records} "
-            f"{_plural(section.records, 'record', 'records')} ({where}): {verdict}"
-        )
-        lines += _section_lines(section, "  ")
-    if report.topic_wide.anomalies:
-        lines.append(f"topic {report.topic}:")
-        lines += _section_lines(report.topic_wide, "  ")
-    checked = [f"{report.records} {_plural(report.records, 'record', 'records')}"]
-    if report.acks:
-        checked.append(f"{report.acks} {_plural(report.acks, 'ack', 'acks')}")
-    if report.expected:
-        checked.append(f"{report.expected} expected")
-    overall = (
-        "clean"
-        if report.clean
-        else f"{report.anomalies} {_plural(report.anomalies, 'anomaly', 'anomalies')} "
-        f"({_counts_text(report.counts)})"
-    )
-    lines.append(f"verify {report.topic}: {', '.join(checked)}: {overall}")
-    return lines

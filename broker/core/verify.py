@@ -482,3 +482,66 @@ def _show(item: bytes) -> str:
         return "0x" + item.hex()
     shown = text if len(text) <= 60 else text[:57] + "..."
     return repr(shown)
+
+
+# the text report (`fencelog verify`'s, and the pytest plugin's assertion) ----------------
+
+
+def plural(count: int, one: str, many: str) -> str:
+    return one if count == 1 else many
+
+
+def counts_text(counts: dict[str, int]) -> str:
+    return ", ".join(f"{kind} {counts[kind]}" for kind in KINDS if counts.get(kind))
+
+
+def _section_lines(section: Section, indent: str) -> list[str]:
+    lines = []
+    for kind in KINDS:
+        count = section.counts.get(kind, 0)
+        if not count:
+            continue
+        lines.append(f"{indent}{kind}: {count}")
+        shown = section.examples.get(kind, [])
+        lines += [f"{indent}  {finding.message}" for finding in shown]
+        if count > len(shown):
+            lines.append(f"{indent}  ... and {count - len(shown)} more")
+    return lines
+
+
+def report_lines(report: Report) -> list[str]:
+    """The text report: one summary per partition, its anomalies by kind with examples,
+    the topic-wide ones, then the overall verdict."""
+    lines = []
+    for partition, section in sorted(report.partitions.items()):
+        where = (
+            f"offsets {section.first_offset}-{section.last_offset}"
+            if section.records
+            else "no records"
+        )
+        verdict = (
+            "clean"
+            if not section.anomalies
+            else f"{section.anomalies} {plural(section.anomalies, 'anomaly', 'anomalies')}"
+        )
+        lines.append(
+            f"partition {partition}: {section.records} "
+            f"{plural(section.records, 'record', 'records')} ({where}): {verdict}"
+        )
+        lines += _section_lines(section, "  ")
+    if report.topic_wide.anomalies:
+        lines.append(f"topic {report.topic}:")
+        lines += _section_lines(report.topic_wide, "  ")
+    checked = [f"{report.records} {plural(report.records, 'record', 'records')}"]
+    if report.acks:
+        checked.append(f"{report.acks} {plural(report.acks, 'ack', 'acks')}")
+    if report.expected:
+        checked.append(f"{report.expected} expected")
+    overall = (
+        "clean"
+        if report.clean
+        else f"{report.anomalies} {plural(report.anomalies, 'anomaly', 'anomalies')} "
+        f"({counts_text(report.counts)})"
+    )
+    lines.append(f"verify {report.topic}: {', '.join(checked)}: {overall}")
+    return lines
