@@ -32,6 +32,7 @@ class ServerInfo:
     tcp: str | None
     unix: str | None
     kafka: str | None = None  # the Kafka listener's HOST:PORT, when serve has one
+    http: str | None = None  # /healthz, /readyz and /metrics: HOST:PORT, when serve has it
 
     def url(self) -> str:
         if self.unix:
@@ -87,7 +88,9 @@ class ServerLock:
 def read_info(data_dir: Path) -> ServerInfo | None:
     try:
         raw = json.loads((data_dir / INFO_FILE).read_text())
-        return ServerInfo(int(raw["pid"]), raw.get("tcp"), raw.get("unix"), raw.get("kafka"))
+        return ServerInfo(
+            int(raw["pid"]), raw.get("tcp"), raw.get("unix"), raw.get("kafka"), raw.get("http")
+        )
     except (OSError, ValueError, KeyError, TypeError):
         return None
 

@@ -29,6 +29,7 @@ from cli import (
     topic,
     txn,
     verify,
+    wait_ready,
 )
 from cli.context import State
 from cli.errors import FencelogGroup, exit_status_table
@@ -135,6 +136,7 @@ app.command("status")(status.status)
 app.command("serve")(serve.serve)
 app.command("check")(check.check)
 app.command("verify")(verify.verify)
+app.command("wait-ready")(wait_ready.wait_ready)
 
 
 # The root's options that take a value: what to skip on the way to a subcommand's name.

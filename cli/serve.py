@@ -110,6 +110,23 @@ def serve(
             metavar="HOST",
         ),
     ] = None,
+    http_listen: Annotated[
+        str | None,
+        typer.Option(
+            "--http-listen",
+            help="Also answer HTTP on HOST:PORT: /healthz, /readyz and /metrics "
+            "(Prometheus); the ready file's `http` says where.",
+            metavar="HOST:PORT",
+        ),
+    ] = None,
+    log_format: Annotated[
+        str,
+        typer.Option(
+            "--log-format",
+            help="text (for people) or json (one object per line, for collectors: INFO and up).",
+            metavar="FORMAT",
+        ),
+    ] = "text",
     verbose: Annotated[bool, typer.Option("--verbose", help="Log sessions to stderr.")] = False,
 ) -> None:
     """Serve the data directory (--broker) until SIGTERM or Ctrl-C, then stop cleanly.
@@ -144,13 +161,15 @@ def serve(
             f"--busy-poll {busy_poll} is longer than {BUSY_POLL_US_MAX // 1000}ms",
             hint="a few hundred microseconds covers a client's turn; 0 turns it off",
         )
-    import logging  # only a server logs
+    from cli import logs  # only a server logs
 
-    logging.basicConfig(
-        level=logging.INFO if verbose else logging.WARNING,
-        format="%(asctime)s %(name)s %(levelname)s %(message)s",
-        stream=sys.stderr,
-    )
+    if log_format not in logs.FORMATS:
+        raise BrokerError(
+            ErrorCode.INVALID_ARGUMENT,
+            f"--log-format {log_format!r} is not one of {', '.join(logs.FORMATS)}",
+        )
+    http = _host_port(http_listen, "--http-listen") if http_listen is not None else None
+    logs.configure(log_format, verbose)
     import asyncio
     from dataclasses import replace
 
@@ -167,6 +186,7 @@ def serve(
         drop_acks=drop_acks,
         busy_poll_us=busy_poll_us,
         kafka=kafka,
+        http=http,
     )
     from broker.event_loop import new_event_loop
 
@@ -192,6 +212,8 @@ async def _run(server: Server, host: str, port: int, unix: bool, ready_file: Pat
     addresses = {"pid": info.pid, "tcp": info.tcp, "unix": info.unix, "url": f"tcp://{info.tcp}"}
     if info.kafka is not None:
         addresses["kafka"] = info.kafka
+    if info.http is not None:
+        addresses["http"] = info.http
     if ready_file is not None:
         temporary = ready_file.with_name(ready_file.name + ".tmp")
         temporary.write_text(json.dumps(addresses))
@@ -199,6 +221,8 @@ async def _run(server: Server, host: str, port: int, unix: bool, ready_file: Pat
     where = f"tcp://{info.tcp}" + (f" and unix://{info.unix}" if info.unix else "")
     if info.kafka is not None:
         where += f", Kafka clients on {info.kafka}"
+    if info.http is not None:
+        where += f", HTTP on {info.http}"
     sys.stdout.write(f"fencelog serving {server.data_dir} on {where} (pid {os.getpid()})\n")
     sys.stdout.flush()
     await server.wait_stopped()

@@ -63,6 +63,9 @@ class Backend(Protocol):
     def appended(self, topic: str) -> asyncio.Event: ...
     def wake(self, topic: str | None = None) -> None: ...
     def stopping(self) -> bool: ...
+    def answered(self, operation: str, seconds: float, error: str | None) -> None: ...
+    def produced(self, topic: str, records: int, size: int) -> None: ...
+    def fetched(self, topic: str, records: int, size: int) -> None: ...
 
 
 class KafkaApi:
@@ -323,6 +326,10 @@ class KafkaApi:
             )
             for waiting in pending:
                 waiting.cancel()
+        for topic, parts in found.items():
+            for _, _, _, batch in parts:
+                if batch:
+                    self.backend.fetched(topic, kafka_records.count_of(batch), len(batch))
         response = consumer.FetchResponse
         topic_cls = response.FetchableTopicResponse
         part_cls = topic_cls.PartitionData

@@ -97,6 +97,7 @@ class KafkaConnection(asyncio.Protocol):
                     self.peer,
                     size,
                     limit,
+                    extra={"event": "refused_frame", "client": self.peer},
                 )
                 self._close()
                 return
@@ -115,7 +116,12 @@ class KafkaConnection(asyncio.Protocol):
         try:
             request = wire.read_request(frame)
         except wire.MalformedRequest as exc:
-            log.warning("closing Kafka connection %s: %s", self.peer, exc)
+            log.warning(
+                "closing Kafka connection %s: %s",
+                self.peer,
+                exc,
+                extra={"event": "refused_frame", "client": self.peer},
+            )
             self._close()
             return
         header = request.header
@@ -148,9 +154,14 @@ class KafkaConnection(asyncio.Protocol):
 
     async def _answer(self, request: wire.Request) -> bytes | None:
         assert request.api is not None
+        loop = asyncio.get_running_loop()
+        began = loop.time()
+        operation = f"kafka_{request.api.name.lower()}"
         try:
             body = await self.api.handle(self, request)
+            self.api.backend.answered(operation, loop.time() - began, None)
         except Exception:
+            self.api.backend.answered(operation, loop.time() - began, "INTERNAL")
             log.exception(
                 "a Kafka %s v%d request from %s failed",
                 request.api.name,

@@ -295,3 +295,9 @@ def encode_batch(stored: Sequence[rows.KafkaRow]) -> bytes:
     crc = crc32c(body, crc32c(header[_CRC_FROM:]))  # over Attributes to the end
     struct.pack_into(">I", header, 17, crc)
     return bytes(header) + body
+
+
+def count_of(batch: bytes) -> int:
+    """The records of one batch encode_batch built."""
+    count: int = _BATCH_HEADER.unpack_from(batch)[12]
+    return count

@@ -87,7 +87,9 @@ class PendingProduce:
         session.last_seen = now
 
 
-Pending = tuple[int, Op, Answer]
+Pending = tuple[int, Op, Answer, float]  # request id, op, its answer, when it was read
+_NAMES = {op: op.name.lower() for op in Op}  # an operation's metric label
+_PRODUCE = _NAMES[Op.PRODUCE]
 
 
 class Connection(asyncio.Protocol):
@@ -191,9 +193,9 @@ class Connection(asyncio.Protocol):
                     break
                 if not isinstance(message, Request):
                     raise ProtocolError("a client sends requests only")
-                session.last_seen = loop_time()
+                session.last_seen = now = loop_time()
                 answer = server._start(session, message)
-                self._pending.append((message.request_id, message.op, answer))
+                self._pending.append((message.request_id, message.op, answer, now))
                 if isinstance(answer, asyncio.Future):  # a produce wakes us itself
                     answer.add_done_callback(self._finished)
                 if message.op is Op.GOODBYE:
@@ -201,9 +203,20 @@ class Connection(asyncio.Protocol):
             else:
                 self._pause()
         except BrokerError as error:  # malformed input or failed authentication
-            log.info("session %s (%s): %s", session.session_id, session.peer, error.message)
+            log.info(
+                "session %s (%s): %s",
+                session.session_id,
+                session.peer,
+                error.message,
+                extra={
+                    "event": "refused_frame",
+                    "connection": session.session_id,
+                    "client": session.peer,
+                    "error": error.code.name,
+                },
+            )
             self._reading = False
-            self._pending.append((0, Op.NONE, failed(error)))
+            self._pending.append((0, Op.NONE, failed(error), 0.0))
         self._schedule_pump()
 
     def _finished(self, _future: asyncio.Future[dict[str, Any]]) -> None:
@@ -227,12 +240,20 @@ class Connection(asyncio.Protocol):
         pending, frames, out = self._pending, self._frames, bytearray()
         close = False
         every_ack = not self._server._drop_acks
+        answered = self._server.metrics.answered
+        now = asyncio.get_running_loop().time()
         while pending and pending[0][2].done():
-            request_id, op, future = pending.popleft()
+            request_id, op, future, started = pending.popleft()
             if every_ack and type(future) is PendingProduce and type(future.outcome) is dict:
                 out += frames.send_reply(request_id, future.outcome)  # a stored produce
+                answered(_PRODUCE, now - started, None)
                 continue
             message = reply_of(request_id, future)
+            answered(
+                _NAMES[op],
+                now - started,
+                _code_name(message.code) if isinstance(message, ErrorReply) else None,
+            )
             if not self._server._replied(op, message):
                 close = True
                 break
@@ -267,6 +288,13 @@ class Connection(asyncio.Protocol):
             self._paused = False
             with contextlib.suppress(RuntimeError):
                 self._transport.resume_reading()
+
+
+def _code_name(code: int) -> str:
+    try:
+        return ErrorCode(code).name
+    except ValueError:
+        return str(code)
 
 
 def peer_of(transport: asyncio.BaseTransport) -> str:

@@ -19,6 +19,7 @@ from broker.errors import BrokerError, ErrorCode
 from broker.limits import Limits
 from broker.protocol import codec
 from broker.server.connection import PendingProduce, Session
+from broker.server.metrics import Metrics
 from broker.types import NewRecord
 
 log = logging.getLogger("fencelog.server")
@@ -33,11 +34,13 @@ class GroupCommit:
         writer_lock: asyncio.Lock,
         limits: Limits,
         wake: Callable[[str], None],
+        metrics: Metrics,
     ) -> None:
         self._writer = writer
         self._writer_lock = writer_lock  # the writer's one connection: one user at a time
         self.limits = limits
         self._wake = wake  # long-polling fetches of a topic look again
+        self._metrics = metrics
         self._pending: list[PendingProduce | _Submitted] = []
         self._ready = asyncio.Event()
 
@@ -72,6 +75,7 @@ class GroupCommit:
                 while self._pending:
                     group = self._take_group(limits)
                     requests = [pending.request for pending in group]
+                    began = loop.time()
                     try:
                         outcomes = self._writer.produce_group(requests)
                     except BrokerError as error:
@@ -80,7 +84,13 @@ class GroupCommit:
                         log.exception("a group commit of %d produces failed", len(group))
                         outcomes = [BrokerError(ErrorCode.INTERNAL, repr(exc))] * len(group)
                     now = loop.time()
+                    metrics = self._metrics
+                    metrics.group_committed(len(group), now - began)
                     for pending, outcome in zip(group, outcomes, strict=True):
+                        if not isinstance(outcome, BrokerError):
+                            metrics.produced(
+                                pending.request.topic, len(pending.request.records), pending.size
+                            )
                         if isinstance(pending, _Submitted):
                             if not pending.future.done():  # cancelled: its connection is gone
                                 pending.future.set_result(outcome)

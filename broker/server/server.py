@@ -63,6 +63,7 @@ from broker.protocol.messages import (
     Reply,
     Request,
 )
+from broker.rows import Page
 from broker.server.connection import (
     Answer,
     Connection,
@@ -73,6 +74,8 @@ from broker.server.connection import (
     peer_of,
 )
 from broker.server.group_commit import GroupCommit
+from broker.server.http import HEAD_BYTES_MAX, HttpEndpoints
+from broker.server.metrics import Metrics, State
 from broker.types import Clock, Durability, check_durability
 
 log = logging.getLogger("fencelog.server")
@@ -93,6 +96,7 @@ class Server:
         drop_acks: float = 0.0,
         busy_poll_us: int = 0,  # fencelog serve's default is BUSY_POLL_US_DEFAULT
         kafka: KafkaListen | None = None,
+        http: tuple[str, int] | None = None,  # /healthz, /readyz, /metrics (http.py)
     ) -> None:
         if not 0.0 <= drop_acks < 1.0:
             raise BrokerError(
@@ -141,6 +145,9 @@ class Server:
         self._run = new_server_run()
         self._kafka_listen = kafka
         self.kafka: KafkaApi | None = None
+        self._http_listen = http
+        self._ready = False  # started: recovery done, every listener up
+        self.metrics = Metrics(self._metrics_state)
 
     # life cycle ---------------------------------------------------------------------
 
@@ -150,6 +157,14 @@ class Server:
                 ErrorCode.INVALID_ARGUMENT,
                 f"listening on {host} exposes the broker beyond this machine",
                 hint="pass --auth-token-file, or listen on 127.0.0.1",
+            )
+        http = self._http_listen
+        if http is not None and not _is_loopback(http[0]) and self._auth_token is None:
+            raise BrokerError(
+                ErrorCode.INVALID_ARGUMENT,
+                f"an HTTP listener on {http[0]} exposes the broker's metrics beyond this machine",
+                hint="pass --auth-token-file (scrapers then send Authorization: Bearer TOKEN), "
+                "or listen on 127.0.0.1",
             )
         kafka = self._kafka_listen
         if kafka is not None and not _is_loopback(kafka.host) and self._auth_token is None:
@@ -169,7 +184,9 @@ class Server:
         )
         for engine in (self._writer, self._reader):
             engine.owners.served_sessions = self.sessions.keys
-        self._group_commit = GroupCommit(self._writer, self._writer_lock, self.limits, self._wake)
+        self._group_commit = GroupCommit(
+            self._writer, self._writer_lock, self.limits, self._wake, self.metrics
+        )
         loop = asyncio.get_running_loop()
         try:
             tcp = await loop.create_server(partial(Connection, self), host, port)
@@ -194,11 +211,13 @@ class Server:
             finally:
                 os.umask(old_umask)
         kafka_address = await self._start_kafka() if self._kafka_listen else None
+        http_address = await self._start_http() if self._http_listen else None
         self.info = ServerInfo(
             os.getpid(),
             f"{bound[0]}:{bound[1]}",
             str(unix_path) if unix_path else None,
             kafka_address,
+            http_address,
         )
         self._lock.publish(self.info)
         self._background = [
@@ -206,7 +225,42 @@ class Server:
             asyncio.create_task(self._reap_sessions(), name="session-reaper"),
             asyncio.create_task(self._expire_txns(), name="txn-expiry"),
         ]
-        log.info("serving %s on tcp://%s", self.data_dir, self.info.tcp)
+        self._ready = True
+        log.info(
+            "serving %s on tcp://%s",
+            self.data_dir,
+            self.info.tcp,
+            extra={"event": "start", "address": self.info.tcp},
+        )
+
+    async def _start_http(self) -> str:
+        """/healthz, /readyz and /metrics (broker/server/http.py); its HOST:PORT."""
+        assert self._http_listen is not None
+        host, port = self._http_listen
+        endpoints = HttpEndpoints(
+            ready=lambda: self._ready,
+            stopping=self._stopping.is_set,
+            metrics=lambda: self._read(self.metrics.exposition),
+            auth_token=self._auth_token,
+        )
+        try:
+            server = await asyncio.start_server(endpoints.serve, host, port, limit=HEAD_BYTES_MAX)
+        except OSError as exc:
+            for started in self._servers:
+                started.close()
+            self._release_start()
+            raise BrokerError(
+                ErrorCode.LISTEN_FAILED,
+                f"cannot listen for HTTP on {host}:{port}: {exc.strerror or exc}",
+                hint="pick another --http-listen address, or port 0 for any free port",
+            ) from exc
+        self._servers.append(server)
+        bound_host, bound_port = server.sockets[0].getsockname()[:2]
+        return f"{bound_host}:{bound_port}"
+
+    def _metrics_state(self) -> State:
+        kafka = len(self.kafka.connections) if self.kafka is not None else 0
+        return State(len(self.sessions), kafka, self._reader)
 
     async def _start_kafka(self) -> str:
         """The Kafka listener beside the native one (broker/kafka/); its HOST:PORT."""
@@ -267,6 +321,7 @@ class Server:
             await self._stopped.wait()
             return
         self._stopping.set()
+        self._ready = False
         self.busy_poll.stop()
         for server in self._servers:
             server.close()
@@ -301,7 +356,7 @@ class Server:
         if self._lock:
             self._lock.release()
         self._stopped.set()
-        log.info("stopped")
+        log.info("stopped", extra={"event": "stop"})
 
     def _drop_ack(self) -> bool:
         return self._drop_acks > 0 and random.random() < self._drop_acks  # noqa: S311
@@ -338,6 +393,16 @@ class Server:
             authenticated=self._auth_token is None,
         )
         self.sessions[session.session_id] = session
+        log.info(
+            "connection %s from %s",
+            session.session_id,
+            session.peer,
+            extra={
+                "event": "connection_open",
+                "connection": session.session_id,
+                "client": session.peer,
+            },
+        )
         return session
 
     def _start(self, session: Session, request: Request) -> Answer:
@@ -382,6 +447,16 @@ class Server:
         task.add_done_callback(self._ending.discard)
 
     async def _end_session(self, session: Session) -> None:
+        log.info(
+            "connection %s from %s closed",
+            session.session_id,
+            session.peer,
+            extra={
+                "event": "connection_close",
+                "connection": session.session_id,
+                "client": session.peer,
+            },
+        )
         self.sessions.pop(session.session_id, None)
         session.close()
         with contextlib.suppress(RuntimeError):  # the writer pool is gone when stopping
@@ -396,7 +471,15 @@ class Server:
             now = loop.time()
             for session in list(self.sessions.values()):
                 if session.inflight == 0 and now - session.last_seen > timeout_s:
-                    log.info("session %s missed heartbeats; closing", session.session_id)
+                    log.info(
+                        "session %s missed heartbeats; closing",
+                        session.session_id,
+                        extra={
+                            "event": "session_expired",
+                            "connection": session.session_id,
+                            "client": session.peer,
+                        },
+                    )
                     await self.sever(session.session_id, "missed heartbeats")
 
     async def _expire_txns(self) -> None:
@@ -409,7 +492,11 @@ class Server:
                 log.warning("transaction expiry: %s", error.message)
                 continue
             for txn_id in expired:
-                log.info("transaction %d timed out; aborted", txn_id)
+                log.info(
+                    "transaction %d timed out; aborted",
+                    txn_id,
+                    extra={"event": "txn_timeout", "txn_id": txn_id},
+                )
 
     async def sever(self, session_id: str, reason: str) -> None:
         """End a session now: tell it why, then close its connection."""
@@ -467,6 +554,15 @@ class Server:
             if entry.wakes is not None:
                 for topic in entry.wakes(args, result):
                     self._wake(topic)
+            if entry.op in _LOGGED_TXN_OPS:
+                txn_id = getattr(result, "txn_id", None)
+                event = _LOGGED_TXN_OPS[entry.op]
+                log.info(
+                    "transaction %s: %s",
+                    txn_id,
+                    event.removeprefix("txn_"),
+                    extra={"event": event, "txn_id": txn_id, "connection": session.session_id},
+                )
             return entry.reply(result)
 
         return handle
@@ -508,6 +604,7 @@ class Server:
                 lambda: self._reader.fetch_rows(topic, positions, max_records, fences),
                 bool,
             )
+            self.metrics.fetched(topic, len(rows), sum(len(row[4]) for row in rows))
             return {"rows": rows}
         chunks = await self._long_poll(
             topic,
@@ -515,6 +612,11 @@ class Server:
             lambda: self._reader.fetch_pages(topic, positions, max_records, fences),
             bool,
         )
+        for chunk in chunks:
+            if isinstance(chunk, Page):
+                self.metrics.fetched(topic, chunk.record_count, len(chunk.values))
+            else:
+                self.metrics.fetched(topic, len(chunk), sum(len(row[4]) for row in chunk))
         return {"pages": codec.chunks_to_wire(chunks)}
 
     async def _fetch_arrow(self, session: Session, args: dict[str, Any]) -> dict[str, Any]:
@@ -573,8 +675,29 @@ class Server:
         result = await self._write(
             lambda: self._writer.owners.own(session.session_id, group, claims)
         )
+        for claimed in result.claimed:
+            log.info(
+                "session %s holds %s/%s at generation %d",
+                session.session_id,
+                claimed.group,
+                claimed.resource,
+                claimed.generation,
+                extra={
+                    "event": "claim",
+                    "connection": session.session_id,
+                    "group": claimed.group,
+                    "resource": claimed.resource,
+                    "generation": claimed.generation,
+                },
+            )
         for severed in result.severed:
             reason = f"severed: {group} claimed by session {session.session_id}"
+            log.info(
+                "session %s %s",
+                severed,
+                reason,
+                extra={"event": "sever", "connection": severed, "group": group},
+            )
             await self.sever(severed, reason)
         return {"claimed": codec.claimed_to_wire(result.claimed), "severed": list(result.severed)}
 
@@ -587,7 +710,22 @@ class Server:
                 session.session_id, group, resources, any_holder=any_holder
             )
         )
+        if result.released:
+            log.info(
+                "session %s released %s of %s",
+                session.session_id,
+                ", ".join(result.released),
+                group,
+                extra={"event": "release", "connection": session.session_id, "group": group},
+            )
         for severed in result.severed:
+            log.info(
+                "session %s severed: %s released by %s",
+                severed,
+                group,
+                session.session_id,
+                extra={"event": "sever", "connection": severed, "group": group},
+            )
             await self.sever(severed, f"severed: {group} released by session {session.session_id}")
         return {"released": list(result.released), "severed": list(result.severed)}
 
@@ -697,6 +835,22 @@ class Server:
 
     def stopping(self) -> bool:
         return self._stopping.is_set()
+
+    def answered(self, operation: str, seconds: float, error: str | None) -> None:
+        self.metrics.answered(operation, seconds, error)
+
+    def produced(self, topic: str, records: int, size: int) -> None:
+        self.metrics.produced(topic, records, size)
+
+    def fetched(self, topic: str, records: int, size: int) -> None:
+        self.metrics.fetched(topic, records, size)
+
+
+_LOGGED_TXN_OPS: Final = {
+    Op.TXN_BEGIN: "txn_begin",
+    Op.TXN_COMMIT: "txn_commit",
+    Op.TXN_ABORT: "txn_abort",
+}
 
 
 @functools.cache
