@@ -119,8 +119,7 @@ class State:
 
     sessions: int
     kafka_connections: int
-    engine: Engine
-    lags: Iterable[tuple[str, str, int, int]] = ()  # group, topic, partition, lag
+    engine: Engine  # the reader: what a scrape reads of the broker
 
 
 class _Collector(Collector):
@@ -238,6 +237,14 @@ def _state_families(state: State, started: float) -> Iterator[Metric]:
         "End offset minus the group's committed offset.",
         labels=["group", "topic", "partition"],
     )
-    for group, topic_name, partition, behind in state.lags:
-        lag.add_metric([group, topic_name, str(partition)], behind)
+    ends = {
+        (topic.name, part.partition): part.end_offset
+        for topic in status.topics
+        for part in topic.partition_details
+    }
+    for row in engine.consumer_groups():
+        end_offset = ends.get((row.topic, row.partition))
+        if end_offset is not None:
+            behind = max(0, end_offset - row.next_offset)
+            lag.add_metric([row.group, row.topic, str(row.partition)], behind)
     yield lag

@@ -75,6 +75,11 @@ def test_probes_and_metrics_tell_what_the_broker_did(tmp_path: Path) -> None:
         assert found[("fencelog_group_commit_requests_count", ())] >= 2
         assert found[("fencelog_kafka_connections", ())] >= 1
         assert found[("fencelog_wal_bytes", ())] > 0
+        lag = (
+            "fencelog_consumer_group_lag",
+            (("group", "billing"), ("partition", "1"), ("topic", "orders")),
+        )
+        assert found[lag] == 2  # end offset 3, committed 1
         with connect(server.address) as client:
             client.txn_abort(open_txn.txn_id)
             client.create_topic("other")  # fails below: already counted as an error
