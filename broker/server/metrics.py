@@ -217,9 +217,9 @@ def _state_families(state: State, started: float) -> Iterator[Metric]:
         "fencelog_owned_resources", "Resources held by a live owner, by group.", labels=["group"]
     )
     held: dict[str, int] = defaultdict(int)
-    for row in engine.owners.holdings(None):
-        if row.holder_live:
-            held[row.group] += 1
+    for holding in engine.owners.holdings(None):
+        if holding.holder_live:
+            held[holding.group] += 1
     for group, count in sorted(held.items()):
         owners.add_metric([group], count)
     yield owners
@@ -242,9 +242,9 @@ def _state_families(state: State, started: float) -> Iterator[Metric]:
         for topic in status.topics
         for part in topic.partition_details
     }
-    for row in engine.consumer_groups():
-        end_offset = ends.get((row.topic, row.partition))
+    for committed in engine.consumer_groups():
+        end_offset = ends.get((committed.topic, committed.partition))
         if end_offset is not None:
-            behind = max(0, end_offset - row.next_offset)
-            lag.add_metric([row.group, row.topic, str(row.partition)], behind)
+            behind = max(0, end_offset - committed.next_offset)
+            lag.add_metric([committed.group, committed.topic, str(committed.partition)], behind)
     yield lag
