@@ -42,7 +42,7 @@ import time
 from collections.abc import Generator, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Final, TypeVar
 
 import pytest
 
@@ -352,15 +352,18 @@ class FencelogServer(_Broker):
         return self.process.pid
 
     def command(self) -> list[str]:
-        args = ["--broker", str(self.data_dir), "--durability", self.options.durability]
+        """`fencelog --broker DIR --durability D serve ...` on 127.0.0.1 port 0, with a
+        Kafka listener, sessions logged, and the token file (a serve option: the global
+        --auth-token-file is what clients send)."""
+        serve = ["serve", "--listen", f"{HOST}:0", "--kafka-listen", f"{HOST}:0"]
+        serve += ["--ready-file", str(self.ready_file), "--no-unix", "--verbose"]
         if self.auth_token is not None:
             token_file = self.root / "token"
             token_file.touch(mode=0o600)
             token_file.write_text(self.auth_token)
-            args += ["--auth-token-file", str(token_file)]
-        serve = ["serve", "--listen", f"{HOST}:0", "--kafka-listen", f"{HOST}:0"]
-        serve += ["--ready-file", str(self.ready_file), "--no-unix", "--verbose"]
-        return [*_die_with_parent(), *_fencelog_command(), *args, *serve]
+            serve += ["--auth-token-file", str(token_file)]
+        broker = ["--broker", str(self.data_dir), "--durability", self.options.durability]
+        return [*_die_with_parent(), *_fencelog_command(), *broker, *serve]
 
     def start(self) -> FencelogServer:
         self.data_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
@@ -468,6 +471,20 @@ def _remove(request: pytest.FixtureRequest, root: Path) -> None:
         shutil.rmtree(root, ignore_errors=True)
 
 
+B = TypeVar("B", FencelogBroker, FencelogServer)
+
+
+def _started(request: pytest.FixtureRequest, broker: B) -> B:
+    """broker.start(), or the fixture's error saying why not (no traceback: the reason
+    is the server's log, a snapshot that cannot be restored, a topic refused)."""
+    from broker.errors import BrokerError
+
+    try:
+        return broker.start()
+    except (BrokerError, RuntimeError) as error:
+        pytest.fail(f"{request.fixturename}: {error}", pytrace=False)
+
+
 @contextlib.contextmanager
 def _embedded(
     request: pytest.FixtureRequest, factory: pytest.TempPathFactory
@@ -475,7 +492,7 @@ def _embedded(
     root = _root(request, factory)
     broker = FencelogBroker(root / "data", resolve_options(request))
     try:
-        yield broker.start()
+        yield _started(request, broker)
     finally:
         broker.close()
         _remove(request, root)
@@ -493,7 +510,7 @@ def _served(
         stop_timeout_s=_seconds(request.config, "fencelog_stop_timeout", STOP_TIMEOUT_S),
     )
     try:
-        yield server.start()
+        yield _started(request, server)
     finally:
         server.stop()
         _remove(request, root)
