@@ -3,7 +3,8 @@
 text (the default) is for people: time, logger, level, message. json is for collectors:
 one object per line with `time` (RFC 3339, UTC), `level`, `logger`, `event` (a short
 stable name: start, stop, connection_open, connection_close, session_expired, claim,
-sever, release, txn_timeout, refused_frame...; `message` when a line has none) and
+sever, release, attach, exclusive_grant, txn_begin, txn_commit, txn_abort, txn_timeout,
+recovery, refused_frame; `message` when a line has none) and
 `message`, plus whatever the line knows of `connection`, `client`, `operation`,
 `topic`, `group`, `resource`, `generation`, `txn_id`, `error` and `duration_ms`.
 Record values and tokens are never logged.

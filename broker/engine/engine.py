@@ -105,7 +105,8 @@ class Engine:
         self.txns = Transactions(
             database, limits, clock, self.producers, self.owners, self.exclusives
         )
-        self.txns.recover()  # finish every commit a killed broker had prepared
+        # finish every commit a killed broker had prepared; which ones, for the log
+        self.recovered = self.txns.recover()
         self.kafka = KafkaProducers(database, self.producers, self.txns, limits, clock)
 
     @classmethod

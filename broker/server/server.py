@@ -225,6 +225,12 @@ class Server:
             asyncio.create_task(self._reap_sessions(), name="session-reaper"),
             asyncio.create_task(self._expire_txns(), name="txn-expiry"),
         ]
+        for txn_id in writer.recovered:
+            log.info(
+                "recovery: applied transaction %d, prepared before a stop",
+                txn_id,
+                extra={"event": "recovery", "txn_id": txn_id},
+            )
         self._ready = True
         log.info(
             "serving %s on tcp://%s",
@@ -775,6 +781,19 @@ class Server:
             attached = await self._write(
                 partial(self._writer.poll_attachment, attached.attachment_id, topic)
             )
+        log.info(
+            "session %s attached to %s as %s (epoch %d)",
+            session.session_id,
+            topic,
+            attached.mode,
+            attached.epoch,
+            extra={
+                "event": "exclusive_grant" if attached.mode == "exclusive" else "attach",
+                "connection": session.session_id,
+                "topic": topic,
+                "generation": attached.epoch,
+            },
+        )
         return codec.attachment_to_wire(attached)
 
     async def _detach(self, session: Session, args: dict[str, Any]) -> dict[str, Any]:
