@@ -218,3 +218,36 @@ def test_wait_ready_gives_up_with_connection_failed(tmp_path: Path) -> None:
     assert late.returncode == int(ErrorCode.CONNECTION_FAILED)
     assert late.stderr.count("\n") == 1
     assert f"no server answered at tcp://127.0.0.1:{port} within 300ms" in late.stderr
+
+
+def test_a_commit_finished_at_start_is_logged_as_recovery(tmp_path: Path) -> None:
+    data_dir = tmp_path / "data"
+    env = user_env()
+
+    def fencelog(*args: str, **extra: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [str(fencelog_script()), "--broker", str(data_dir), *args],
+            capture_output=True,
+            text=True,
+            timeout=STEP_S,
+            env=env | extra,
+            check=False,
+        )
+
+    assert fencelog("topic", "create", "t").returncode == 0
+    begun = fencelog("txn-begin", "--group", "g", "--json")
+    txn_id = json.loads(begun.stdout)["txn_id"]
+    assert fencelog("produce", "t", "--txn", str(txn_id), "--value", "v").returncode == 0
+    killed = fencelog("txn-commit", str(txn_id), FENCELOG_FAILPOINT="prepare")
+    assert killed.returncode == -9  # killed after PREPARE_COMMIT, before it was applied
+    args = ("--no-unix", "--log-format", "json")
+    with serving(data_dir, tmp_path / "ready.json", serve_args=args) as server:
+        with connect(server.address) as client:
+            assert [r.value for r in client.fetch("t", {0: 0})] == [b"v"]
+        server.stop()
+        events = [json.loads(line) for line in server.stderr_text().splitlines()]
+    (recovery,) = [e for e in events if e["event"] == "recovery"]
+    assert recovery["txn_id"] == txn_id
+    assert [e["event"] for e in events].index("recovery") < [e["event"] for e in events].index(
+        "start"
+    )
