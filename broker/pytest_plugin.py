@@ -11,9 +11,10 @@ fixtures that give a test a broker of its own.
   produce_and_collect, assert_exactly_once.
 
 Options: the marker `@pytest.mark.fencelog(durability=, topics=, auth_token=, restore=)`
-(the closest one: a test's, class's or module's for function-scoped fixtures, the
-module's for module-scoped ones), over `--fencelog-NAME` on the command line, over the
-`fencelog_NAME` ini option. Session-scoped fixtures take the command line and ini only.
+(a test's, class's and module's markers for function-scoped fixtures, the closest
+one's keyword winning; the module's for module-scoped ones), over `--fencelog-NAME` on
+the command line, over the `fencelog_NAME` ini option. Session-scoped fixtures take
+the command line and ini only.
 
 Rules it keeps:
 - 127.0.0.1 only. Every wait is bounded (`fencelog_start_timeout`), and a server that
@@ -127,8 +128,8 @@ def resolve_options(request: pytest.FixtureRequest) -> Options:
             given[name] = (
                 _relative(option, config.invocation_params.dir) if name == "restore" else option
             )
-    marker = None if request.scope == "session" else request.node.get_closest_marker("fencelog")
-    if marker is not None:
+    markers = [] if request.scope == "session" else list(request.node.iter_markers("fencelog"))
+    for marker in reversed(markers):  # the closest (the test's) last, so that it wins
         unknown = set(marker.kwargs) - set(MARKER_KEYWORDS) or marker.args
         if unknown:
             pytest.fail(

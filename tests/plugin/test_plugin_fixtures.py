@@ -187,11 +187,14 @@ def test_options_from_ini_command_line_and_marker_apply(
                 assert [r.value for r in client.consume("ledger")] == [b"opening balance"]
 
         @pytest.mark.fencelog(topics={"orders": 3})
-        def test_kafka_clients_see_the_topics(fencelog_server):
-            from confluent_kafka.admin import AdminClient
-            admin = AdminClient({"bootstrap.servers": fencelog_server.kafka_url})
-            metadata = admin.list_topics(timeout=10)
-            assert len(metadata.topics["orders"].partitions) == 3
+        class TestMarkersAddUp:
+            @pytest.mark.fencelog(durability="full")
+            def test_kafka_clients_see_the_topics(self, fencelog_server):
+                from confluent_kafka.admin import AdminClient
+                admin = AdminClient({"bootstrap.servers": fencelog_server.kafka_url})
+                metadata = admin.list_topics(timeout=10)
+                assert {t: len(m.partitions) for t, m in metadata.topics.items()} == {"orders": 3}
+                assert fencelog_server.client().status().durability == "full"
         """
     )
     result = recording.runpytest("--fencelog-topics", "events:2 audit extra:3")
