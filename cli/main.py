@@ -26,6 +26,7 @@ from cli import (
     serve,
     snapshot,
     status,
+    top,
     topic,
     txn,
     verify,
@@ -133,6 +134,7 @@ app.command("txn-begin")(txn.txn_begin)
 app.command("txn-commit")(txn.txn_commit)
 app.command("txn-abort")(txn.txn_abort)
 app.command("status")(status.status)
+app.command("top")(top.top)
 app.command("serve")(serve.serve)
 app.command("check")(check.check)
 app.command("verify")(verify.verify)
