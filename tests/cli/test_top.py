@@ -5,6 +5,8 @@ its screen read back (pyte), and the errors of bad input."""
 from __future__ import annotations
 
 import contextlib
+import json
+import signal
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
@@ -23,7 +25,14 @@ from broker.types import BrokerStatus, PartitionInfo, TopicInfo
 from cli import top
 from cli.main import command
 from support.exclusive import Waiter, wait_for_access
-from support.helpers import expect, fencelog_script, json_error, json_lines, user_env
+from support.helpers import (
+    Processes,
+    expect,
+    fencelog_script,
+    json_error,
+    json_lines,
+    user_env,
+)
 from support.servers import ServerThread, served
 
 STEP_S = 15.0  # the bound of every wait for the screen or a process
@@ -322,3 +331,17 @@ def test_the_server_stopping_under_the_live_view_is_connection_failed(data_dir: 
             assert "[CONNECTION_FAILED]" in view.text()
     finally:
         server.stop()
+
+
+def test_json_without_once_is_a_line_per_interval_until_sigterm(
+    processes: Processes, data_dir: Path
+) -> None:
+    with connect(data_dir) as client:
+        client.create_topic("orders")
+    view = processes.fencelog("--broker", data_dir, "top", "--json", "--interval", "100ms")
+    first, second = (json.loads(view.line(STEP_S)) for _ in range(2))
+    assert [t["topic"] for t in first["topics"]] == ["orders"]
+    assert first["rate_interval_s"] is None  # rates need two snapshots
+    assert second["rate_interval_s"] == 0.1 and second["topics"][0]["produce_per_s"] == 0
+    view.signal(signal.SIGTERM)
+    assert view.wait(STEP_S) == 0
