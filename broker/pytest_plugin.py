@@ -115,6 +115,7 @@ class Options:
 
 def resolve_options(request: pytest.FixtureRequest) -> Options:
     """The options of the fixture being set up: marker over command line over ini."""
+    from broker.errors import BrokerError
     from broker.types import check_durability
 
     config = request.config
@@ -147,8 +148,9 @@ def resolve_options(request: pytest.FixtureRequest) -> Options:
             auth_token=_token(given.get("auth_token")),
             restore=given.get("restore"),
         )
-    except ValueError as error:
-        pytest.fail(f"fencelog options: {error}", pytrace=False)
+    except (BrokerError, ValueError, TypeError) as error:
+        reason = str(error)
+    pytest.fail(f"fencelog options: {reason}", pytrace=False)  # outside: no exception chain
 
 
 def _relative(path: str | os.PathLike[str], base: Path) -> Path:
@@ -483,7 +485,8 @@ def _started(request: pytest.FixtureRequest, broker: B) -> B:
     try:
         return broker.start()
     except (BrokerError, RuntimeError) as error:
-        pytest.fail(f"{request.fixturename}: {error}", pytrace=False)
+        reason = str(error)
+    pytest.fail(f"{request.fixturename}: {reason}", pytrace=False)  # outside: no chain
 
 
 @contextlib.contextmanager

@@ -202,7 +202,9 @@ def test_options_from_ini_command_line_and_marker_apply(
     result.assert_outcomes(passed=4)
 
 
-def test_a_marker_with_an_unknown_keyword_fails_saying_which(recording: pytest.Pytester) -> None:
+def test_a_marker_with_an_unknown_keyword_or_value_fails_saying_which(
+    recording: pytest.Pytester,
+) -> None:
     recording.makepyfile(
         """
         import pytest
@@ -210,11 +212,21 @@ def test_a_marker_with_an_unknown_keyword_fails_saying_which(recording: pytest.P
         @pytest.mark.fencelog(partitions=4)
         def test_typo(fencelog_broker):
             pass
+
+        @pytest.mark.fencelog(durability="fast", topics="orders:many")
+        def test_values(fencelog_server):
+            pass
         """
     )
     result = recording.runpytest()
-    result.assert_outcomes(errors=1)
-    result.stdout.fnmatch_lines(["*@pytest.mark.fencelog takes the keywords*partitions*"])
+    result.assert_outcomes(errors=2)
+    result.stdout.fnmatch_lines(
+        [
+            "@pytest.mark.fencelog takes the keywords *; not ?'partitions'?",  # ? for [ ]
+            "fencelog options: unknown durability 'fast'",
+        ]
+    )
+    assert "During handling" not in result.stdout.str()
 
 
 def test_a_failing_test_report_holds_the_server_log_of_that_test(
