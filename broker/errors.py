@@ -28,6 +28,7 @@ class ErrorCode(enum.IntEnum):
     UNKNOWN_TOPIC = 20
     UNKNOWN_PARTITION = 21
     TOPIC_EXISTS = 22
+    OFFSET_OUT_OF_RANGE = 23
     # the data directory
     DATA_DIR_UNREADABLE = 30
     FOREIGN_DATA_DIR = 31

@@ -21,6 +21,12 @@ class Limits:
     header_value_bytes_max: int = 64 * 1024
     append_records_max: int = 10_000
     append_bytes_max: int = 32 * 1024 * 1024
+    # cleaning (retention and compaction): records one step examines in one write
+    # transaction, and how long a compacted topic keeps a tombstone (a keyed record with
+    # an empty value) as the newest of its key before it goes too.
+    clean_step_records: int = 5_000
+    clean_interval_ms: int = 30_000  # serve cleans topics with a retention this often
+    tombstone_retention_ms: int = 24 * 3600 * 1000
     read_records_max: int = 10_000
     read_bytes_max: int = 8 * 1024 * 1024
     busy_timeout_ms: int = 30_000

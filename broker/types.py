@@ -83,6 +83,18 @@ class PartitionInfo:
     bytes: int
 
 
+CLEANUP_POLICIES: Final = ("delete", "compact")
+
+
+@dataclass(frozen=True, slots=True)
+class TopicConfig:
+    """A topic's retention and cleanup (schema 010). None: no limit."""
+
+    retention_ms: int | None = None  # records older than this (by timestamp) are deleted
+    retention_bytes: int | None = None  # per partition: the oldest go past this size
+    cleanup: str = "delete"  # or "compact": the newest record of each key stays
+
+
 @dataclass(frozen=True, slots=True)
 class TopicInfo:
     name: str
@@ -90,6 +102,7 @@ class TopicInfo:
     created_ms: int
     owner_group: str | None = None
     partition_details: tuple[PartitionInfo, ...] = field(default=())
+    config: TopicConfig = field(default=TopicConfig())
 
     @property
     def records(self) -> int:

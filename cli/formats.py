@@ -59,12 +59,47 @@ class Rendering:
             return data.decode("utf-8", errors="replace")
 
 
-_DURATION = re.compile(r"^(\d+(?:\.\d+)?)(us|ms|s|m|h)?$")
-_SCALE_S = {"us": 1e-6, "ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
+_DURATION = re.compile(r"^(\d+(?:\.\d+)?)(us|ms|s|m|h|d|w)?$")
+_SCALE_S = {
+    "us": 1e-6,
+    "ms": 0.001,
+    "s": 1.0,
+    "m": 60.0,
+    "h": 3600.0,
+    "d": 86400.0,
+    "w": 604800.0,
+    None: 1.0,
+}
+_SIZE = re.compile(r"^(\d+(?:\.\d+)?)\s*(B|KB|MB|GB|TB|KiB|MiB|GiB|TiB)?$")
+_SCALE_B = {
+    None: 1,
+    "B": 1,
+    "KB": 1000,
+    "MB": 1000**2,
+    "GB": 1000**3,
+    "TB": 1000**4,
+    "KiB": 1024,
+    "MiB": 1024**2,
+    "GiB": 1024**3,
+    "TiB": 1024**4,
+}
+
+
+def parse_size(text: str) -> int:
+    """Bytes from '500MB', '1GiB', '64KiB' or a plain number of bytes."""
+    match = _SIZE.match(text.strip())
+    if not match:
+        raise BrokerError(
+            ErrorCode.INVALID_ARGUMENT,
+            f"{text!r} is not a size",
+            hint="use e.g. 500MB, 1GiB or a number of bytes",
+        )
+    return int(float(match.group(1)) * _SCALE_B[match.group(2)])
 
 
 def parse_duration(text: str) -> float:
-    """Seconds from '500us', '250ms', '30s', '2m', '1h' or a plain number of seconds."""
+    """Seconds from '500us', '250ms', '30s', '2m', '1h', '7d', '2w' or a plain number of
+    seconds."""
     match = _DURATION.match(text.strip())
     if not match:
         raise BrokerError(

@@ -119,6 +119,14 @@ def serve(
             metavar="HOST:PORT",
         ),
     ] = None,
+    clean_interval: Annotated[
+        str,
+        typer.Option(
+            "--clean-interval",
+            help="Apply topics' retention and compaction this often, in short steps.",
+            metavar="DURATION",
+        ),
+    ] = "30s",
     log_format: Annotated[
         str,
         typer.Option(
@@ -176,7 +184,10 @@ def serve(
     from broker.limits import DEFAULT_LIMITS
     from broker.server.server import Server  # asyncio and the server: only for serve
 
-    limits = replace(DEFAULT_LIMITS, session_timeout_ms=timeout_ms)
+    clean_ms = int(parse_duration(clean_interval) * 1000)
+    if clean_ms <= 0:
+        raise BrokerError(ErrorCode.INVALID_ARGUMENT, "--clean-interval must be positive")
+    limits = replace(DEFAULT_LIMITS, session_timeout_ms=timeout_ms, clean_interval_ms=clean_ms)
     current.creating()
     server = Server(
         Path(current.broker),

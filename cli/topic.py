@@ -2,17 +2,48 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Annotated, Any
 
 import typer
 
 from broker.errors import BrokerError, ErrorCode
-from broker.types import AccessInfo, Attached, TopicInfo
+from broker.types import AccessInfo, Attached, TopicConfig, TopicInfo
 from cli.context import state
+from cli.formats import parse_duration, parse_size
 from cli.options import JsonFlag
 from cli.output import Output
 
-app = typer.Typer(help="Create, list, describe and delete topics.", no_args_is_help=True)
+RetentionOption = Annotated[
+    str | None,
+    typer.Option(
+        "--retention",
+        help="Delete records older than this (by their timestamp): 7d, 12h... ('none': keep).",
+        metavar="DURATION",
+    ),
+]
+RetentionBytesOption = Annotated[
+    str | None,
+    typer.Option(
+        "--retention-bytes",
+        help="Delete each partition's oldest records past this size: 1GiB, 500MB... "
+        "('none': no limit).",
+        metavar="SIZE",
+    ),
+]
+CleanupOption = Annotated[
+    str | None,
+    typer.Option(
+        "--cleanup",
+        help="delete (retention only) or compact (keep the newest record of each key; "
+        "every record then needs a key).",
+        metavar="POLICY",
+    ),
+]
+
+app = typer.Typer(
+    help="Create, alter, clean, list, describe and delete topics.", no_args_is_help=True
+)
 
 
 def topic_dict(info: TopicInfo, *, partitions: bool) -> dict[str, Any]:
@@ -23,6 +54,11 @@ def topic_dict(info: TopicInfo, *, partitions: bool) -> dict[str, Any]:
         "bytes": info.bytes,
         "created_ms": info.created_ms,
         "owner_group": info.owner_group,
+        "config": {
+            "retention_ms": info.config.retention_ms,
+            "retention_bytes": info.config.retention_bytes,
+            "cleanup": info.config.cleanup,
+        },
     }
     if partitions:
         result["partition_details"] = [
@@ -55,12 +91,21 @@ def create(
     if_not_exists: Annotated[
         bool, typer.Option("--if-not-exists", help="Succeed if the topic already exists.")
     ] = False,
+    retention: RetentionOption = None,
+    retention_bytes: RetentionBytesOption = None,
+    cleanup: CleanupOption = None,
     as_json: JsonFlag = False,
 ) -> None:
-    """Create a topic with N partitions."""
+    """Create a topic with N partitions (and a retention or compaction)."""
+    config = _config(TopicConfig(), retention, retention_bytes, cleanup)
     client = state().client(create=True)
     try:
-        info = client.create_topic(name, partitions, owner_group=owner_group)
+        info = client.create_topic(
+            name,
+            partitions,
+            owner_group=owner_group,
+            config=None if config == TopicConfig() else config,
+        )
     except BrokerError as error:
         if not (if_not_exists and error.code is ErrorCode.TOPIC_EXISTS):
             raise
@@ -71,6 +116,87 @@ def create(
     else:
         plural = "partition" if info.partitions == 1 else "partitions"
         out.line(f"topic {info.name}: {info.partitions} {plural}")
+
+
+@app.command("alter")
+def alter(
+    name: Annotated[str, typer.Argument(help="Topic name.")],
+    partitions: Annotated[
+        int | None,
+        typer.Option(
+            "--partitions",
+            "-p",
+            help="More partitions (never fewer): keyed records route by the new count.",
+        ),
+    ] = None,
+    retention: RetentionOption = None,
+    retention_bytes: RetentionBytesOption = None,
+    cleanup: CleanupOption = None,
+    as_json: JsonFlag = False,
+) -> None:
+    """Change a topic's partitions, retention or cleanup; what is not given stays."""
+    if partitions is None and retention is None and retention_bytes is None and cleanup is None:
+        raise BrokerError(
+            ErrorCode.INVALID_ARGUMENT,
+            "nothing to alter",
+            hint="give --partitions, --retention, --retention-bytes or --cleanup",
+        )
+    client = state().client()
+    current = client.describe_topic(name)
+    config = _config(current.config, retention, retention_bytes, cleanup)
+    info = client.alter_topic(
+        name, partitions=partitions, config=None if config == current.config else config
+    )
+    out = Output(as_json)
+    if as_json:
+        out.json(topic_dict(info, partitions=False))
+    else:
+        out.line(f"topic {info.name}: {info.partitions} partitions, {_config_text(info.config)}")
+
+
+@app.command("clean")
+def clean(
+    name: Annotated[str, typer.Argument(help="Topic name.")],
+    as_json: JsonFlag = False,
+) -> None:
+    """Apply the topic's retention and compaction now (serve also does, every
+    --clean-interval), in short steps; print the records deleted."""
+    client = state().client()
+    deleted = client.clean_topic(name)
+    info = client.describe_topic(name)
+    out = Output(as_json)
+    if as_json:
+        out.json({"topic": name, "deleted": deleted} | topic_dict(info, partitions=True))
+    else:
+        out.line(f"cleaned {name}: {deleted} records deleted")
+
+
+def _config(
+    current: TopicConfig,
+    retention: str | None,
+    retention_bytes: str | None,
+    cleanup: str | None,
+) -> TopicConfig:
+    """current with the options given applied ('none' clears a limit)."""
+    config = current
+    if retention is not None:
+        ms = None if retention == "none" else int(parse_duration(retention) * 1000)
+        config = replace(config, retention_ms=ms)
+    if retention_bytes is not None:
+        size = None if retention_bytes == "none" else parse_size(retention_bytes)
+        config = replace(config, retention_bytes=size)
+    if cleanup is not None:
+        config = replace(config, cleanup=cleanup)
+    return config
+
+
+def _config_text(config: TopicConfig) -> str:
+    parts = [f"cleanup {config.cleanup}"]
+    if config.retention_ms is not None:
+        parts.append(f"retention {config.retention_ms} ms")
+    if config.retention_bytes is not None:
+        parts.append(f"retention {config.retention_bytes} bytes per partition")
+    return ", ".join(parts)
 
 
 @app.command("list")
@@ -105,7 +231,7 @@ def describe(
         for p in info.partition_details
     ]
     columns = ["partition", "start offset", "end offset", "records", "bytes"]
-    out.table(f"topic {info.name}", columns, rows)
+    out.table(f"topic {info.name}: {_config_text(info.config)}", columns, rows)
     producers = [(a.mode, a.name, a.epoch, a.session_id) for a in _attached(access)]
     out.table(
         f"access: {access.mode}, epoch {access.epoch}",

@@ -52,6 +52,7 @@ from broker.types import (
     ProducerFields,
     Record,
     SessionInfo,
+    TopicConfig,
     TopicInfo,
     TxnDetail,
     TxnInfo,
@@ -152,9 +153,28 @@ class Client:
     # topics -------------------------------------------------------------------------
 
     def create_topic(
-        self, name: str, partitions: int = 1, *, owner_group: str | None = None
+        self,
+        name: str,
+        partitions: int = 1,
+        *,
+        owner_group: str | None = None,
+        config: TopicConfig | None = None,
     ) -> TopicInfo:
-        return self._transport.call(ops.CREATE_TOPIC, name, partitions, owner_group=owner_group)
+        """A new topic; config: its retention and cleanup (TopicConfig), None for none."""
+        return self._transport.call(
+            ops.CREATE_TOPIC, name, partitions, owner_group=owner_group, config=config
+        )
+
+    def alter_topic(
+        self, name: str, *, partitions: int | None = None, config: TopicConfig | None = None
+    ) -> TopicInfo:
+        """More partitions (never fewer), and/or a new retention and cleanup (the whole
+        TopicConfig: what it leaves None is no limit)."""
+        return self._transport.call(ops.ALTER_TOPIC, name, partitions=partitions, config=config)
+
+    def clean_topic(self, topic: str) -> int:
+        """Apply the topic's retention and compaction now; the records deleted."""
+        return self._transport.call(ops.CLEAN_TOPIC, topic)
 
     def delete_topic(self, name: str) -> None:
         self._transport.call(ops.DELETE_TOPIC, name)
@@ -332,6 +352,7 @@ class Client:
         else:
             chosen = partitions
         ends = {p.partition: p.end_offset for p in info.partition_details}
+        starts = {p.partition: p.start_offset for p in info.partition_details}
         positions = {}
         for partition in chosen:
             if partition not in ends:
@@ -342,7 +363,7 @@ class Client:
                     topic=topic,
                     partition=partition,
                 )
-            positions[partition] = _start_offset(start, ends[partition])
+            positions[partition] = _start_offset(start, starts[partition], ends[partition])
         return positions
 
     def consume(
@@ -727,9 +748,9 @@ def _wait_ms(follow: bool, poll_ms: int, idle_deadline: float | None) -> int:
     return max(0, min(poll_ms, int((idle_deadline - time.monotonic()) * 1000)))
 
 
-def _start_offset(start: Start, end_offset: int) -> int:
+def _start_offset(start: Start, log_start: int, end_offset: int) -> int:
     if start == "beginning":
-        return 0
+        return log_start
     if start == "end":
         return end_offset
     if isinstance(start, int) and not isinstance(start, bool) and start >= 0:

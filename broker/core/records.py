@@ -20,7 +20,7 @@ from collections.abc import Sequence
 
 from broker.errors import BrokerError, ErrorCode
 from broker.limits import Limits
-from broker.types import NewRecord
+from broker.types import CLEANUP_POLICIES, NewRecord, TopicConfig
 
 _VALUE, _KEY, _HEADERS = (operator.itemgetter(i) for i in range(3))
 
@@ -55,6 +55,46 @@ def check_partition_count(partitions: int, limits: Limits) -> None:
             ErrorCode.INVALID_ARGUMENT,
             f"a topic has 1 to {limits.topic_partitions_max} partitions, not {partitions}",
             partitions=partitions,
+        )
+
+
+def check_topic_config(config: TopicConfig) -> None:
+    """Retention and cleanup a topic may have: positive limits, a known policy."""
+    limits = (("retention", config.retention_ms), ("retention bytes", config.retention_bytes))
+    for what, value in limits:
+        if value is not None and value <= 0:
+            raise BrokerError(
+                ErrorCode.INVALID_ARGUMENT,
+                f"a topic's {what} is positive (or none), not {value}",
+                hint="leave it out for no limit",
+            )
+    if config.cleanup not in CLEANUP_POLICIES:
+        raise BrokerError(
+            ErrorCode.INVALID_ARGUMENT,
+            f"cleanup is one of {', '.join(CLEANUP_POLICIES)}, not {config.cleanup!r}",
+        )
+
+
+def check_more_partitions(topic: str, current: int, wanted: int) -> None:
+    """A topic's partitions may grow, never shrink (records and offsets would be lost)."""
+    if wanted < current:
+        raise BrokerError(
+            ErrorCode.INVALID_ARGUMENT,
+            f"topic {topic} has {current} partitions; partitions are never removed "
+            f"(asked for {wanted})",
+            topic=topic,
+            partitions=current,
+        )
+
+
+def check_keyed(topic: str, records: Sequence[NewRecord]) -> None:
+    """A compacted topic keeps the newest record of each key: every record needs one."""
+    if None in map(_KEY, records):
+        raise BrokerError(
+            ErrorCode.INVALID_ARGUMENT,
+            f"topic {topic} is compacted (cleanup compact): every record needs a key",
+            topic=topic,
+            hint="give each record a key (produce --key, or KEY<separator>VALUE lines)",
         )
 
 

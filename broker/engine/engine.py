@@ -24,6 +24,7 @@ from broker.core import producers as producer_rules
 from broker.core import records as record_rules
 from broker.core.producers import Batch, Verdict
 from broker.engine import backup, sessions
+from broker.engine.cleaner import Cleaner, Step
 from broker.engine.exclusive_access import Exclusives
 from broker.engine.kafka_producers import KafkaProducers
 from broker.engine.ownership import Heartbeats, Owners
@@ -51,6 +52,7 @@ from broker.types import (
     ProducerFields,
     Record,
     SessionInfo,
+    TopicConfig,
     TopicInfo,
     TxnDetail,
     TxnInfo,
@@ -108,6 +110,7 @@ class Engine:
         # finish every commit a killed broker had prepared; which ones, for the log
         self.recovered = self.txns.recover()
         self.kafka = KafkaProducers(database, self.producers, self.txns, limits, clock)
+        self.cleaner = Cleaner(database, self.producers, limits, clock, self.snapshot_producers)
 
     @classmethod
     def open(
@@ -152,19 +155,66 @@ class Engine:
     # topics -------------------------------------------------------------------------
 
     def create_topic(
-        self, name: str, partitions: int = 1, *, owner_group: str | None = None
+        self,
+        name: str,
+        partitions: int = 1,
+        *,
+        owner_group: str | None = None,
+        config: TopicConfig | None = None,
     ) -> TopicInfo:
         record_rules.check_topic_name(name, self.limits)
         record_rules.check_partition_count(partitions, self.limits)
         if owner_group is not None:
             ownership_rules.check_name("owner group", owner_group)
+        if config is not None:
+            record_rules.check_topic_config(config)
         with self.database.write() as conn:
             if logs.topic_by_name(conn, name) is not None:
                 raise BrokerError(
                     ErrorCode.TOPIC_EXISTS, f"topic {name} already exists", topic=name
                 )
             row = logs.insert_topic(conn, name, partitions, self.clock(), owner_group)
+            if config is not None:
+                logs.put_topic_config(conn, row.topic_id, config)
             return self._topic_info(conn, row)
+
+    def alter_topic(
+        self, name: str, *, partitions: int | None = None, config: TopicConfig | None = None
+    ) -> TopicInfo:
+        """More partitions (never fewer: keyed records then route by the new count, as in
+        Kafka), and/or a new retention and cleanup."""
+        if partitions is not None:
+            record_rules.check_partition_count(partitions, self.limits)
+        if config is not None:
+            record_rules.check_topic_config(config)
+        with self.database.write() as conn:
+            row = self._topic(conn, name)
+            if partitions is not None:
+                record_rules.check_more_partitions(name, row.partitions, partitions)
+                if partitions > row.partitions:
+                    logs.add_partitions(conn, row, partitions)
+            if config is not None:
+                logs.put_topic_config(conn, row.topic_id, config)
+            return self._topic_info(conn, self._topic(conn, name))
+
+    def clean_step(self, topic: str, partition: int) -> Step:
+        """One bounded step of retention and compaction (broker/engine/cleaner.py)."""
+        return self.cleaner.step(topic, partition)
+
+    def clean_topic(self, topic: str) -> int:
+        """Clean topic now, every partition to the end; the records deleted."""
+        with self.database.read() as conn:
+            self._topic(conn, topic)
+        return self.cleaner.clean(topic)
+
+    def cleanable(self) -> list[tuple[str, int]]:
+        """(topic, partitions) of every topic with a retention or compaction."""
+        with self.database.read() as conn:
+            return [
+                (row.name, row.partitions)
+                for row in logs.all_topics(conn)
+                if logs.topic_config(conn, row.topic_id) != TopicConfig()
+            ]
 
     def delete_topic(self, name: str) -> None:
         with self.database.write() as conn:
@@ -279,6 +329,8 @@ class Engine:
         topic, records, producer = request.topic, request.records, request.producer
         row = self._hot.topic(topic, lambda: self._topic(conn, topic))
         by_partition = self._route(row, records)
+        if row.cleanup == "compact":
+            record_rules.check_keyed(topic, records)
         if request.fences or row.owner_group is not None:
             self._check_fences(conn, row, by_partition, request.fences)
         epoch = self._write_epoch(conn, row.topic_id, request.attachment)
@@ -578,6 +630,8 @@ class Engine:
             for partition, offset in positions.items():
                 record_rules.check_partition(topic, partition, row.partitions)
                 _check_offset(offset)
+                if offset < (start := logs.start_offset(conn, row, partition)):
+                    raise _below_start(topic, partition, offset, start)
                 chunk, count = read(conn, row, partition, offset, limit - taken)
                 if count:
                     found.append(chunk)
@@ -746,6 +800,7 @@ class Engine:
             created_ms=row.created_ms,
             owner_group=row.owner_group,
             partition_details=logs.partition_infos(conn, row),
+            config=logs.topic_config(conn, row.topic_id),
         )
 
     def _check_fences(
@@ -814,6 +869,19 @@ def _bounded(max_records: int | None, records_max: int) -> int:
 def _check_limit(limit: int) -> None:
     if limit < 0:
         raise BrokerError(ErrorCode.INVALID_ARGUMENT, f"limit must be >= 0, not {limit}")
+
+
+def _below_start(topic: str, partition: int, offset: int, start: int) -> BrokerError:
+    return BrokerError(
+        ErrorCode.OFFSET_OUT_OF_RANGE,
+        f"offset {offset} of {topic}/{partition} is gone: retention or compaction deleted "
+        f"the records below the log start offset {start}",
+        topic=topic,
+        partition=partition,
+        offset=offset,
+        start_offset=start,
+        hint="read from the beginning (the log start) or a later offset",
+    )
 
 
 def _check_offset(offset: int) -> None:

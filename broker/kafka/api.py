@@ -327,7 +327,7 @@ class KafkaApi:
             for waiting in pending:
                 waiting.cancel()
         for topic, parts in found.items():
-            for _, _, _, batch in parts:
+            for _, _, _, batch, _ in parts:
                 if batch:
                     self.backend.fetched(topic, kafka_records.count_of(batch), len(batch))
         response = consumer.FetchResponse
@@ -348,12 +348,12 @@ class KafkaApi:
                             error_code=error,
                             high_watermark=end,
                             last_stable_offset=end,
-                            log_start_offset=0 if end >= 0 else -1,
+                            log_start_offset=start,
                             aborted_transactions=[] if read_committed else None,
                             preferred_read_replica=-1,
                             records=batch or b"",
                         )
-                        for partition, error, end, batch in parts
+                        for partition, error, end, batch, start in parts
                     ],
                 )
                 for topic, parts in found.items()
@@ -770,26 +770,29 @@ class KafkaApi:
 
 def _read_fetch(
     reader: Engine, wanted: list[tuple[str, list[tuple[int, int, int]]]], max_bytes: int
-) -> dict[str, list[tuple[int, int, int, bytes | None]]]:
-    """Per topic: (partition, Kafka error, high watermark, one record batch or None)."""
-    found: dict[str, list[tuple[int, int, int, bytes | None]]] = {}
+) -> dict[str, list[tuple[int, int, int, bytes | None, int]]]:
+    """Per topic: (partition, Kafka error, high watermark, one record batch or None, log
+    start offset)."""
+    found: dict[str, list[tuple[int, int, int, bytes | None, int]]] = {}
     budget = max_bytes
     for topic, partitions in wanted:
         parts = found.setdefault(topic, [])
         try:
             info = reader.describe_topic(topic)
         except BrokerError:
-            parts.extend((p, wire.UNKNOWN_TOPIC_OR_PARTITION, -1, None) for p, _, _ in partitions)
+            parts.extend(
+                (p, wire.UNKNOWN_TOPIC_OR_PARTITION, -1, None, -1) for p, _, _ in partitions
+            )
             continue
         details = {p.partition: p for p in info.partition_details}
         for partition, offset, partition_max in partitions:
             detail = details.get(partition)
             if detail is None:
-                parts.append((partition, wire.UNKNOWN_TOPIC_OR_PARTITION, -1, None))
+                parts.append((partition, wire.UNKNOWN_TOPIC_OR_PARTITION, -1, None, -1))
                 continue
             end = detail.end_offset
-            if offset < 0 or offset > end:
-                parts.append((partition, wire.OFFSET_OUT_OF_RANGE, end, None))
+            if offset < detail.start_offset or offset > end:
+                parts.append((partition, wire.OFFSET_OUT_OF_RANGE, end, None, detail.start_offset))
                 continue
             batch = None
             if offset < end and budget > 0:
@@ -802,7 +805,7 @@ def _read_fetch(
                     batch = kafka_records.encode_batch(stored)
                     budget -= len(batch)
                     end = max(end, stored[-1][0] + 1)
-            parts.append((partition, wire.NONE, end, batch))
+            parts.append((partition, wire.NONE, end, batch, detail.start_offset))
     return found
 
 

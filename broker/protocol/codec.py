@@ -44,6 +44,7 @@ from broker.types import (
     ProducerEntry,
     ProducerFields,
     Record,
+    TopicConfig,
     TopicInfo,
     TxnDetail,
     TxnInfo,
@@ -85,6 +86,7 @@ def topic_to_wire(info: TopicInfo) -> dict[str, Any]:
             (p.partition, p.start_offset, p.end_offset, p.records, p.bytes)
             for p in info.partition_details
         ],
+        "config": config_to_wire(info.config),
     }
 
 
@@ -95,7 +97,28 @@ def topic_from_wire(wire: dict[str, Any]) -> TopicInfo:
         created_ms=wire["created_ms"],
         owner_group=wire["owner_group"],
         partition_details=tuple(PartitionInfo(*row) for row in wire["details"]),
+        config=config_from_wire(wire.get("config")) or TopicConfig(),
     )
+
+
+def config_to_wire(config: TopicConfig | None) -> list[Any] | None:
+    if config is None:
+        return None
+    return [config.retention_ms, config.retention_bytes, config.cleanup]
+
+
+def config_from_wire(wire: Any) -> TopicConfig | None:
+    if wire is None:
+        return None
+    if not isinstance(wire, list | tuple) or len(wire) != 3:
+        raise ProtocolError("a topic config is [retention_ms, retention_bytes, cleanup]")
+    retention_ms, retention_bytes, cleanup = wire
+    for value in (retention_ms, retention_bytes):
+        if value is not None and type(value) is not int:
+            raise ProtocolError("a topic's retention is an integer or null")
+    if type(cleanup) is not str:
+        raise ProtocolError("a topic's cleanup is a string")
+    return TopicConfig(retention_ms, retention_bytes, cleanup)
 
 
 def status_to_wire(status: BrokerStatus) -> dict[str, Any]:

@@ -45,6 +45,8 @@ class Op(enum.IntEnum):
     LIST_TOPICS = 12
     DESCRIBE_TOPIC = 13
     STATUS = 14
+    ALTER_TOPIC = 15
+    CLEAN_TOPIC = 16
     PRODUCE = 20
     FETCH = 21
     FETCH_ARROW = 22  # one partition's page as an Arrow IPC stream (feature fetch_arrow)

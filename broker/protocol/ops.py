@@ -33,6 +33,7 @@ from broker.types import (
     ProducerEntry,
     Record,
     SessionInfo,
+    TopicConfig,
     TopicInfo,
     TxnInfo,
 )
@@ -86,6 +87,10 @@ def _named(payload: Payload) -> Payload:
     return {"name": field(payload, "name", str)}
 
 
+def _topic_name_as_topic(topic: str) -> Payload:
+    return {"topic": topic}
+
+
 def _topic(topic: str) -> Payload:
     return {"topic": topic}
 
@@ -105,8 +110,19 @@ def _of_group_topic(payload: Payload) -> Payload:
 # topics -------------------------------------------------------------------------------
 
 
-def _create_topic(name: str, partitions: int = 1, *, owner_group: str | None = None) -> Payload:
-    return {"name": name, "partitions": partitions, "owner_group": owner_group}
+def _create_topic(
+    name: str,
+    partitions: int = 1,
+    *,
+    owner_group: str | None = None,
+    config: TopicConfig | None = None,
+) -> Payload:
+    return {
+        "name": name,
+        "partitions": partitions,
+        "owner_group": owner_group,
+        "config": codec.config_to_wire(config),
+    }
 
 
 def _of_create_topic(payload: Payload) -> Payload:
@@ -114,7 +130,30 @@ def _of_create_topic(payload: Payload) -> Payload:
         "name": field(payload, "name", str),
         "partitions": field(payload, "partitions", int),
         "owner_group": field(payload, "owner_group", str, optional=True),
+        "config": codec.config_from_wire(payload.get("config")),
     }
+
+
+def _alter_topic(
+    name: str, *, partitions: int | None = None, config: TopicConfig | None = None
+) -> Payload:
+    return {"name": name, "partitions": partitions, "config": codec.config_to_wire(config)}
+
+
+def _of_alter_topic(payload: Payload) -> Payload:
+    return {
+        "name": field(payload, "name", str),
+        "partitions": field(payload, "partitions", int, optional=True),
+        "config": codec.config_from_wire(payload.get("config")),
+    }
+
+
+def _deleted(count: int) -> Payload:
+    return {"deleted": count}
+
+
+def _deleted_from_wire(payload: Payload) -> int:
+    return non_negative(payload, "deleted")
 
 
 CREATE_TOPIC: Final = Operation(
@@ -125,6 +164,24 @@ CREATE_TOPIC: Final = Operation(
     _of_create_topic,
     codec.topic_to_wire,
     codec.topic_from_wire,
+)
+ALTER_TOPIC: Final = Operation(
+    Op.ALTER_TOPIC,
+    "alter_topic",
+    Side.WRITE,
+    _alter_topic,
+    _of_alter_topic,
+    codec.topic_to_wire,
+    codec.topic_from_wire,
+)
+CLEAN_TOPIC: Final = Operation(
+    Op.CLEAN_TOPIC,
+    "clean_topic",
+    Side.WRITE,
+    _topic_name_as_topic,
+    _of_topic,
+    _deleted,
+    _deleted_from_wire,
 )
 DELETE_TOPIC: Final = Operation(
     Op.DELETE_TOPIC,
@@ -590,6 +647,8 @@ TXN_COMMIT_OFFSETS: Final = Operation(
 
 OPERATIONS: Final[tuple[Operation[Any, Any], ...]] = (
     CREATE_TOPIC,
+    ALTER_TOPIC,
+    CLEAN_TOPIC,
     DELETE_TOPIC,
     LIST_TOPICS,
     DESCRIBE_TOPIC,

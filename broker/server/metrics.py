@@ -75,6 +75,7 @@ class Metrics:
         self.bytes_in: dict[str, int] = defaultdict(int)
         self.records_out: dict[str, int] = defaultdict(int)
         self.bytes_out: dict[str, int] = defaultdict(int)
+        self.records_cleaned: dict[str, int] = defaultdict(int)
         self.group_sizes = _Histogram(tuple(map(float, GROUP_SIZE_BOUNDS)))
         self.group_seconds = _Histogram(LATENCY_BOUNDS_S)
         self.started = time.time()
@@ -100,6 +101,9 @@ class Metrics:
     def fetched(self, topic: str, records: int, size: int) -> None:
         self.records_out[topic] += records
         self.bytes_out[topic] += size
+
+    def cleaned(self, topic: str, records: int) -> None:
+        self.records_cleaned[topic] += records
 
     def group_committed(self, requests: int, seconds: float) -> None:
         self.group_sizes.observe(requests)
@@ -153,6 +157,11 @@ class _Collector(Collector):
             ("fencelog_bytes_in", m.bytes_in, "Value bytes appended, by topic."),
             ("fencelog_records_out", m.records_out, "Records fetched, by topic."),
             ("fencelog_bytes_out", m.bytes_out, "Value bytes fetched, by topic."),
+            (
+                "fencelog_records_cleaned",
+                m.records_cleaned,
+                "Records retention or compaction deleted.",
+            ),
         ):
             yield _counter(name, text, ["topic"], (((k,), v) for k, v in values.items()))
         sizes = HistogramMetricFamily(
@@ -202,6 +211,11 @@ def _state_families(state: State, started: float) -> Iterator[Metric]:
     end = GaugeMetricFamily(
         "fencelog_partition_end_offset", "A partition's end offset.", labels=["topic", "partition"]
     )
+    start = GaugeMetricFamily(
+        "fencelog_partition_start_offset",
+        "A partition's log start offset (retention deleted the records below it).",
+        labels=["topic", "partition"],
+    )
     size = GaugeMetricFamily(
         "fencelog_partition_log_bytes",
         "Key and value bytes in a partition's log.",
@@ -210,8 +224,10 @@ def _state_families(state: State, started: float) -> Iterator[Metric]:
     for topic in status.topics:
         for part in topic.partition_details:
             end.add_metric([topic.name, str(part.partition)], part.end_offset)
+            start.add_metric([topic.name, str(part.partition)], part.start_offset)
             size.add_metric([topic.name, str(part.partition)], part.bytes)
     yield end
+    yield start
     yield size
     owners = GaugeMetricFamily(
         "fencelog_owned_resources", "Resources held by a live owner, by group.", labels=["group"]

@@ -224,6 +224,7 @@ class Server:
             asyncio.create_task(self._group_commit.run(), name="group-commit"),
             asyncio.create_task(self._reap_sessions(), name="session-reaper"),
             asyncio.create_task(self._expire_txns(), name="txn-expiry"),
+            asyncio.create_task(self._clean_topics(), name="cleaner"),
         ]
         for txn_id in writer.recovered:
             log.info(
@@ -487,6 +488,36 @@ class Server:
                         },
                     )
                     await self.sever(session.session_id, "missed heartbeats")
+
+    async def _clean_topics(self) -> None:
+        """Retention and compaction, every clean_interval_ms: each step one short write
+        transaction (broker/engine/cleaner.py), the writer free for produces between."""
+        while True:
+            await asyncio.sleep(self.limits.clean_interval_ms / 1000)
+            try:
+                for topic, partitions in await self._read(self._reader.cleanable):
+                    for partition in range(partitions):
+                        await self._clean_partition(topic, partition)
+            except BrokerError as error:
+                log.warning("cleaning: %s", error.message, extra={"event": "clean_failed"})
+
+    async def _clean_partition(self, topic: str, partition: int) -> None:
+        deleted = 0
+        while True:
+            step = await self._write(partial(self._writer.clean_step, topic, partition))
+            deleted += step.deleted
+            if not step.more or self._stopping.is_set():
+                break
+        if deleted:
+            self.metrics.cleaned(topic, deleted)
+            self._access_wake(topic)
+            log.info(
+                "cleaned %d records of %s/%d",
+                deleted,
+                topic,
+                partition,
+                extra={"event": "clean", "topic": topic},
+            )
 
     async def _expire_txns(self) -> None:
         """Abort transactions past their timeout, about once a second."""

@@ -21,7 +21,7 @@ from broker.rows import (
 )
 from broker.storage import producers as producer_store
 from broker.storage.queries import RUN_ROWS, Q
-from broker.types import NewRecord, PartitionInfo, ProducerFields, Record
+from broker.types import NewRecord, PartitionInfo, ProducerFields, Record, TopicConfig
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,6 +31,7 @@ class TopicRow:
     partitions: int
     created_ms: int
     owner_group: str | None
+    cleanup: str = "delete"  # topic_configs' policy: a compacted topic's records need keys
 
 
 def insert_topic(
@@ -69,16 +70,96 @@ def delete_topic(conn: sqlite3.Connection, topic: TopicRow) -> None:
     conn.execute(Q["access_delete_topic"], (topic.topic_id,))
     conn.execute(Q["attachments_delete_topic"], (topic.topic_id,))
     conn.execute(Q["partitions_delete_topic"], (topic.topic_id,))
+    conn.execute(Q["topic_config_delete"], (topic.topic_id,))
     conn.execute(Q["topic_delete"], (topic.topic_id,))
 
 
 def partition_infos(conn: sqlite3.Connection, topic: TopicRow) -> tuple[PartitionInfo, ...]:
     return tuple(
-        PartitionInfo(partition, 0, next_offset, next_offset, size)
-        for partition, next_offset, size in conn.execute(
+        PartitionInfo(partition, start, next_offset, next_offset - start, size)
+        for partition, next_offset, size, start in conn.execute(
             Q["partitions_of_topic"], (topic.topic_id,)
         )
     )
+
+
+# retention and compaction (schema 010) --------------------------------------------------
+
+
+def topic_config(conn: sqlite3.Connection, topic_id: int) -> TopicConfig:
+    row = conn.execute(Q["topic_config"], (topic_id,)).fetchone()
+    return TopicConfig() if row is None else TopicConfig(row[0], row[1], row[2])
+
+
+def put_topic_config(conn: sqlite3.Connection, topic_id: int, config: TopicConfig) -> None:
+    if config == TopicConfig():
+        conn.execute(Q["topic_config_delete"], (topic_id,))
+    else:
+        conn.execute(
+            Q["topic_config_put"],
+            (topic_id, config.retention_ms, config.retention_bytes, config.cleanup),
+        )
+
+
+def add_partitions(conn: sqlite3.Connection, topic: TopicRow, partitions: int) -> None:
+    conn.executemany(
+        Q["partition_insert_at"],
+        ((topic.topic_id, p) for p in range(topic.partitions, partitions)),
+    )
+    conn.execute(Q["topic_set_partitions"], (topic.topic_id, partitions))
+
+
+def front(
+    conn: sqlite3.Connection, topic: TopicRow, partition: int, start: int, limit: int
+) -> list[tuple[int, int, int]]:
+    """(offset, timestamp_ms, key and value bytes) of the first records from start."""
+    return conn.execute(Q["records_front"], (topic.topic_id, partition, start, limit)).fetchall()
+
+
+def delete_front(
+    conn: sqlite3.Connection, topic: TopicRow, partition: int, start: int, new_start: int, size: int
+) -> None:
+    """Delete the records in [start, new_start) and move the log start to new_start."""
+    conn.execute(Q["records_delete_below"], (topic.topic_id, partition, start, new_start))
+    conn.execute(Q["partition_start_set"], (topic.topic_id, partition, new_start, size))
+
+
+def superseded(
+    conn: sqlite3.Connection, topic: TopicRow, partition: int, low: int, high: int, limit: int
+) -> list[tuple[int, int]]:
+    """(offset, bytes) of up to limit keyed records in [low, high) a later record of the
+    same key supersedes."""
+    where = (topic.topic_id, partition, low, high, limit)
+    return conn.execute(Q["records_superseded"], where).fetchall()
+
+
+def old_tombstones(
+    conn: sqlite3.Connection,
+    topic: TopicRow,
+    partition: int,
+    low: int,
+    high: int,
+    before_ms: int,
+    limit: int,
+) -> list[tuple[int, int]]:
+    where = (topic.topic_id, partition, low, high, before_ms, limit)
+    return conn.execute(Q["records_old_tombstones"], where).fetchall()
+
+
+def delete_records(
+    conn: sqlite3.Connection, topic: TopicRow, partition: int, found: list[tuple[int, int]]
+) -> None:
+    """Delete records by offset ((offset, bytes) pairs) and take their bytes off."""
+    conn.executemany(
+        Q["record_delete"], ((topic.topic_id, partition, offset) for offset, _ in found)
+    )
+    conn.execute(Q["partition_shrink"], (topic.topic_id, partition, sum(size for _, size in found)))
+
+
+def start_offset(conn: sqlite3.Connection, topic: TopicRow, partition: int) -> int:
+    """The log start offset: records below it were deleted (retention)."""
+    row = conn.execute(Q["partition_start"], (topic.topic_id, partition)).fetchone()
+    return int(row[0]) if row is not None else 0
 
 
 def end_offset(conn: sqlite3.Connection, topic: TopicRow, partition: int) -> int:

@@ -8,16 +8,26 @@
 INSERT INTO partitions (topic_id, partition) VALUES (?, ?);
 
 -- name: topic_by_name
-SELECT topic_id, name, partitions, created_ms, owner_group FROM topics WHERE name = ?;
+SELECT t.topic_id, t.name, t.partitions, t.created_ms, t.owner_group,
+       coalesce(c.cleanup, 'delete')
+FROM topics AS t LEFT JOIN topic_configs AS c USING (topic_id) WHERE t.name = ?;
 
 -- name: topic_by_id
-SELECT topic_id, name, partitions, created_ms, owner_group FROM topics WHERE topic_id = ?;
+SELECT t.topic_id, t.name, t.partitions, t.created_ms, t.owner_group,
+       coalesce(c.cleanup, 'delete')
+FROM topics AS t LEFT JOIN topic_configs AS c USING (topic_id) WHERE t.topic_id = ?;
 
 -- name: topics_all
-SELECT topic_id, name, partitions, created_ms, owner_group FROM topics ORDER BY name;
+SELECT t.topic_id, t.name, t.partitions, t.created_ms, t.owner_group,
+       coalesce(c.cleanup, 'delete')
+FROM topics AS t LEFT JOIN topic_configs AS c USING (topic_id) ORDER BY t.name;
 
 -- name: partitions_of_topic
-SELECT partition, next_offset, bytes FROM partitions WHERE topic_id = ? ORDER BY partition;
+SELECT partition, next_offset, bytes, start_offset FROM partitions WHERE topic_id = ?
+ORDER BY partition;
+
+-- name: partition_start
+SELECT start_offset FROM partitions WHERE topic_id = ? AND partition = ?;
 
 -- name: partition_end
 SELECT next_offset FROM partitions WHERE topic_id = ? AND partition = ?;
@@ -608,3 +618,71 @@ FROM records
 WHERE topic_id = ? AND partition = ? AND offset >= ?
 ORDER BY offset
 LIMIT ?;
+
+-- name: topic_config
+SELECT retention_ms, retention_bytes, cleanup FROM topic_configs WHERE topic_id = ?;
+
+-- name: topic_config_put
+INSERT INTO topic_configs (topic_id, retention_ms, retention_bytes, cleanup)
+VALUES (?1, ?2, ?3, ?4)
+ON CONFLICT (topic_id) DO UPDATE SET retention_ms = ?2, retention_bytes = ?3, cleanup = ?4;
+
+-- name: topic_config_delete
+DELETE FROM topic_configs WHERE topic_id = ?;
+
+-- name: topic_set_partitions
+UPDATE topics SET partitions = ?2 WHERE topic_id = ?1;
+
+-- name: partition_insert_at
+INSERT INTO partitions (topic_id, partition) VALUES (?, ?);
+
+-- name: records_front
+-- The first records of a partition from its log start: what cleaning may delete next.
+SELECT offset, timestamp_ms, length(value) + coalesce(length(key), 0)
+FROM records
+WHERE topic_id = ? AND partition = ? AND offset >= ?
+ORDER BY offset
+LIMIT ?;
+
+-- name: records_delete_below
+DELETE FROM records WHERE topic_id = ?1 AND partition = ?2 AND offset >= ?3 AND offset < ?4;
+
+-- name: partition_start_set
+UPDATE partitions SET start_offset = ?3, bytes = max(0, bytes - ?4)
+WHERE topic_id = ?1 AND partition = ?2;
+
+-- name: partition_shrink
+UPDATE partitions SET bytes = max(0, bytes - ?3) WHERE topic_id = ?1 AND partition = ?2;
+
+-- name: records_superseded
+-- Up to ?5 keyed records of a partition, at offsets in [?3, ?4), that a later record
+-- with the same key supersedes (compaction); tombstones are the caller's.
+SELECT r.offset, length(r.value) + length(r.key)
+FROM records AS r
+WHERE r.topic_id = ?1 AND r.partition = ?2 AND r.offset >= ?3 AND r.offset < ?4
+  AND r.key IS NOT NULL
+  AND EXISTS (
+      SELECT 1 FROM records AS later
+      WHERE later.topic_id = ?1 AND later.partition = ?2 AND later.key = r.key
+        AND later.offset > r.offset)
+ORDER BY r.offset
+LIMIT ?5;
+
+-- name: records_old_tombstones
+-- Up to ?6 tombstones (a key, an empty value) at offsets in [?3, ?4) older than ?5 ms.
+SELECT offset, length(key)
+FROM records
+WHERE topic_id = ?1 AND partition = ?2 AND offset >= ?3 AND offset < ?4
+  AND key IS NOT NULL AND length(value) = 0 AND timestamp_ms < ?5
+ORDER BY offset
+LIMIT ?6;
+
+-- name: record_delete
+DELETE FROM records WHERE topic_id = ? AND partition = ? AND offset = ?;
+
+-- name: record_time_at_or_after
+-- The first record of a partition at or after an offset, and its timestamp: one seek of
+-- the primary key (topic_id, partition, offset), a probe of offset_for_time's search.
+SELECT offset, timestamp_ms FROM records
+WHERE topic_id = ? AND partition = ? AND offset >= ?
+ORDER BY offset LIMIT 1;

@@ -22,10 +22,16 @@ from broker.protocol import ops
 from broker.protocol.frames import NEED_DATA, FrameConnection
 from broker.protocol.messages import Op, Request
 from broker.server.server import Server
+from broker.types import TopicConfig
 
 # One call per operation, with every argument given (positional, then keywords).
 CALLS: dict[Op, tuple[tuple[Any, ...], dict[str, Any]]] = {
-    Op.CREATE_TOPIC: (("orders", 4), {"owner_group": "billing"}),
+    Op.CREATE_TOPIC: (
+        ("orders", 4),
+        {"owner_group": "billing", "config": TopicConfig(3_600_000, 1 << 30, "delete")},
+    ),
+    Op.ALTER_TOPIC: (("orders",), {"partitions": 8, "config": TopicConfig(None, None, "compact")}),
+    Op.CLEAN_TOPIC: (("orders",), {}),
     Op.DELETE_TOPIC: (("orders",), {}),
     Op.LIST_TOPICS: ((), {}),
     Op.DESCRIBE_TOPIC: (("orders",), {}),
