@@ -1,25 +1,77 @@
-"""fencelog consume: read records from a topic, or tail it with --follow."""
+"""fencelog consume: read records from a topic, or tail it with --follow.
+
+With --group G it starts at G's committed offsets (--from for partitions without one)
+and commits as it goes: after each fetched batch has been printed and stdout flushed, so
+a record is committed only once it was written out (at-least-once for a pipeline: a
+reader that dies before handling what was written sees it again). With --txn ID the
+offsets are committed into that open transaction instead and take effect at its commit:
+a consume-transform-produce loop that produces into the same transaction is exactly once.
+"""
 
 from __future__ import annotations
 
 import signal
+from collections.abc import Sequence
 from types import FrameType
 from typing import Annotated, Any, Final
 
+import click
 import typer
 
-from broker.client.client import Start
+from broker.client.client import Client
+from broker.core.txn import parse_txn_id
 from broker.errors import BrokerError, ErrorCode
 from broker.types import Record
 from cli.context import state
 from cli.formats import Format, Rendering, parse_duration
-from cli.options import FenceOption, FormatOption, JsonFlag
+from cli.options import FenceOption, JsonFlag
 from cli.output import Output, progress, warn
 from cli.own import fences_from
+from cli.positions import Where, offsets_for, parse_where
+from cli.template import Template, TemplateError, is_template
 
 # The columns of consume's text output (tab-separated when piped; a stable contract).
 TEXT_COLUMNS: Final = ("partition", "offset", "key", "value")
 _TABLE_ROWS: Final = 1000
+
+
+def _check_formats(values: list[str] | None) -> list[str] | None:
+    """--format: at most one encoding (text, base64, hex) and one template (usage errors)."""
+    encodings = [v for v in values or [] if not is_template(v)]
+    templates = [v for v in values or [] if is_template(v)]
+    for value in encodings:
+        if value.lower() not in Format.__members__:
+            raise click.BadParameter(
+                f"{value!r} is not text, base64, hex or a template with %-tokens"
+            )
+    if len(encodings) > 1 or len(templates) > 1:
+        raise click.BadParameter("give at most one encoding and one template")
+    for value in templates:
+        try:
+            Template(value)
+        except TemplateError as exc:
+            raise click.BadParameter(str(exc)) from exc
+    return values
+
+
+def _formats(values: list[str] | None) -> tuple[Format, Template | None]:
+    encoding = next((v.lower() for v in values or [] if not is_template(v)), "text")
+    template = next((Template(v) for v in values or [] if is_template(v)), None)
+    return Format(encoding), template
+
+
+FormatsOption = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--format",
+        help="How keys and values are written: text (UTF-8), base64 or hex (binary-safe); "
+        "or a template as kcat -f: %t topic, %p partition, %o offset, %T timestamp, "
+        "%k key, %s value, %K/%S their lengths, %h headers, %%, \\n \\t. Give both to "
+        "combine: --format hex --format '%k %s\\n'.",
+        metavar="FORMAT",
+        callback=_check_formats,
+    ),
+]
 
 
 def consume(
@@ -33,7 +85,10 @@ def consume(
         typer.Option(
             "--from",
             "-o",
-            help="Where to start: beginning, end, or an offset (kcat's -o).",
+            help="Where to start: beginning, end, an offset, -N (the last N of each "
+            "partition), or @TIME: the first record at or after an ISO 8601 time "
+            "(@2026-11-24T10:00:00Z) or a duration ago (@-1h). With --group: for "
+            "partitions the group has not committed.",
             metavar="WHERE",
         ),
     ] = "beginning",
@@ -64,8 +119,25 @@ def consume(
             "--compacted", help="Only the newest record of every key (records without a key: none)."
         ),
     ] = False,
+    group: Annotated[
+        str | None,
+        typer.Option(
+            "--group",
+            "-G",
+            help="Consumer group: start at its committed offsets and commit each batch "
+            "once printed and flushed (at-least-once).",
+        ),
+    ] = None,
+    txn: Annotated[
+        str | None,
+        typer.Option(
+            "--txn",
+            help="With --group: commit the offsets into this open transaction (from "
+            "txn-begin), taking effect at its commit: exactly once with produce --txn.",
+        ),
+    ] = None,
     fence: FenceOption = None,
-    fmt: FormatOption = Format.text,
+    formats: FormatsOption = None,
     as_json: JsonFlag = False,
 ) -> None:
     """Print a topic's records: up to the end offsets, or (--follow) as they arrive.
@@ -74,8 +146,13 @@ def consume(
     headers, epoch (the exclusive-producer epoch it was written under). Text values that
     are not valid UTF-8 are shown with U+FFFD; use --format base64 to see their exact
     bytes. --compacted prints the newest record of every key (the compacted view).
+    --group G resumes from G's committed offsets and commits as it goes, after the
+    records are written out; with --txn ID into that transaction.
     """
     timeout_s = parse_duration(timeout) if timeout is not None else None
+    fmt, template = _formats(formats)
+    where = parse_where(start, "--from")
+    txn_id = _txn_option(txn, group, template, as_json, compacted)
     client = state().client()
     if compacted:
         if follow or start != "beginning" or fence:
@@ -83,44 +160,127 @@ def consume(
                 ErrorCode.INVALID_ARGUMENT,
                 "--compacted reads a snapshot of every key: no --follow, --from or --fence",
             )
-        compact = _Shown(Output(as_json), Rendering(fmt), table=True)
-        chosen: list[int | None] = list(partitions) if partitions else [None]
-        latest = [r for p in chosen for r in client.read_compacted(topic, p)]
-        for record in latest[:max_records] if max_records is not None else latest:
-            compact.add(record)
-        compact.flush()
+        _consume_compacted(client, topic, partitions, max_records, fmt, as_json)
         return
-    records = client.consume(
+    _check_open(client, txn_id)
+    starts = _starts(client, topic, partitions, where, group)
+    if where.kind == "offset":
+        ends = client.end_offsets(topic)
+        _warn_past_end(topic, ends, partitions, where.value, follow)
+    batches = client.consume_batches(
         topic,
         partition=partitions or None,
-        start=_start(start),
+        start=starts,
         max_records=max_records,
         follow=follow,
         timeout_s=timeout_s,
         fences=fences_from(fence or []),
     )
     out = Output(as_json)
-    shown = _Shown(out, Rendering(fmt), table=not follow)
-    first = _start(start)
-    ends = client.end_offsets(topic) if not follow or isinstance(first, int) else []
-    if isinstance(first, int):
-        _warn_past_end(topic, ends, partitions, first, follow)
+    shown = _Shown(out, Rendering(fmt), table=not follow, template=template)
+    committer = None if group is None else _Committer(client, group, topic, txn_id)
     previous = signal.signal(signal.SIGTERM, _interrupt)
-    total = None if follow else _bounded_total(ends, partitions, start)
+    total = None if follow else _bounded_total(client.end_offsets(topic), starts)
     try:
         with progress(f"consuming {topic}", total) as advance:
-            for record in records:
-                shown.add(record)
-                advance(1)
-                if follow:  # a tail reaches a pipe record by record
-                    out.flush()
+            for batch in batches:
+                for record in batch:
+                    shown.add(record)
+                    advance(1)
+                    if follow:  # a tail reaches a pipe record by record
+                        out.flush()
+                if committer is not None:
+                    shown.flush()
+                    committer.commit(shown.positions)
     except KeyboardInterrupt:
         pass
     finally:
         signal.signal(signal.SIGTERM, previous)
         shown.flush()
-    if shown.rendering.lossy:
-        lossy = shown.rendering.lossy
+        if committer is not None:  # what was printed and flushed before a stop
+            committer.commit(shown.positions)
+    _warn_lossy(shown.rendering)
+
+
+def _txn_option(
+    txn: str | None, group: str | None, template: Template | None, as_json: bool, compacted: bool
+) -> int | None:
+    if template is not None and as_json:
+        raise BrokerError(ErrorCode.INVALID_ARGUMENT, "--json and a --format template conflict")
+    if group is not None and compacted:
+        raise BrokerError(ErrorCode.INVALID_ARGUMENT, "--compacted does not commit: no --group")
+    if txn is None:
+        return None
+    if group is None:
+        raise BrokerError(
+            ErrorCode.INVALID_ARGUMENT,
+            "--txn commits a group's offsets: it goes with --group",
+            hint="e.g. consume in --group copier --txn $TXN",
+        )
+    return parse_txn_id(txn)
+
+
+def _check_open(client: Client, txn_id: int | None) -> None:
+    """--txn names a transaction still open (else its error, before reading anything)."""
+    if txn_id is None:
+        return
+    info = client.txn_show(txn_id, records_max=0).info
+    if info.state != "open":
+        raise BrokerError(
+            ErrorCode.TXN_NOT_OPEN,
+            f"transaction {txn_id} is {info.state}: offsets go into an open one",
+            hint="begin another with fencelog txn-begin",
+        )
+
+
+def _consume_compacted(
+    client: Client,
+    topic: str,
+    partitions: list[int] | None,
+    max_records: int | None,
+    fmt: Format,
+    as_json: bool,
+) -> None:
+    compact = _Shown(Output(as_json), Rendering(fmt), table=True)
+    chosen: list[int | None] = list(partitions) if partitions else [None]
+    latest = [r for p in chosen for r in client.read_compacted(topic, p)]
+    for record in latest[:max_records] if max_records is not None else latest:
+        compact.add(record)
+    compact.flush()
+
+
+def _starts(
+    client: Client, topic: str, partitions: list[int] | None, where: Where, group: str | None
+) -> dict[int, int]:
+    """Each partition's first offset: the group's committed one, else --from's."""
+    committed = client.committed_offsets(group, topic)[0] if group is not None else {}
+    chosen = client.positions(topic, partitions or None, "beginning")
+    missing = [p for p in chosen if p not in committed]
+    fallback = offsets_for(client, topic, missing, where) if missing else {}
+    return {p: committed[p] if p in committed else fallback[p] for p in chosen}
+
+
+class _Committer:
+    """Commits the group's next offsets of what was shown, only those that moved."""
+
+    def __init__(self, client: Client, group: str, topic: str, txn_id: int | None) -> None:
+        self.client, self.group, self.topic, self.txn_id = client, group, topic, txn_id
+        self.committed: dict[int, int] = {}
+
+    def commit(self, positions: dict[int, int]) -> None:
+        moved = {p: o for p, o in positions.items() if self.committed.get(p) != o}
+        if not moved:
+            return
+        if self.txn_id is None:
+            self.client.commit_offsets(self.group, self.topic, moved)
+        else:
+            self.client.txn_commit_offsets(self.txn_id, self.group, self.topic, moved)
+        self.committed.update(moved)
+
+
+def _warn_lossy(rendering: Rendering) -> None:
+    if rendering.lossy:
+        lossy = rendering.lossy
         warn(
             f"{lossy} {'record' if lossy == 1 else 'records'} had bytes "
             "that are not UTF-8, shown as U+FFFD; "
@@ -142,18 +302,35 @@ def _warn_past_end(
 
 
 class _Shown:
-    """Records as the user sees them: JSON lines, tab-separated lines (piped, or a
-    tail), or on a terminal rich tables of up to _TABLE_ROWS records each."""
+    """Records as the user sees them: JSON lines, a template's text, tab-separated lines
+    (piped, or a tail), or on a terminal rich tables of up to _TABLE_ROWS records each.
+    positions: the next offset of each partition after what was shown."""
 
-    def __init__(self, out: Output, rendering: Rendering, *, table: bool) -> None:
+    def __init__(
+        self,
+        out: Output,
+        rendering: Rendering,
+        *,
+        table: bool,
+        template: Template | None = None,
+    ) -> None:
         self.out = out
         self.rendering = rendering
-        self.table = table and out.rich
+        self.template = template
+        self.table = table and out.rich and template is None
         self.rows: list[tuple[int, int, str, str]] = []
+        self.positions: dict[int, int] = {}
 
     def add(self, record: Record) -> None:
+        self._show(record)
+        self.positions[record.partition] = record.offset + 1
+
+    def _show(self, record: Record) -> None:
         if self.out.as_json:
             self.out.json(record_dict(record, self.rendering))
+            return
+        if self.template is not None:
+            self.out.stream.write(self.template.render(record, self.rendering))
             return
         key = self.rendering.show(record.key)
         row = (record.partition, record.offset, "" if key is None else key)
@@ -176,28 +353,8 @@ def _interrupt(_signum: int, _frame: FrameType | None) -> None:
     raise KeyboardInterrupt
 
 
-def _start(text: str) -> Start:
-    if text in ("beginning", "end"):
-        return "beginning" if text == "beginning" else "end"
-    if _is_offset(text):
-        return int(text)
-    raise BrokerError(
-        ErrorCode.INVALID_ARGUMENT,
-        f"--from {text!r} is not beginning, end or an offset",
-        hint="e.g. --from beginning, --from end, --from 42",
-    )
-
-
-def _is_offset(text: str) -> bool:
-    return text.isascii() and text.isdigit()
-
-
-def _bounded_total(ends: list[int], partitions: list[int] | None, start: str) -> int | None:
-    if not _is_offset(start) and start != "beginning":
-        return None
-    first = int(start) if _is_offset(start) else 0
-    chosen = partitions or range(len(ends))
-    return sum(max(0, ends[p] - first) for p in chosen if 0 <= p < len(ends))
+def _bounded_total(ends: Sequence[int], starts: dict[int, int]) -> int:
+    return sum(max(0, ends[p] - offset) for p, offset in starts.items() if p < len(ends))
 
 
 def record_dict(record: Record, rendering: Rendering) -> dict[str, Any]:

@@ -20,6 +20,7 @@ from broker.types import DURABILITIES, check_durability
 from cli import (
     check,
     consume,
+    group,
     own,
     produce,
     producers,
@@ -127,6 +128,7 @@ app.add_typer(own.app, name="own")
 app.add_typer(producers.app, name="producers")
 app.add_typer(snapshot.app, name="snapshot")
 app.add_typer(txn.app, name="txn")
+app.add_typer(group.app, name="group")
 app.command("lease-pid")(producers.lease_pid)
 app.command("produce")(produce.produce)
 app.command("consume")(consume.consume)

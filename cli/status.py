@@ -1,16 +1,21 @@
-"""fencelog status: the data directory, its files, and every topic's end offsets."""
+"""fencelog status: the data directory, its files, every topic's end offsets, and every
+consumer group's lag (end offset minus committed offset, per partition)."""
 
 from __future__ import annotations
 
 from cli.context import state
+from cli.group import COLUMNS, group_lags
 from cli.options import JsonFlag
 from cli.output import Output
 from cli.topic import topic_dict
 
 
 def status(as_json: JsonFlag = False) -> None:
-    """Show the broker: data directory, schema, durability, sizes, topics, end offsets."""
-    info = state().client().status()
+    """Show the broker: data directory, schema, durability, sizes, topics, end offsets,
+    consumer groups' lag."""
+    client = state().client()
+    info = client.status()
+    groups = group_lags(client, client.consumer_groups())
     out = Output(as_json)
     if as_json:
         out.json(
@@ -23,6 +28,7 @@ def status(as_json: JsonFlag = False) -> None:
                 "producer_ids": info.producer_ids,
                 "producer_evictions": info.producer_evictions,
                 "topics": [topic_dict(t, partitions=True) for t in info.topics],
+                "consumer_groups": groups,
             }
         )
         return
@@ -42,3 +48,10 @@ def status(as_json: JsonFlag = False) -> None:
         for p in t.partition_details
     ]
     out.table("end offsets", ["topic", "partition", "end offset", "records", "bytes"], rows)
+    lags = [
+        (g["group"], o["topic"], o["partition"], o["committed_offset"], o["end_offset"], o["lag"])
+        for g in groups
+        for o in g["offsets"]
+    ]
+    if lags:
+        out.table("consumer groups", COLUMNS, lags)

@@ -69,7 +69,9 @@ if TYPE_CHECKING:  # imported when used: a one-shot embedded command needs neith
     from broker.client.transaction import Transaction
 
 DEFAULT_BROKER: Final = "./.fencelog"
-Start = int | Literal["beginning", "end"]
+# Where a read starts: every chosen partition at the beginning, the end or an offset, or a
+# next offset per partition (every chosen partition must have one).
+Start = int | Literal["beginning", "end"] | Mapping[int, int]
 Value = bytes | str | NewRecord
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -343,7 +345,8 @@ class Client:
         self, topic: str, partitions: int | Sequence[int] | None, start: Start
     ) -> dict[int, int]:
         """The starting offset of each partition to read, from a partition choice and a
-        start: "beginning", "end", or an offset (applied to every chosen partition)."""
+        start: "beginning", "end", an offset (applied to every chosen partition), or a
+        mapping of partition to offset."""
         info = self.describe_topic(topic)
         if partitions is None:
             chosen: Sequence[int] = range(info.partitions)
@@ -363,7 +366,16 @@ class Client:
                     topic=topic,
                     partition=partition,
                 )
-            positions[partition] = _start_offset(start, starts[partition], ends[partition])
+            if isinstance(start, Mapping):
+                if partition not in start:
+                    raise BrokerError(
+                        ErrorCode.INVALID_ARGUMENT, f"no start offset for partition {partition}"
+                    )
+                positions[partition] = _start_offset(
+                    start[partition], starts[partition], ends[partition]
+                )
+            else:
+                positions[partition] = _start_offset(start, starts[partition], ends[partition])
         return positions
 
     def consume(
@@ -384,6 +396,32 @@ class Client:
         bounded read); with `follow` it waits for new records until `max_records` have been
         read or `timeout_s` passes with nothing new (None: forever).
         """
+        for batch in self.consume_batches(
+            topic,
+            partition=partition,
+            start=start,
+            max_records=max_records,
+            follow=follow,
+            timeout_s=timeout_s,
+            poll_ms=poll_ms,
+            fences=fences,
+        ):
+            yield from batch
+
+    def consume_batches(
+        self,
+        topic: str,
+        *,
+        partition: int | Sequence[int] | None = None,
+        start: Start = "beginning",
+        max_records: int | None = None,
+        follow: bool = False,
+        timeout_s: float | None = None,
+        poll_ms: int = 1_000,
+        fences: Sequence[Fence] = (),
+    ) -> Iterator[list[Record]]:
+        """consume()'s records as the fetches return them, a non-empty list each: a
+        consumer that commits offsets commits once a batch is handled."""
         if max_records is not None and max_records < 0:
             raise BrokerError(ErrorCode.INVALID_ARGUMENT, "max_records must be >= 0")
         positions = self.positions(topic, partition, start)
@@ -410,7 +448,8 @@ class Client:
                 return
             if taken and positions and remaining != 0:
                 ahead.prepare(positions, remaining, len(batch), stop_at)
-            yield from taken
+            if taken:
+                yield taken
 
     def _page(self, max_records: int | None) -> int:
         """The most records one fetch asks for (None: as many as the broker gives)."""
@@ -522,6 +561,13 @@ class Client:
         if newest is not None and newest.producer_state is not None:
             state = ProducerState.from_bytes(newest.producer_state)
         return {r.partition: r.next_offset for r in rows}, state
+
+    def offset_for_time(self, topic: str, partition: int, timestamp_ms: int) -> int | None:
+        """The offset of the first record of a partition at or after timestamp_ms (a
+        binary search over offsets: exact while the partition's timestamps ascend), or
+        None when every record is older."""
+        found = self._transport.call(ops.OFFSET_FOR_TIME, topic, partition, timestamp_ms)
+        return None if found is None else found[0]
 
     def consumer_groups(self, *, limit: int = 10_000) -> list[GroupOffsetRow]:
         """Every consumer group's next offset on each partition it committed, by group,

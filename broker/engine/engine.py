@@ -33,7 +33,7 @@ from broker.engine.transactions import Transactions
 from broker.engine.write_cache import WriteCache
 from broker.errors import BrokerError, ErrorCode
 from broker.limits import DEFAULT_LIMITS, Limits
-from broker.storage import logs, pages
+from broker.storage import logs, pages, timestamps
 from broker.storage import producers as producer_store
 from broker.storage.database import SCHEMA_VERSION, Database
 from broker.types import (
@@ -747,11 +747,13 @@ class Engine:
         self, topic: str, partition: int, timestamp_ms: int
     ) -> tuple[int, int] | None:
         """The first record of a partition at or after timestamp_ms: (offset, its
-        timestamp), or None when every record is older."""
+        timestamp), or None when every record is older. A binary search over offsets
+        (broker/storage/timestamps.py: exact while timestamps ascend, as Kafka's)."""
         with self.database.read() as conn:
             row = self._topic(conn, topic)
             record_rules.check_partition(topic, partition, row.partitions)
-            return logs.offset_for_time(conn, row, partition, timestamp_ms)
+            end = logs.end_offset(conn, row, partition)
+            return timestamps.offset_for_time(conn, row.topic_id, partition, end, timestamp_ms)
 
     def read_compacted(self, topic: str, partition: int) -> list[Record]:
         """The newest record of every key in one partition, in offset order."""

@@ -63,6 +63,7 @@ class Op(enum.IntEnum):
     COMMITTED_OFFSETS = 45
     BACKUP = 46
     CONSUMER_GROUPS = 47
+    OFFSET_FOR_TIME = 48
     ATTACH = 50
     DETACH = 51
     TOPIC_ACCESS = 52

@@ -423,6 +423,40 @@ CONSUMER_GROUPS: Final = Operation(
     retry_safe=True,
 )
 
+
+def _offset_for_time(topic: str, partition: int, timestamp_ms: int) -> Payload:
+    return {"topic": topic, "partition": partition, "timestamp_ms": timestamp_ms}
+
+
+def _of_offset_for_time(payload: Payload) -> Payload:
+    return {
+        "topic": field(payload, "topic", str),
+        "partition": non_negative(payload, "partition"),
+        "timestamp_ms": field(payload, "timestamp_ms", int),
+    }
+
+
+def _found_to_wire(found: tuple[int, int] | None) -> Payload:
+    return {"found": None if found is None else list(found)}
+
+
+def _found_from_wire(payload: Payload) -> tuple[int, int] | None:
+    found = payload["found"]
+    return None if found is None else (int(found[0]), int(found[1]))
+
+
+OFFSET_FOR_TIME: Final = Operation(
+    Op.OFFSET_FOR_TIME,
+    "offset_for_time",
+    Side.READ,
+    _offset_for_time,
+    _of_offset_for_time,
+    _found_to_wire,
+    _found_from_wire,
+    retry_safe=True,
+)
+
+
 # sessions -----------------------------------------------------------------------------
 
 
@@ -661,6 +695,7 @@ OPERATIONS: Final[tuple[Operation[Any, Any], ...]] = (
     COMMIT_OFFSETS,
     COMMITTED_OFFSETS,
     CONSUMER_GROUPS,
+    OFFSET_FOR_TIME,
     SESSIONS,
     TOPIC_ACCESS,
     TXN_BEGIN,

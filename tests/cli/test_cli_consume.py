@@ -200,8 +200,19 @@ def test_partition_out_of_range_exits_21(invoke: Invoke, filled: Path, partition
 
 @pytest.mark.parametrize(
     "where",
-    ["-1", "abc", "1.5", "", "start", "\u00b2"],
-    ids=["negative", "word", "fraction", "empty", "start", "superscript-two"],
+    ["-x", "abc", "1.5", "", "start", "\u00b2", "-\u00b2", "--1", "@yesterday", "@-5x"],
+    ids=[
+        "minus-word",
+        "word",
+        "fraction",
+        "empty",
+        "start",
+        "superscript-two",
+        "minus-superscript",
+        "double-minus",
+        "time-word",
+        "time-bad-duration",
+    ],
 )
 def test_bad_from_exits_10(invoke: Invoke, filled: Path, where: str) -> None:
     result = expect(invoke("consume", "orders", "--from", where), ErrorCode.INVALID_ARGUMENT)

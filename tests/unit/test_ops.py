@@ -44,6 +44,7 @@ CALLS: dict[Op, tuple[tuple[Any, ...], dict[str, Any]]] = {
     Op.COMMIT_OFFSETS: (("billing", "orders", {0: 5, 3: 9}, b"state"), {}),
     Op.COMMITTED_OFFSETS: (("billing", "orders"), {}),
     Op.CONSUMER_GROUPS: ((500,), {}),
+    Op.OFFSET_FOR_TIME: (("orders", 2, 1_700_000_000_000), {}),
     Op.SESSIONS: ((20,), {}),
     Op.TOPIC_ACCESS: (("orders",), {}),
     Op.TXN_BEGIN: (("billing", "batch-7", 30_000), {}),

@@ -1,0 +1,48 @@
+"""Finding an offset by time: a binary search over the records' primary key.
+
+There is no index on timestamp_ms (and no schema change for one): the records table's
+primary key (topic_id, partition, offset) is the index. As Kafka's time index does, the
+search takes a partition's timestamps to ascend with its offsets, and probes
+O(log2(end offset)) records, each one seek of the primary key reading one timestamp
+(`record_time_at_or_after`): 25 probes on a partition of 10M records.
+
+Exact semantics. The search is a lower bound over offsets o of the predicate
+"the first record at or after o is at or after the time (or there is none)":
+- when a partition's timestamps never decrease, the answer is the first record at or after
+  the time, and None exactly when every record is older;
+- when they do decrease somewhere (a clock stepped back; a Kafka producer's own
+  timestamps), the answer is a record at or after the time whose previous record is
+  older than the time (or that is the partition's first record): a place where the log
+  crosses the time, not necessarily the first. None means the search ended at the end:
+  the partition's last record is older than the time.
+Gaps in offsets (records deleted from the front, or compacted away) cost nothing: a probe
+lands on the next record that exists.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+
+from broker.storage.queries import Q
+
+
+def offset_for_time(
+    conn: sqlite3.Connection, topic_id: int, partition: int, end_offset: int, timestamp_ms: int
+) -> tuple[int, int] | None:
+    """(offset, timestamp_ms) of the first record at or after timestamp_ms, or None."""
+    low, high = 0, end_offset
+    while low < high:
+        middle = (low + high) // 2
+        found = _at_or_after(conn, topic_id, partition, middle)
+        if found is None or found[1] >= timestamp_ms:
+            high = middle
+        else:
+            low = found[0] + 1  # every offset up to the probed record is before the time
+    return _at_or_after(conn, topic_id, partition, low) if low < end_offset else None
+
+
+def _at_or_after(
+    conn: sqlite3.Connection, topic_id: int, partition: int, offset: int
+) -> tuple[int, int] | None:
+    row = conn.execute(Q["record_time_at_or_after"], (topic_id, partition, offset)).fetchone()
+    return None if row is None else (int(row[0]), int(row[1]))
