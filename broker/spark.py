@@ -29,7 +29,9 @@ Exactly once, and how:
 Options (case-insensitive): broker (a tcp://, unix:// URL or a data directory; default
 $FENCELOG_BROKER or ./.fencelog), authTokenFile, topic; reads: startingOffsets,
 endingOffsets ("earliest", "latest", or JSON {"PARTITION": offset} with -2 earliest and
--1 latest), maxRecordsPerPartition (split larger ranges), maxRecordsPerTrigger
+-1 latest; earliest is the log start), failOnDataLoss (default true: an offset retention
+deleted fails the query; false reads on from the log start), maxRecordsPerPartition
+(split larger ranges), maxRecordsPerTrigger
 (streaming admission control); writes: transactionalGroup (default spark-TOPIC),
 transactionTimeout (ms; default 15 minutes: a job's transaction stays open while its
 tasks run).
@@ -144,6 +146,14 @@ class Options:
             raise _option_error(f"option {name} is a positive integer, not {text!r}")
         return value
 
+    def fail_on_data_loss(self) -> bool:
+        """Spark's Kafka option: fail a query whose offsets retention deleted (default),
+        or read on from the log start."""
+        text = (self.get("failOnDataLoss") or "true").strip().lower()
+        if text not in {"true", "false"}:
+            raise _option_error(f"option failOnDataLoss is true or false, not {text!r}")
+        return text == "true"
+
     def connect(self) -> Client:
         return connect(self.broker, token=self.token)
 
@@ -152,12 +162,20 @@ def _option_error(message: str) -> BrokerError:
     return BrokerError(ErrorCode.INVALID_ARGUMENT, message)
 
 
-def offsets_option(text: str | None, default: str, ends: Sequence[int], name: str) -> list[int]:
+def offsets_option(
+    text: str | None,
+    default: str,
+    ends: Sequence[int],
+    name: str,
+    firsts: Sequence[int] | None = None,
+) -> list[int]:
     """One offset per partition from "earliest", "latest" or JSON {"PARTITION": offset}
-    (-2: earliest, -1: latest), clamped to what the log holds."""
+    (-2: earliest, -1: latest), clamped to what the log holds. Earliest is each
+    partition's log start (firsts; 0 when not given)."""
+    firsts = list(firsts) if firsts is not None else [0] * len(ends)
     spec = (text or default).strip()
     if spec == "earliest":
-        return [0] * len(ends)
+        return firsts
     if spec == "latest":
         return list(ends)
     try:
@@ -168,14 +186,17 @@ def offsets_option(text: str | None, default: str, ends: Sequence[int], name: st
         ) from exc
     if not isinstance(given, dict):
         raise _option_error(f'{name} JSON maps partitions to offsets, like {{"0": 42}}')
-    chosen = [0 if default == "earliest" else end for end in ends]
+    chosen = list(firsts) if default == "earliest" else list(ends)
     for key, value in given.items():
         if not (str(key).isdigit() and int(key) < len(ends)):
             raise _option_error(f"{name} names partition {key!r}; the topic has {len(ends)}")
         if not isinstance(value, int) or isinstance(value, bool) or value < EARLIEST:
             raise _option_error(f"{name}: partition {key} offset must be >= -2, not {value!r}")
         end = ends[int(key)]
-        chosen[int(key)] = 0 if value == EARLIEST else end if value == LATEST else min(value, end)
+        first = firsts[int(key)]
+        chosen[int(key)] = (
+            first if value == EARLIEST else end if value == LATEST else min(value, end)
+        )
     return chosen
 
 
@@ -210,9 +231,26 @@ def read_range(options: Options, part: OffsetRange) -> Iterator[pa.RecordBatch]:
     """The records of one offset range as Arrow record batches (Client.arrow_pages:
     built by SQLite, embedded or in the server; served, a page ahead)."""
     with options.connect() as client:
-        yield from client.arrow_pages(
-            part.topic, part.partition, part.start, part.end, page_records=FETCH_RECORDS
-        )
+        start = part.start
+        if not options.fail_on_data_loss():
+            log_start = client.describe_topic(part.topic).partition_details[part.partition]
+            start = min(max(start, log_start.start_offset), part.end)
+        try:
+            yield from client.arrow_pages(
+                part.topic, part.partition, start, part.end, page_records=FETCH_RECORDS
+            )
+        except BrokerError as error:
+            if error.code is ErrorCode.OFFSET_OUT_OF_RANGE:
+                details = {
+                    **error.details,
+                    "hint": ".option('failOnDataLoss', 'false') reads on from the log start",
+                }
+                raise BrokerError(
+                    error.code,
+                    f"{error.message} (data loss: Spark's failOnDataLoss is true)",
+                    **details,
+                ) from error
+            raise
 
 
 class BatchReader(DataSourceReader):
@@ -221,11 +259,22 @@ class BatchReader(DataSourceReader):
         self.topic = options.required_topic()
         self.per_split = options.positive_int("maxRecordsPerPartition")
         with options.connect() as client:
-            ends = client.end_offsets(self.topic)
+            details = client.describe_topic(self.topic).partition_details
+        ends = [p.end_offset for p in details]
         self.starts = offsets_option(
-            options.get("startingOffsets"), "earliest", ends, "startingOffsets"
+            options.get("startingOffsets"),
+            "earliest",
+            ends,
+            "startingOffsets",
+            [p.start_offset for p in details],
         )
-        self.ends = offsets_option(options.get("endingOffsets"), "latest", ends, "endingOffsets")
+        self.ends = offsets_option(
+            options.get("endingOffsets"),
+            "latest",
+            ends,
+            "endingOffsets",
+            [p.start_offset for p in details],
+        )
 
     def partitions(self) -> Sequence[InputPartition]:
         ranges = split_ranges(self.topic, self.starts, self.ends, self.per_split)
@@ -269,8 +318,11 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def initialOffset(self) -> dict[str, int]:
         ends = self._ends()
+        if self._client is None:
+            self._client = self.options.connect()
+        firsts = [p.start_offset for p in self._client.describe_topic(self.topic).partition_details]
         starts = offsets_option(
-            self.options.get("startingOffsets"), "latest", ends, "startingOffsets"
+            self.options.get("startingOffsets"), "latest", ends, "startingOffsets", firsts
         )
         return {str(p): offset for p, offset in enumerate(starts)}
 

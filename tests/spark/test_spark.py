@@ -45,7 +45,7 @@ from pyspark.sql.streaming.readwriter import DataStreamWriter
 import broker.spark
 from broker.client.client import Client, connect
 from broker.errors import BrokerError
-from broker.types import NewRecord, Record, TxnInfo
+from broker.types import NewRecord, Record, TopicConfig, TxnInfo
 from support import EXAMPLES, SCRIPTS
 from support.helpers import user_env
 from support.servers import served
@@ -380,6 +380,32 @@ def test_served_broker_with_auth_token(spark: SparkSession, tmp_path: Path) -> N
         write(upper(df), server.address, "out", authTokenFile=str(token_file))
         assert values(client, "out") == upper_values(client, "orders")
         assert client.txn_list() == []
+
+
+def test_records_retention_deleted_fail_the_query_unless_told_otherwise(
+    spark: SparkSession, embedded: Broker
+) -> None:
+    """As Spark's Kafka source: earliest is the log start; an offset below it is data loss,
+    which fails the query (failOnDataLoss, default true) or is skipped (false)."""
+    old = 1_000
+    with embedded.client() as client:
+        client.create_topic("orders", config=TopicConfig(retention_ms=60_000))
+        client.produce("orders", [NewRecord(b"old", None, (), 0, old) for _ in range(4)])
+        client.produce("orders", [b"kept"])
+        assert client.clean_topic("orders") == 4
+
+    def offsets(**options: str | int) -> list[int]:
+        df = read(spark, embedded.url, "orders", **options)
+        return sorted(r.offset for r in df.select("offset").collect())
+
+    assert offsets() == [4]
+    with pytest.raises(PySparkException) as excinfo:
+        offsets(startingOffsets=json.dumps({"0": 1}))
+    assert "failOnDataLoss" in error_text(excinfo)
+    assert "OFFSET_OUT_OF_RANGE" in error_text(excinfo) or "log start offset 4" in error_text(
+        excinfo
+    )
+    assert offsets(startingOffsets=json.dumps({"0": 1}), failOnDataLoss="false") == [4]
 
 
 def test_batch_offsets_options(spark: SparkSession, embedded: Broker) -> None:
