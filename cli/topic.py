@@ -217,14 +217,26 @@ def describe(
     name: Annotated[str, typer.Argument(help="Topic name.")],
     as_json: JsonFlag = False,
 ) -> None:
-    """Show a topic's partitions (offsets, sizes) and its producers: access mode, epoch,
-    the exclusive producer, shared producers and waiters."""
+    """Show a topic's retention and cleanup, its partitions (log start and end offsets,
+    sizes), each consumer group's committed offset and lag, and its producers: access
+    mode, epoch, the exclusive producer, shared producers and waiters."""
     client = state().client()
     info = client.describe_topic(name)
     access = client.topic_access(name)
+    ends = {p.partition: p.end_offset for p in info.partition_details}
+    lags = [
+        (row.group, row.partition, row.next_offset, max(0, ends[row.partition] - row.next_offset))
+        for row in client.consumer_groups()
+        if row.topic == name and row.partition in ends
+    ]
     out = Output(as_json)
     if as_json:
-        out.json(topic_dict(info, partitions=True) | {"access": access_dict(access)})
+        groups = [
+            {"group": g, "partition": p, "committed_offset": c, "lag": lag} for g, p, c, lag in lags
+        ]
+        out.json(
+            topic_dict(info, partitions=True) | {"access": access_dict(access), "groups": groups}
+        )
         return
     rows = [
         (p.partition, p.start_offset, p.end_offset, p.records, p.bytes)
@@ -232,6 +244,8 @@ def describe(
     ]
     columns = ["partition", "start offset", "end offset", "records", "bytes"]
     out.table(f"topic {info.name}: {_config_text(info.config)}", columns, rows)
+    if lags:
+        out.table("consumer groups", ["group", "partition", "committed offset", "lag"], lags)
     producers = [(a.mode, a.name, a.epoch, a.session_id) for a in _attached(access)]
     out.table(
         f"access: {access.mode}, epoch {access.epoch}",

@@ -80,3 +80,13 @@ def test_serve_cleans_in_the_background(tmp_path: Path) -> None:
         wait_until(cleaned, 15.0, message="the server cleaned the old records")
         values = [r.value for r in client.consume("events", partition=0, start="beginning")]
         assert values == [b"new"]
+
+
+def test_describe_shows_each_groups_committed_offset_and_lag(invoke: Invoke) -> None:
+    expect(invoke("topic", "create", "orders", "-p", "2"), 0)
+    expect(invoke("produce", "orders", "-p", "1", "--value", "a", "--value", "b"), 0)
+    expect(invoke("consume", "orders", "--group", "billing", "-p", "1", "--max", "1"), 0)
+    described = json.loads(expect(invoke("topic", "describe", "orders", "--json"), 0).stdout)
+    assert described["groups"] == [
+        {"group": "billing", "partition": 1, "committed_offset": 1, "lag": 1}
+    ]
