@@ -152,7 +152,7 @@ def serve(
     host, port = _host_port(listen)
     kafka = None
     if kafka_listen is not None:
-        from broker.kafka.listener import KafkaListen
+        from broker.kafka.options import KafkaListen
 
         kafka_host, kafka_port = _host_port(kafka_listen, "--kafka-listen")
         kafka = KafkaListen(

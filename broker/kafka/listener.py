@@ -20,29 +20,19 @@ import contextlib
 import hmac
 import logging
 import struct
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
 
 from broker.kafka import wire
+from broker.kafka.options import KafkaListen
 
 if TYPE_CHECKING:
     from broker.kafka.api import KafkaApi
 
+__all__ = ["KafkaConnection", "KafkaListen", "close_all"]
 log = logging.getLogger("fencelog.kafka")
 _LENGTH: Final = struct.Struct(">i")
 _PRE_AUTH: Final = frozenset({wire.API_VERSIONS_KEY, 17, 36})  # SaslHandshake, SaslAuthenticate
 _READ_PAUSE_ANSWERS: Final = 64  # unanswered requests before the socket is not read
-
-
-@dataclass(frozen=True, slots=True)
-class KafkaListen:
-    """`serve --kafka-listen HOST:PORT` and the options that go with it."""
-
-    host: str
-    port: int
-    auto_create: bool = True  # Kafka's auto.create.topics.enable
-    partitions: int = 1  # a created topic's partitions when the client names none
-    advertised: str | None = None  # the host Metadata names (default: the bound one)
 
 
 class KafkaConnection(asyncio.Protocol):

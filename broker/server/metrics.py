@@ -19,18 +19,18 @@ import time
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import Final
-
-from prometheus_client import CollectorRegistry, generate_latest
-from prometheus_client.core import (
-    CounterMetricFamily,
-    GaugeMetricFamily,
-    HistogramMetricFamily,
-    Metric,
-)
-from prometheus_client.registry import Collector
+from typing import TYPE_CHECKING, Final
 
 from broker.engine.engine import Engine
+
+if TYPE_CHECKING:  # prometheus-client loads at the first scrape, not with the server
+    from prometheus_client import CollectorRegistry
+    from prometheus_client.core import (
+        CounterMetricFamily,
+        GaugeMetricFamily,
+        HistogramMetricFamily,
+        Metric,
+    )
 
 LATENCY_BOUNDS_S: Final = (
     0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5,
@@ -80,8 +80,7 @@ class Metrics:
         self.group_seconds = _Histogram(LATENCY_BOUNDS_S)
         self.started = time.time()
         self._state = state
-        self.registry = CollectorRegistry(auto_describe=False)
-        self.registry.register(_Collector(self))
+        self._registry: CollectorRegistry | None = None
 
     # counted on the event loop ----------------------------------------------------------
 
@@ -111,7 +110,12 @@ class Metrics:
 
     def exposition(self) -> bytes:
         """The text a scrape gets (run it on the reader thread: it reads the state)."""
-        return bytes(generate_latest(self.registry))
+        from prometheus_client import CollectorRegistry, generate_latest
+
+        if self._registry is None:
+            self._registry = CollectorRegistry(auto_describe=False)
+            self._registry.register(_Collector(self))
+        return bytes(generate_latest(self._registry))
 
     def state(self) -> State:
         return self._state()
@@ -126,11 +130,17 @@ class State:
     engine: Engine  # the reader: what a scrape reads of the broker
 
 
-class _Collector(Collector):
+class _Collector:
+    """A prometheus-client collector (it needs only collect())."""
+
     def __init__(self, metrics: Metrics) -> None:
         self.metrics = metrics
 
     def collect(self) -> Iterator[Metric]:
+        from prometheus_client.core import (
+            HistogramMetricFamily,
+        )
+
         m = self.metrics
         yield _counter(
             "fencelog_requests",
@@ -182,6 +192,8 @@ class _Collector(Collector):
 def _counter(
     name: str, text: str, labels: list[str], values: Iterable[tuple[tuple[str, ...], int]]
 ) -> CounterMetricFamily:
+    from prometheus_client.core import CounterMetricFamily
+
     family = CounterMetricFamily(name, text, labels=labels)
     for label_values, value in values:
         family.add_metric(list(label_values), value)
@@ -189,10 +201,14 @@ def _counter(
 
 
 def _gauge(name: str, text: str, value: float) -> GaugeMetricFamily:
+    from prometheus_client.core import GaugeMetricFamily
+
     return GaugeMetricFamily(name, text, value=value)
 
 
 def _state_families(state: State, started: float) -> Iterator[Metric]:
+    from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
     engine = state.engine
     status = engine.status()
     yield _gauge("fencelog_start_time_seconds", "When this server started (Unix time).", started)

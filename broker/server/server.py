@@ -40,7 +40,7 @@ from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from pathlib import Path
-from typing import Any, Final, TypeVar
+from typing import TYPE_CHECKING, Any, Final, TypeVar
 
 from broker import __version__
 from broker.core.exclusive import ExclusiveWait, GiveUp, parse_access
@@ -49,8 +49,7 @@ from broker.engine.engine import Engine, ProduceOutcome, ProduceRequest, wall_cl
 from broker.engine.sessions import connection_session_id, new_server_run
 from broker.errors import BrokerError, ErrorCode
 from broker.event_loop import BusyPoll
-from broker.kafka.api import KafkaApi
-from broker.kafka.listener import KafkaConnection, KafkaListen, close_all
+from broker.kafka.options import KafkaListen
 from broker.limits import DEFAULT_LIMITS, Limits, limits_for_client
 from broker.protocol import codec, ops
 from broker.protocol.frames import FrameConnection, ProtocolError
@@ -77,6 +76,9 @@ from broker.server.group_commit import GroupCommit
 from broker.server.http import HEAD_BYTES_MAX, HttpEndpoints
 from broker.server.metrics import Metrics, State
 from broker.types import Clock, Durability, check_durability
+
+if TYPE_CHECKING:
+    from broker.kafka.api import KafkaApi
 
 log = logging.getLogger("fencelog.server")
 T = TypeVar("T")
@@ -273,6 +275,9 @@ class Server:
         """The Kafka listener beside the native one (broker/kafka/); its HOST:PORT."""
         listen = self._kafka_listen
         assert listen is not None
+        from broker.kafka.api import KafkaApi  # the Kafka codec: only with a Kafka listener
+        from broker.kafka.listener import KafkaConnection
+
         api = KafkaApi(
             self,
             host=listen.host,
@@ -336,6 +341,8 @@ class Server:
             event.set()
         grace_s = self.limits.shutdown_grace_ms / 1000
         if self.kafka is not None:
+            from broker.kafka.listener import close_all
+
             await self.kafka.stop()
             await close_all(self.kafka.connections, grace_s)
         connections = list(self._connections)

@@ -24,7 +24,7 @@ from collections.abc import Callable, Coroutine, Iterator, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
-from broker.kafka.listener import KafkaListen
+from broker.kafka.options import KafkaListen
 from broker.limits import DEFAULT_LIMITS, Limits
 from broker.protocol.frames import CLOSED, NEED_DATA, FrameConnection, Sentinel
 from broker.protocol.messages import Message, Op, Reply, Request

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from broker.kafka import wire
-from broker.kafka.listener import KafkaListen
+from broker.kafka.options import KafkaListen
 from broker.server.server import Server
 
 frames: list[bytes] = []
