@@ -184,3 +184,19 @@ def test_a_bad_config_is_refused_and_changes_nothing(engine: Engine, config: Top
         engine.create_topic("bad", config=config)
     assert refused.value.code is ErrorCode.INVALID_ARGUMENT
     assert [t.name for t in engine.list_topics()] == []
+
+
+def test_owner_fences_and_epochs_stay_as_they_were(engine: Engine) -> None:
+    engine.create_topic("owned", owner_group="leaders", config=TopicConfig(retention_ms=DAY_MS))
+    session = engine.owners.register_process()
+    (claimed,) = engine.owners.own(session, "leaders", [("owned/0", 1)]).claimed
+    fence = claimed.fence
+    engine.produce("owned", stamped([b"old"] * 3, NOW_MS - 2 * DAY_MS), fences=[fence])
+    epoch_before = engine.topic_access("owned").epoch
+    assert engine.clean_topic("owned") == 3
+    assert engine.topic_access("owned").epoch == epoch_before
+    written = engine.produce("owned", stamped([b"new"], NOW_MS), fences=[fence])
+    assert [r.offset for r in written] == [3]
+    with pytest.raises(BrokerError) as unfenced:
+        engine.produce("owned", stamped([b"no fence"], NOW_MS))
+    assert unfenced.value.code is ErrorCode.FENCED
