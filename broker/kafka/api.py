@@ -895,46 +895,41 @@ def _read_committed(
 # errors ---------------------------------------------------------------------------------
 
 
+# fencelog's errors as Kafka's, for every API; then what an API answers differently
+_ERRORS: Final = {
+    ErrorCode.UNKNOWN_TOPIC: wire.UNKNOWN_TOPIC_OR_PARTITION,
+    ErrorCode.UNKNOWN_PARTITION: wire.UNKNOWN_TOPIC_OR_PARTITION,
+    ErrorCode.FENCED: wire.INVALID_PRODUCER_EPOCH,
+    ErrorCode.INVALID_GENERATION: wire.INVALID_PRODUCER_EPOCH,
+    ErrorCode.TXN_NOT_OPEN: wire.INVALID_TXN_STATE,
+    ErrorCode.TXN_ABORTED: wire.INVALID_TXN_STATE,
+    ErrorCode.UNKNOWN_TXN: wire.INVALID_TXN_STATE,
+    ErrorCode.INVALID_NAME: wire.INVALID_REQUEST,
+    ErrorCode.INVALID_ARGUMENT: wire.INVALID_REQUEST,
+}
+_PRODUCE_ERRORS: Final = _ERRORS | {
+    ErrorCode.RECORD_TOO_LARGE: wire.MESSAGE_TOO_LARGE,
+    ErrorCode.INVALID_TOPIC_NAME: wire.INVALID_TOPIC_EXCEPTION,
+    ErrorCode.OUT_OF_ORDER_SEQUENCE: wire.OUT_OF_ORDER_SEQUENCE_NUMBER,
+    ErrorCode.PID_EXPIRED: wire.UNKNOWN_PRODUCER_ID,
+    ErrorCode.UNKNOWN_PID: wire.UNKNOWN_PRODUCER_ID,
+    ErrorCode.STORAGE_BUSY: wire.KAFKA_STORAGE_ERROR,
+    ErrorCode.PRODUCER_BUSY: wire.CONCURRENT_TRANSACTIONS,
+}
+_TXN_ERRORS: Final = _ERRORS | {
+    ErrorCode.UNKNOWN_PID: wire.INVALID_PRODUCER_ID_MAPPING,
+    ErrorCode.STORAGE_BUSY: wire.CONCURRENT_TRANSACTIONS,
+}
+_GROUP_ERRORS: Final = _ERRORS | {ErrorCode.INVALID_NAME: wire.INVALID_GROUP_ID}
+
+
 def _produce_error(error: BrokerError) -> int:
-    return {
-        ErrorCode.UNKNOWN_TOPIC: wire.UNKNOWN_TOPIC_OR_PARTITION,
-        ErrorCode.UNKNOWN_PARTITION: wire.UNKNOWN_TOPIC_OR_PARTITION,
-        ErrorCode.RECORD_TOO_LARGE: wire.MESSAGE_TOO_LARGE,
-        ErrorCode.INVALID_TOPIC_NAME: wire.INVALID_TOPIC_EXCEPTION,
-        ErrorCode.OUT_OF_ORDER_SEQUENCE: wire.OUT_OF_ORDER_SEQUENCE_NUMBER,
-        ErrorCode.FENCED: wire.INVALID_PRODUCER_EPOCH,
-        ErrorCode.INVALID_GENERATION: wire.INVALID_PRODUCER_EPOCH,
-        ErrorCode.PID_EXPIRED: wire.UNKNOWN_PRODUCER_ID,
-        ErrorCode.UNKNOWN_PID: wire.UNKNOWN_PRODUCER_ID,
-        ErrorCode.TXN_NOT_OPEN: wire.INVALID_TXN_STATE,
-        ErrorCode.TXN_ABORTED: wire.INVALID_TXN_STATE,
-        ErrorCode.UNKNOWN_TXN: wire.INVALID_TXN_STATE,
-        ErrorCode.INVALID_ARGUMENT: wire.INVALID_REQUEST,
-        ErrorCode.STORAGE_BUSY: wire.KAFKA_STORAGE_ERROR,
-        ErrorCode.PRODUCER_BUSY: wire.CONCURRENT_TRANSACTIONS,
-    }.get(error.code, wire.UNKNOWN_SERVER_ERROR)
+    return _PRODUCE_ERRORS.get(error.code, wire.UNKNOWN_SERVER_ERROR)
 
 
 def _txn_error(error: BrokerError) -> int:
-    return {
-        ErrorCode.FENCED: wire.INVALID_PRODUCER_EPOCH,
-        ErrorCode.INVALID_GENERATION: wire.INVALID_PRODUCER_EPOCH,
-        ErrorCode.UNKNOWN_PID: wire.INVALID_PRODUCER_ID_MAPPING,
-        ErrorCode.TXN_NOT_OPEN: wire.INVALID_TXN_STATE,
-        ErrorCode.TXN_ABORTED: wire.INVALID_TXN_STATE,
-        ErrorCode.UNKNOWN_TXN: wire.INVALID_TXN_STATE,
-        ErrorCode.UNKNOWN_TOPIC: wire.UNKNOWN_TOPIC_OR_PARTITION,
-        ErrorCode.UNKNOWN_PARTITION: wire.UNKNOWN_TOPIC_OR_PARTITION,
-        ErrorCode.INVALID_NAME: wire.INVALID_REQUEST,
-        ErrorCode.INVALID_ARGUMENT: wire.INVALID_REQUEST,
-        ErrorCode.STORAGE_BUSY: wire.CONCURRENT_TRANSACTIONS,
-    }.get(error.code, wire.UNKNOWN_SERVER_ERROR)
+    return _TXN_ERRORS.get(error.code, wire.UNKNOWN_SERVER_ERROR)
 
 
 def _group_error(error: BrokerError) -> int:
-    return {
-        ErrorCode.UNKNOWN_TOPIC: wire.UNKNOWN_TOPIC_OR_PARTITION,
-        ErrorCode.UNKNOWN_PARTITION: wire.UNKNOWN_TOPIC_OR_PARTITION,
-        ErrorCode.INVALID_NAME: wire.INVALID_GROUP_ID,
-        ErrorCode.INVALID_ARGUMENT: wire.INVALID_REQUEST,
-    }.get(error.code, wire.UNKNOWN_SERVER_ERROR)
+    return _GROUP_ERRORS.get(error.code, wire.UNKNOWN_SERVER_ERROR)

@@ -299,6 +299,11 @@ class Coordinator:
         return SyncResult(wire.NONE, member.assignment, group.protocol_type, group.protocol_name)
 
     def heartbeat(self, group_id: str, generation: int, member_id: str) -> int:
+        return self._current_member(group_id, generation, member_id)
+
+    def _current_member(self, group_id: str, generation: int, member_id: str) -> int:
+        """NONE when member_id is a member of the group's current, stable generation (it
+        is seen alive); the Kafka error that says why not otherwise."""
         group = self.groups.get(group_id)
         member = None if group is None else group.members.get(member_id)
         if group is None or member is None:
@@ -357,15 +362,7 @@ class Coordinator:
             if group is None or not group.members:
                 return wire.NONE
             return wire.ILLEGAL_GENERATION
-        member = None if group is None else group.members.get(member_id)
-        if group is None or member is None:
-            return wire.UNKNOWN_MEMBER_ID
-        member.last_seen = asyncio.get_running_loop().time()
-        if group.state is State.PREPARING:
-            return wire.REBALANCE_IN_PROGRESS
-        if generation != group.generation:
-            return wire.ILLEGAL_GENERATION
-        return wire.NONE
+        return self._current_member(group_id, generation, member_id)
 
     # expiry ---------------------------------------------------------------------------
 
