@@ -13,7 +13,10 @@ group's table and rewrites that group's section of bench/RESULTS.md as soon as i
   broker/spark.py in one warm SparkSession, next to the Python data source ceiling;
 - kafka: "Kafka listener": `serve --kafka-listen` driven by confluent-kafka and kcat
   beside the native client on the same server command (also `python -m
-  bench.kafka_listener`).
+  bench.kafka_listener`);
+- retention: "Retention cleaning": 10M old records cleaned by `serve`'s background
+  cleaner, produce latency with and without it, each step timed in process (also
+  `python -m bench.retention_clean`).
 All databases and servers live in one temporary directory, removed at the end; every
 server started is stopped. Exit status 0 when every target is met, 1 when one is missed.
 """
@@ -37,6 +40,7 @@ from bench import (
     ownership,
     read,
     report,
+    retention_clean,
     sections,
     serving,
     txn,
@@ -117,7 +121,16 @@ TXN_QUICK: Final = txn.TxnSizes(
     fsync_txns=20,
     quick=True,
 )
-GROUPS: Final = ("engine", "server", "ownership", "idempotence", "txn", "spark", "kafka")
+GROUPS: Final = (
+    "engine",
+    "server",
+    "ownership",
+    "idempotence",
+    "txn",
+    "spark",
+    "kafka",
+    "retention",
+)
 
 
 def _positive(text: str) -> int:
@@ -282,6 +295,11 @@ def run_kafka(work_dir: Path, arguments: argparse.Namespace) -> Outcome:
     return kafka_listener.run_group(work_dir, sizes, None, command)
 
 
+def run_retention(work_dir: Path, arguments: argparse.Namespace) -> Outcome:
+    sizes = retention_clean.QUICK if arguments.quick else retention_clean.FULL
+    return retention_clean.run_group(work_dir, sizes, retention_clean.command_line("bench.run"))
+
+
 RUNNERS: Final[dict[str, Callable[[Path, argparse.Namespace], Outcome]]] = {
     "engine": run_engine,
     "server": run_server,
@@ -290,6 +308,7 @@ RUNNERS: Final[dict[str, Callable[[Path, argparse.Namespace], Outcome]]] = {
     "txn": run_txn,
     "spark": run_spark,
     "kafka": run_kafka,
+    "retention": run_retention,
 }
 
 
