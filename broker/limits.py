@@ -24,7 +24,7 @@ class Limits:
     # cleaning (retention and compaction): records one step examines in one write
     # transaction, and how long a compacted topic keeps a tombstone (a keyed record with
     # an empty value) as the newest of its key before it goes too.
-    clean_step_records: int = 5_000
+    clean_step_records: int = 2_000
     clean_interval_ms: int = 30_000  # serve cleans topics with a retention this often
     tombstone_retention_ms: int = 24 * 3600 * 1000
     read_records_max: int = 10_000

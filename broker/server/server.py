@@ -498,7 +498,8 @@ class Server:
 
     async def _clean_topics(self) -> None:
         """Retention and compaction, every clean_interval_ms: each step one short write
-        transaction (broker/engine/cleaner.py), the writer free for produces between."""
+        transaction (broker/engine/cleaner.py), then a pause as long, the writer free for
+        produces."""
         while True:
             await asyncio.sleep(self.limits.clean_interval_ms / 1000)
             try:
@@ -510,11 +511,16 @@ class Server:
 
     async def _clean_partition(self, topic: str, partition: int) -> None:
         deleted = 0
+        loop = asyncio.get_running_loop()
         while True:
+            began = loop.time()
             step = await self._write(partial(self._writer.clean_step, topic, partition))
             deleted += step.deleted
             if not step.more or self._stopping.is_set():
                 break
+            # as long again without the writer: produces waiting behind a step go first,
+            # and the ones after find it free (cleaning takes at most half the writer)
+            await asyncio.sleep(loop.time() - began)
         if deleted:
             self.metrics.cleaned(topic, deleted)
             self._access_wake(topic)

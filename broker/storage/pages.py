@@ -70,8 +70,8 @@ def _read_page(
         where = (topic_id, partition, offset)
         first = conn.execute(Q["records_page_first"], where).fetchone()
     if first is None:
-        if max_records > 0:
-            return None  # past the end, or a gap compaction left: rows say which
+        if max_records > 0 and conn.execute(Q["records_after"], where).fetchone():
+            return None  # a gap compaction left: read the records after it as rows
         return Page(partition, offset, 0, b"", 0, 0, b"", -1, [], (0, 0, 0, 0, None))
     timestamp_ms, length, pid, generation, sequence, epoch, txn_id, first_value = first
     like_first = (timestamp_ms, length, pid, generation, sequence, epoch, txn_id)

@@ -686,3 +686,7 @@ DELETE FROM records WHERE topic_id = ? AND partition = ? AND offset = ?;
 SELECT offset, timestamp_ms FROM records
 WHERE topic_id = ? AND partition = ? AND offset >= ?
 ORDER BY offset LIMIT 1;
+
+-- name: records_after
+-- Whether a partition holds a record after an offset (a read inside a compaction gap).
+SELECT 1 FROM records WHERE topic_id = ? AND partition = ? AND offset > ? LIMIT 1;
