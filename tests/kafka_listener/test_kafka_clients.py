@@ -13,7 +13,6 @@ import asyncio
 import json
 import subprocess
 import time
-from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -23,6 +22,7 @@ from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-def
 from broker.client.client import connect
 from broker.types import NewRecord
 from support.servers import ServeProcess
+from support.waiting import wait_until
 
 STEP_S = 20.0  # every wait of a test is bounded by this
 
@@ -62,13 +62,6 @@ def native_records(server: ServeProcess, topic: str) -> list[dict[str, Any]]:
         check=True,
     )
     return [json.loads(line) for line in completed.stdout.splitlines()]
-
-
-def wait_for(condition: Callable[[], bool], what: str, timeout_s: float = STEP_S) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        assert time.monotonic() < deadline, f"no {what} within {timeout_s}s"
-        time.sleep(0.05)
 
 
 # kcat -------------------------------------------------------------------------------------
@@ -267,13 +260,20 @@ def test_two_members_share_the_partitions_and_one_leaving_rebalances(
     first.subscribe(["shared"])
     second.subscribe(["shared"])
     try:
-        wait_for(lambda: assigned(first) | assigned(second) == {0, 1}, "assignment of both")
-        wait_for(
+        wait_until(
+            lambda: assigned(first) | assigned(second) == {0, 1},
+            STEP_S,
+            message="assignment of both",
+        )
+        wait_until(
             lambda: len(assigned(first)) == 1 and len(assigned(second)) == 1,
-            "one partition each",
+            STEP_S,
+            message="one partition each",
         )
         second.close()  # LeaveGroup: the first member takes both
-        wait_for(lambda: assigned(first) == {0, 1}, "rebalance after a member left")
+        wait_until(
+            lambda: assigned(first) == {0, 1}, STEP_S, message="rebalance after a member left"
+        )
     finally:
         first.close()
 
