@@ -24,6 +24,7 @@ import sqlite3
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from broker.core import retention as rules
 from broker.engine.producer_table import ProducerTable
 from broker.limits import Limits
 from broker.storage import logs
@@ -97,20 +98,14 @@ class Cleaner:
         retention_bytes: int | None,
         now_ms: int,
         limit: int,
-    ) -> tuple[int, int, int] | None:
-        """(new log start, bytes freed, records) of the front past its retention."""
+    ) -> rules.Cut | None:
+        """The cut of the front past its retention (broker/core/retention.py)."""
         cutoff = now_ms - retention_ms if retention_ms is not None else None
         excess = info.bytes - retention_bytes if retention_bytes is not None else 0
         if cutoff is None and excess <= 0:
             return None
-        new_start, freed, count = info.start_offset, 0, 0
-        first = logs.front(conn, row, partition, info.start_offset, limit)
-        for offset, timestamp_ms, size in first:
-            if (cutoff is not None and timestamp_ms < cutoff) or freed < excess:
-                new_start, freed, count = offset + 1, freed + size, count + 1
-            else:
-                break
-        return (new_start, freed, count) if count else None
+        front = logs.front(conn, row, partition, info.start_offset, limit)
+        return rules.front_cut(front, info.start_offset, cutoff, excess)
 
     def _compact(
         self, row: logs.TopicRow, partition: int, info: PartitionInfo, now_ms: int, limit: int

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from typing import Final, NamedTuple
 
+from broker.core import retention as retention_rules
 from broker.core import txn as txn_rules
 from broker.engine.producer_table import ProducerTable
 from broker.engine.transactions import Transactions
@@ -136,26 +137,8 @@ class KafkaProducers:
 def _check(
     found: store.KafkaProducerRow | None, transactional_id: str, producer_id: int, epoch: int
 ) -> store.KafkaProducerRow:
-    if found is None or found.producer_id != producer_id:
-        raise BrokerError(
-            ErrorCode.UNKNOWN_PID,
-            f"producer id {producer_id} is not transactional id {transactional_id}'s",
-            producer_id=producer_id,
-            hint="call InitProducerId (init_transactions) first",
-        )
-    if epoch < found.epoch:
-        raise BrokerError(
-            ErrorCode.FENCED,
-            f"transactional id {transactional_id}: epoch {epoch} was fenced by epoch "
-            f"{found.epoch} (a newer producer with this transactional.id started)",
-            producer_id=producer_id,
-            stored_generation=found.epoch,
-            received_generation=epoch,
-        )
-    if epoch > found.epoch:
-        raise BrokerError(
-            ErrorCode.INVALID_GENERATION,
-            f"transactional id {transactional_id}: epoch {epoch} is ahead of {found.epoch}",
-            producer_id=producer_id,
-        )
+    """found, when (producer_id, epoch) is its current incarnation (core's rule)."""
+    stored = None if found is None else (found.producer_id, found.epoch)
+    retention_rules.check_epoch(transactional_id, stored, producer_id, epoch)
+    assert found is not None
     return found
