@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
+from functools import partial
 from typing import TYPE_CHECKING, Any, Final, Protocol, TypeVar
 
 from kafka.protocol import admin, consumer, metadata, producer, sasl
@@ -529,33 +530,50 @@ class KafkaApi:
         error = self.coordinator.check_commit(
             body.group_id, body.generation_id_or_member_epoch, body.member_id
         )
+        writer = self.backend.writer
         response = consumer.OffsetCommitResponse
         topic_cls = response.OffsetCommitResponseTopic
+        topics = await self._commit_each_topic(
+            body.topics,
+            error,
+            lambda name, offsets: writer.commit_offsets(body.group_id, name, offsets),
+            _group_error,
+        )
+        return response(
+            version=version,
+            throttle_time_ms=0,
+            topics=[
+                topic_cls(
+                    name=name,
+                    partitions=[
+                        topic_cls.OffsetCommitResponsePartition(partition_index=p, error_code=code)
+                        for p in partitions
+                    ],
+                )
+                for name, partitions, code in topics
+            ],
+        )
+
+    async def _commit_each_topic(
+        self,
+        topics: Any,
+        error: int,
+        commit: Callable[[str, dict[int, int]], None],
+        kafka_error: Callable[[BrokerError], int],
+    ) -> list[tuple[str, list[int], int]]:
+        """(topic, partitions, Kafka error) of each topic's offsets, committed one topic
+        per write unless error already refuses them all."""
         answers = []
-        writer = self.backend.writer
-        for topic in body.topics:
+        for topic in topics:
             offsets = {p.partition_index: p.committed_offset for p in topic.partitions}
             code = error
             if code == wire.NONE:
-                name = topic.name
                 try:
-                    await self.backend.write(
-                        lambda name=name, offsets=offsets: writer.commit_offsets(  # type: ignore[misc]
-                            body.group_id, name, offsets
-                        )
-                    )
+                    await self.backend.write(partial(commit, topic.name, offsets))
                 except BrokerError as failed:
-                    code = _group_error(failed)
-            answers.append(
-                topic_cls(
-                    name=topic.name,
-                    partitions=[
-                        topic_cls.OffsetCommitResponsePartition(partition_index=p, error_code=code)
-                        for p in offsets
-                    ],
-                )
-            )
-        return response(version=version, throttle_time_ms=0, topics=answers)
+                    code = kafka_error(failed)
+            answers.append((topic.name, list(offsets), code))
+        return answers
 
     async def offset_fetch(self, connection: KafkaConnection, body: Any, version: int) -> Any:
         reader = self.backend.reader
@@ -673,32 +691,28 @@ class KafkaApi:
         writer = self.backend.writer
         response = producer.TxnOffsetCommitResponse
         topic_cls = response.TxnOffsetCommitResponseTopic
-        answers = []
-        for topic in body.topics:
-            offsets = {p.partition_index: p.committed_offset for p in topic.partitions}
-            code = error
-            if code == wire.NONE:
-                name = topic.name
-                try:
-                    await self.backend.write(
-                        lambda name=name, offsets=offsets: writer.txn_commit_offsets(  # type: ignore[misc]
-                            txn_id, body.group_id, name, offsets
-                        )
-                    )
-                except BrokerError as failed:
-                    code = _txn_error(failed)
-            answers.append(
+        topics = await self._commit_each_topic(
+            body.topics,
+            error,
+            lambda name, offsets: writer.txn_commit_offsets(txn_id, body.group_id, name, offsets),
+            _txn_error,
+        )
+        return response(
+            version=version,
+            throttle_time_ms=0,
+            topics=[
                 topic_cls(
-                    name=topic.name,
+                    name=name,
                     partitions=[
                         topic_cls.TxnOffsetCommitResponsePartition(
                             partition_index=p, error_code=code
                         )
-                        for p in offsets
+                        for p in partitions
                     ],
                 )
-            )
-        return response(version=version, throttle_time_ms=0, topics=answers)
+                for name, partitions, code in topics
+            ],
+        )
 
     async def end_txn(self, connection: KafkaConnection, body: Any, version: int) -> Any:
         writer = self.backend.writer
