@@ -90,3 +90,34 @@ def test_describe_shows_each_groups_committed_offset_and_lag(invoke: Invoke) -> 
     assert described["groups"] == [
         {"group": "billing", "partition": 1, "committed_offset": 1, "lag": 1}
     ]
+
+
+def test_a_read_below_the_log_start_is_offset_out_of_range(invoke: Invoke, data_dir: Path) -> None:
+    old = int(time.time() * 1000) - 7_200_000
+    with connect(data_dir) as client:
+        client.create_topic("events", config=TopicConfig(retention_ms=3_600_000))
+        client.produce("events", [NewRecord(b"old", None, (), 0, old) for _ in range(3)])
+        client.produce("events", [b"new"])
+    assert (
+        json.loads(expect(invoke("topic", "clean", "events", "--json"), 0).stdout)["deleted"] == 3
+    )
+    refused = expect(invoke("consume", "events", "--from", "1"), int(ErrorCode.OFFSET_OUT_OF_RANGE))
+    assert "below the log start offset 3" in refused.stderr
+    assert refused.stderr.count("\n") == 1
+    assert expect(invoke("consume", "events"), 0).stdout == "0\t3\t\tnew\n"
+
+
+@pytest.mark.parametrize(
+    ("args", "complaint"),
+    [
+        (("serve", "--log-format", "xml"), "--log-format 'xml' is not one of text, json"),
+        (("serve", "--clean-interval", "0s"), "--clean-interval must be positive"),
+        (("serve", "--http-listen", "nowhere"), "--http-listen 'nowhere' is not HOST:PORT"),
+        (("wait-ready", "--timeout", "0s"), "--timeout must be positive"),
+    ],
+)
+def test_bad_operator_options_are_one_line_errors(
+    invoke: Invoke, args: tuple[str, ...], complaint: str
+) -> None:
+    refused = expect(invoke(*args), int(ErrorCode.INVALID_ARGUMENT))
+    assert complaint in refused.stderr and refused.stderr.count("\n") == 1
