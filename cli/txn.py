@@ -1,4 +1,4 @@
-"""fencelog txn-begin, txn-commit, txn-abort, txn list and txn show: transactions.
+"""fencelog txn-begin, txn-commit, txn-abort, txn keepalive, txn list and txn show.
 
 A transaction lives in the broker, not in this process, so a shell script can spread
 one over several commands:
@@ -94,6 +94,31 @@ def txn_abort(
     cannot be aborted (TXN_NOT_OPEN, 72).
     """
     info = state().client().txn_abort(parse_txn_id(txn), group=group)
+    _print_txn(Output(as_json), info)
+
+
+@app.command("keepalive")
+def txn_keepalive(
+    txn: TxnArgument,
+    timeout: Annotated[
+        str,
+        typer.Option(
+            "--timeout",
+            help="The new deadline, this long from now (the broker's maximum is 24h).",
+            metavar="DURATION",
+        ),
+    ],
+    group: GroupCheck = None,
+    as_json: JsonFlag = False,
+) -> None:
+    """Keep an open transaction alive: its deadline moves to --timeout from now.
+
+    For a job that works longer than the timeout it began with: call it again before
+    each deadline. An aborted or timed-out transaction fails with TXN_ABORTED (71), a
+    committed one with TXN_NOT_OPEN (72).
+    """
+    timeout_ms = round(parse_duration(timeout) * 1000)
+    info = state().client().txn_keepalive(parse_txn_id(txn), timeout_ms, group=group)
     _print_txn(Output(as_json), info)
 
 

@@ -627,6 +627,11 @@ class Client:
     def txn_abort(self, txn_id: int, *, group: str | None = None) -> TxnInfo:
         return self._transport.call(ops.TXN_ABORT, txn_id, group)
 
+    def txn_keepalive(self, txn_id: int, timeout_ms: int, *, group: str | None = None) -> TxnInfo:
+        """Move an open transaction's deadline to timeout_ms from now: a job that needs
+        longer than the timeout it began with calls this while it works."""
+        return self._transport.call(ops.TXN_KEEPALIVE, txn_id, group, timeout_ms)
+
     def txn_list(self, *, include_ended: bool = False, limit: int = 100) -> list[TxnInfo]:
         """Open and committing transactions (with include_ended, the newest of all)."""
         if limit < 0:

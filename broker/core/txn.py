@@ -133,6 +133,20 @@ def check_writable(txn: TxnView) -> None:
     )
 
 
+def check_alive(txn: TxnView) -> None:
+    """Only an open transaction has a deadline to move."""
+    if txn.state is TxnState.OPEN:
+        return
+    if txn.state is TxnState.ABORTED:
+        raise aborted(txn)
+    raise BrokerError(
+        ErrorCode.TXN_NOT_OPEN,
+        f"transaction {txn.txn_id} is {txn.state}: it has no deadline left to move",
+        txn_id=txn.txn_id,
+        state=str(txn.state),
+    )
+
+
 def commit_action(txn: TxnView, group: str | None) -> CommitAction:
     check_group_matches(txn, group)
     if txn.state is TxnState.OPEN:

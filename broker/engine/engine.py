@@ -691,6 +691,9 @@ class Engine:
     def txn_abort(self, txn_id: int, group: str | None = None) -> TxnInfo:
         return self.txns.abort(txn_id, group)
 
+    def txn_keepalive(self, txn_id: int, group: str | None, timeout_ms: int) -> TxnInfo:
+        return self.txns.keep_alive(txn_id, group, timeout_ms)
+
     def txn_list(self, include_ended: bool = False, limit: int = 100) -> list[TxnInfo]:
         return self.txns.list(include_ended, limit)
 

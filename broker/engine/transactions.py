@@ -310,6 +310,19 @@ class Transactions:
                 self._apply(earlier)
         return self._apply(txn_id)
 
+    def keep_alive(self, txn_id: int, group: str | None, timeout_ms: int) -> TxnInfo:
+        """Move an open transaction's deadline to timeout_ms from now (a job still at
+        work on it); one that ended already is refused as a write to it would be."""
+        rules.check_timeout(timeout_ms, self.limits.txn_timeout_max_ms)
+        now_ms = self.clock()
+        with self.database.write() as conn:
+            row = self._row(conn, txn_id)
+            view = self._current(conn, row, now_ms)
+            rules.check_group_matches(view, group)
+            rules.check_alive(view)
+            store.set_deadline(conn, txn_id, now_ms + timeout_ms)
+            return self._info(conn, txn_id, now_ms)
+
     def abort(self, txn_id: int, group: str | None = None) -> TxnInfo:
         """Discard an open transaction (aborting an aborted one answers it again)."""
         now_ms = self.clock()

@@ -75,6 +75,7 @@ class Op(enum.IntEnum):
     TXN_LIST = 64
     TXN_SHOW = 65
     TXN_COMMIT_OFFSETS = 66
+    TXN_KEEPALIVE = 67
 
 
 @dataclass(frozen=True, slots=True)

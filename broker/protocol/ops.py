@@ -679,6 +679,30 @@ TXN_COMMIT_OFFSETS: Final = Operation(
     retry_safe=True,
 )
 
+
+def _txn_keepalive(txn_id: int, group: str | None, timeout_ms: int) -> Payload:
+    return {"txn_id": txn_id, "group": group, "timeout_ms": timeout_ms}
+
+
+def _of_txn_keepalive(payload: Payload) -> Payload:
+    return {
+        "txn_id": txn_id_from_wire(payload),
+        "group": field(payload, "group", str, optional=True),
+        "timeout_ms": non_negative(payload, "timeout_ms"),
+    }
+
+
+TXN_KEEPALIVE: Final = Operation(
+    Op.TXN_KEEPALIVE,
+    "txn_keepalive",
+    Side.WRITE,
+    _txn_keepalive,
+    _of_txn_keepalive,
+    codec.txn_to_wire,
+    codec.txn_from_wire,
+    retry_safe=True,  # moving the deadline again is harmless
+)
+
 OPERATIONS: Final[tuple[Operation[Any, Any], ...]] = (
     CREATE_TOPIC,
     ALTER_TOPIC,
@@ -705,5 +729,6 @@ OPERATIONS: Final[tuple[Operation[Any, Any], ...]] = (
     TXN_LIST,
     TXN_SHOW,
     TXN_COMMIT_OFFSETS,
+    TXN_KEEPALIVE,
 )
 BY_OP: Final[dict[Op, Operation[Any, Any]]] = {entry.op: entry for entry in OPERATIONS}

@@ -399,6 +399,9 @@ SELECT txn_id FROM txns WHERE state = 'prepared' ORDER BY journal, prepare_posit
 -- name: txn_set_state
 UPDATE txns SET state = ?, ended_ms = ?, reason = ? WHERE txn_id = ?;
 
+-- name: txn_set_deadline
+UPDATE txns SET deadline_ms = ? WHERE txn_id = ?;
+
 -- name: txn_set_prepared
 UPDATE txns SET state = 'prepared', prepare_position = ? WHERE txn_id = ?;
 

@@ -101,6 +101,10 @@ def set_state(
     conn.execute(Q["txn_set_state"], (state, ended_ms, reason, txn_id))
 
 
+def set_deadline(conn: sqlite3.Connection, txn_id: int, deadline_ms: int) -> None:
+    conn.execute(Q["txn_set_deadline"], (deadline_ms, txn_id))
+
+
 def set_prepared(conn: sqlite3.Connection, txn_id: int, position: int) -> None:
     conn.execute(Q["txn_set_prepared"], (position, txn_id))
 

@@ -238,6 +238,24 @@ def test_a_committed_transaction_cannot_be_aborted_or_written(cli: Invoke) -> No
     assert values(cli, "invoices") == []
 
 
+def test_keepalive_lets_a_long_script_commit_past_its_first_timeout(
+    served: ServerThread, invoke: Invoke, clock: FakeClock
+) -> None:
+    cli = invoke
+    expect(cli("topic", "create", "invoices"), 0)
+    txn = begin(cli, "--timeout", "10s")
+    expect(cli("produce", "invoices", "--txn", str(txn), "-v", "slow"), 0)
+    clock.advance(8_000)
+    kept = one(cli("txn", "keepalive", str(txn), "--timeout", "10s", "--json"))
+    assert (kept["state"], kept["deadline_ms"]) == ("open", clock.now_ms + 10_000)
+    clock.advance(8_000)  # 16 s after the begin: past the first deadline
+    expect(cli("txn-commit", str(txn)), 0)
+    assert values(cli, "invoices") == ["slow"]
+    line = failed(cli("txn", "keepalive", str(txn), "--timeout", "10s"), ErrorCode.TXN_NOT_OPEN)
+    assert "it has no deadline left to move" in line
+    failed(cli("txn", "keepalive", str(txn), "--timeout", "0s"), ErrorCode.INVALID_ARGUMENT)
+
+
 def test_an_aborted_transaction_refuses_records(cli: Invoke) -> None:
     txn = begin(cli)
     expect(cli("txn-abort", str(txn)), 0)

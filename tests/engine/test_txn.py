@@ -494,6 +494,32 @@ def test_an_abandoned_transaction_times_out(client: Client, clock: FakeClock) ->
     assert values(client, "invoices") == []
 
 
+def test_keepalive_moves_the_deadline_of_an_open_transaction_only(
+    client: Client, clock: FakeClock
+) -> None:
+    txn = client.txn_begin("billing", timeout_ms=1_000)
+    produce_in(client, txn.txn_id, "invoices", ["inv-1"])
+    for _ in range(5):  # a job working five times as long as its timeout
+        clock.advance(900)
+        kept = client.txn_keepalive(txn.txn_id, 1_000, group="billing")
+        assert (kept.state, kept.deadline_ms) == ("open", clock.now_ms + 1_000)
+    assert client.txn_commit(txn.txn_id).state == "committed"
+    assert values(client, "invoices") == ["inv-1"]
+    error = refused(ErrorCode.TXN_NOT_OPEN, lambda: client.txn_keepalive(txn.txn_id, 1_000))
+    assert error.message == (
+        f"transaction {txn.txn_id} is committed: it has no deadline left to move"
+    )
+
+    late = client.txn_begin("billing", timeout_ms=1_000)
+    clock.advance(1_000)  # an abandoned job: nobody kept it alive
+    error = refused(ErrorCode.TXN_ABORTED, lambda: client.txn_keepalive(late.txn_id, 1_000))
+    assert "timed out" in error.message
+    other = client.txn_begin("billing")
+    refused(ErrorCode.TXN_WRONG_GROUP, lambda: client.txn_keepalive(other.txn_id, 5, group="x"))
+    refused(ErrorCode.INVALID_ARGUMENT, lambda: client.txn_keepalive(other.txn_id, 0))
+    refused(ErrorCode.UNKNOWN_TXN, lambda: client.txn_keepalive(10**6, 1_000))
+
+
 def test_a_commit_past_the_deadline_is_txn_aborted_even_before_the_sweep(
     client: Client, clock: FakeClock
 ) -> None:

@@ -51,6 +51,7 @@ CALLS: dict[Op, tuple[tuple[Any, ...], dict[str, Any]]] = {
     Op.TXN_JOIN: ((12, "writer-1"), {}),
     Op.TXN_COMMIT: ((12, "billing", {"writer-1": 3}), {}),
     Op.TXN_ABORT: ((12, "billing"), {}),
+    Op.TXN_KEEPALIVE: ((12, "billing", 60_000), {}),
     Op.TXN_LIST: ((True, 50), {}),
     Op.TXN_SHOW: ((12, 10), {}),
     Op.TXN_COMMIT_OFFSETS: ((12, "billing", "orders", {1: 4}, None), {}),
