@@ -3,21 +3,25 @@
     import broker.spark
     broker.spark.register(spark)          # spark.dataSource.register(FencelogDataSource)
     df = (spark.read.format("fencelog").option("broker", "tcp://127.0.0.1:7420")
-          .option("topic", "orders").load())
+          .option("subscribe", "orders").load())
 
 It is built on PySpark's Python data source API (pyspark.sql.datasource, 4.3) and talks
 to the broker only through the client (broker.client.connect), served or embedded, so a
 job runs the same against a broker on another machine. pyspark and pyarrow are imported
-here and nowhere else in fencelog: install them with the `spark` extra.
+here and nowhere else in fencelog: install them with the `spark` extra. Its options and
+behaviour follow Spark's own Kafka source and sink wherever the meaning is the same.
 
 Exactly once, and how:
 - Reads see committed records only: a transaction's records enter the logs at commit.
   A batch read takes the offset range each partition had when the job was planned; a
-  streaming read's offsets ({"PARTITION": next offset}) live in Spark's checkpoint.
+  streaming read's offsets ({"TOPIC": {"PARTITION": next offset}}, Kafka's form) live in
+  Spark's checkpoint. Offsets that went backwards (a topic deleted and created again) or
+  records deleted before they were read fail the query unless failOnDataLoss is false.
 - A batch write is one fencelog transaction: the driver begins it when the write is
-  planned, every task joins it as member "partition-N" and journals its rows, and the
-  driver commits it when every task succeeded (aborts it when the job fails). A retried
-  task joins again under the same name: the generation bump discards the failed
+  planned and keeps it alive while the job runs (broker.client.keepalive, watching the
+  driver's JVM), every task joins it as member "partition-N" and journals its rows, and
+  the driver commits it when every task succeeded (aborts it when the job fails). A
+  retried task joins again under the same name: the generation bump discards the failed
   attempt's rows, so none is written twice. A driver that dies leaves a transaction
   that the broker aborts after its timeout; nothing of it was ever visible.
 - A streaming write makes each micro-batch one transaction keyed by (query id, batch
@@ -26,26 +30,24 @@ Exactly once, and how:
   replay's members replace what the crashed run journaled) or already committed (the
   replay writes nothing and the driver's commit is answered as already committed).
 
-Options (case-insensitive): broker (a tcp://, unix:// URL or a data directory; default
-$FENCELOG_BROKER or ./.fencelog), authTokenFile, topic; reads: startingOffsets,
-endingOffsets ("earliest", "latest", or JSON {"PARTITION": offset} with -2 earliest and
--1 latest; earliest is the log start), failOnDataLoss (default true: an offset retention
-deleted fails the query; false reads on from the log start), maxRecordsPerPartition
-(split larger ranges), maxRecordsPerTrigger
-(streaming admission control); writes: transactionalGroup (default spark-TOPIC),
-transactionTimeout (ms; default 15 minutes: a job's transaction stays open while its
-tasks run).
+The options are READ_OPTIONS and WRITE_OPTIONS (case-insensitive); any other is refused
+with the list. A failure the user can act on reaches Spark as one line, fencelog's
+message, without a Python traceback before it.
 """
 
 from __future__ import annotations
 
+import difflib
+import functools
 import json
+import math
 import os
-from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
-from itertools import repeat
+import re
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from itertools import pairwise, repeat
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Final, ParamSpec, TypeVar
 
 import pyarrow as pa
 from pyspark import TaskContext
@@ -65,9 +67,10 @@ from pyspark.sql.streaming.datasource import (
     SupportsTriggerAvailableNow,
 )
 
+from broker.client import keepalive
 from broker.client.client import Client, connect
 from broker.errors import BrokerError, ErrorCode
-from broker.types import NewRecord
+from broker.types import NewRecord, TopicInfo
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -91,6 +94,29 @@ WRITE_COLUMNS: Final = {
 }
 FETCH_RECORDS: Final = 10_000
 TXN_TIMEOUT_MS: Final = 15 * 60 * 1000
+COMMON_OPTIONS: Final = ("broker", "authTokenFile", "topic")
+READ_OPTIONS: Final = (
+    *COMMON_OPTIONS,
+    "subscribe",
+    "subscribePattern",
+    "startingOffsets",
+    "endingOffsets",
+    "startingTimestamp",
+    "startingOffsetsByTimestamp",
+    "startingOffsetsByTimestampStrategy",
+    "endingTimestamp",
+    "endingOffsetsByTimestamp",
+    "failOnDataLoss",
+    "maxRecordsPerPartition",
+    "maxRecordsPerTrigger",
+    "maxOffsetsPerTrigger",
+    "minPartitions",
+)
+WRITE_OPTIONS: Final = (*COMMON_OPTIONS, "transactionalGroup", "transactionTimeout")
+SPARK_OPTIONS: Final = frozenset({"checkpointlocation"})  # Spark's own, passed along
+# Running in a Python worker Spark started (planning, a task, a commit): each exits after
+# answering an exception, so what it sets in its environment ends with it.
+IN_SPARK_WORKER: Final = "PYTHON_WORKER_FACTORY_SECRET"
 
 
 def register(spark: SparkSession | None = None) -> None:
@@ -108,6 +134,52 @@ def register(spark: SparkSession | None = None) -> None:
     spark.dataSource.register(FencelogDataSource)
 
 
+# errors: one line first -------------------------------------------------------------------
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+def one_line(error: BrokerError) -> BrokerError:
+    """The error as Spark shows it: fencelog's message, its hint and its code on one
+    line, and (inside a Spark worker) without the traceback PySpark would put before it."""
+    hint = f" ({error.hint})" if error.hint else ""
+    line = f"{error.message}{hint} [{error.code.name}]"
+    if IN_SPARK_WORKER in os.environ:
+        os.environ["SPARK_HIDE_TRACEBACK"] = "1"  # read by PySpark as this worker answers
+    return BrokerError(error.code, line, **error.details)
+
+
+def spark_facing(method: Callable[P, R]) -> Callable[P, R]:
+    """A method Spark calls: a BrokerError leaves it as one line (one_line)."""
+
+    @functools.wraps(method)
+    def facing(*args: P.args, **kwargs: P.kwargs) -> R:
+        try:
+            return method(*args, **kwargs)
+        except BrokerError as error:
+            raise one_line(error) from None
+
+    return facing
+
+
+def spark_facing_iterator(method: Callable[P, Iterator[R]]) -> Callable[P, Iterator[R]]:
+    """spark_facing for a generator method (a task's read)."""
+
+    @functools.wraps(method)
+    def facing(*args: P.args, **kwargs: P.kwargs) -> Iterator[R]:
+        try:
+            yield from method(*args, **kwargs)
+        except BrokerError as error:
+            raise one_line(error) from None
+
+    return facing
+
+
+def _option_error(message: str, **details: Any) -> BrokerError:
+    return BrokerError(ErrorCode.INVALID_ARGUMENT, message, **details)
+
+
 # options --------------------------------------------------------------------------------
 
 
@@ -119,20 +191,26 @@ class Options:
     raw: Mapping[str, str]
 
     @classmethod
-    def parse(cls, options: Mapping[str, str]) -> Options:
+    def parse(cls, options: Mapping[str, str], known: Sequence[str] = READ_OPTIONS) -> Options:
+        """The options a reader (known=READ_OPTIONS) or writer (WRITE_OPTIONS) was given;
+        any other is refused with the list of the known ones."""
         lowered = {k.lower(): v for k, v in options.items()}
+        check_known(lowered, known)
         broker = lowered.get("broker") or os.environ.get("FENCELOG_BROKER") or "./.fencelog"
         token_file = lowered.get("authtokenfile")
-        token = Path(token_file).read_text(encoding="utf-8").strip() if token_file else None
+        token = None
+        if token_file:
+            try:
+                token = Path(token_file).read_text(encoding="utf-8").strip()
+            except OSError as exc:
+                raise _option_error(
+                    f"authTokenFile {token_file}: {exc.strerror or exc}",
+                    hint="every executor reads this path: put the file where each can",
+                ) from exc
         return cls(broker, token, lowered.get("topic"), lowered)
 
     def get(self, name: str) -> str | None:
         return self.raw.get(name.lower())
-
-    def required_topic(self) -> str:
-        if not self.topic:
-            raise _option_error("the fencelog format needs .option('topic', NAME)")
-        return self.topic
 
     def positive_int(self, name: str) -> int | None:
         text = self.get(name)
@@ -146,58 +224,319 @@ class Options:
             raise _option_error(f"option {name} is a positive integer, not {text!r}")
         return value
 
-    def fail_on_data_loss(self) -> bool:
-        """Spark's Kafka option: fail a query whose offsets retention deleted (default),
-        or read on from the log start."""
-        text = (self.get("failOnDataLoss") or "true").strip().lower()
+    def boolean(self, name: str, default: bool) -> bool:
+        text = (self.get(name) or str(default)).strip().lower()
         if text not in {"true", "false"}:
-            raise _option_error(f"option failOnDataLoss is true or false, not {text!r}")
+            raise _option_error(f"option {name} is true or false, not {text!r}")
         return text == "true"
 
+    def fail_on_data_loss(self) -> bool:
+        """Spark's Kafka option: fail a query that lost records it had not read yet
+        (default), or read on from where the log now starts."""
+        return self.boolean("failOnDataLoss", True)
+
+    def max_per_trigger(self) -> int | None:
+        """maxRecordsPerTrigger, or Kafka's name for it, maxOffsetsPerTrigger."""
+        ours = self.positive_int("maxRecordsPerTrigger")
+        kafka = self.positive_int("maxOffsetsPerTrigger")
+        if ours is not None and kafka is not None and ours != kafka:
+            raise _option_error(
+                f"maxRecordsPerTrigger ({ours}) and maxOffsetsPerTrigger ({kafka}) are one "
+                "option under two names: give one"
+            )
+        return ours if ours is not None else kafka
+
     def connect(self) -> Client:
-        return connect(self.broker, token=self.token)
+        return connect(self.broker, token=self.token, create=False)
 
 
-def _option_error(message: str) -> BrokerError:
-    return BrokerError(ErrorCode.INVALID_ARGUMENT, message)
+def check_known(lowered: Mapping[str, str], known: Sequence[str]) -> None:
+    names = {name.lower(): name for name in known}
+    for given in lowered:
+        if given in names or given in SPARK_OPTIONS:
+            continue
+        side = "reading" if known is READ_OPTIONS else "writing"
+        if given == "path":
+            raise _option_error(
+                "the fencelog format takes no path: name the topic with .option('topic', NAME)"
+            )
+        close = difflib.get_close_matches(given, names, n=1, cutoff=0.75)
+        if close:
+            guess = f" (did you mean {names[close[0]]}?)"
+        elif given.startswith("kafka."):
+            guess = " (fencelog takes the broker's address as .option('broker', URL))"
+        else:
+            guess = ""
+        raise _option_error(
+            f"unknown option {given!r} for {side} fencelog{guess}; "
+            f"the options are {', '.join(known)}"
+        )
 
 
-def offsets_option(
-    text: str | None,
-    default: str,
-    ends: Sequence[int],
-    name: str,
-    firsts: Sequence[int] | None = None,
-) -> list[int]:
-    """One offset per partition from "earliest", "latest" or JSON {"PARTITION": offset}
-    (-2: earliest, -1: latest), clamped to what the log holds. Earliest is each
-    partition's log start (firsts; 0 when not given)."""
-    firsts = list(firsts) if firsts is not None else [0] * len(ends)
+# what a read subscribes to ----------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Subscription:
+    """topic (one name), subscribe (a comma list) or subscribePattern (a regular
+    expression that must match a whole topic name), as Kafka's source has them."""
+
+    names: tuple[str, ...] = ()
+    pattern: re.Pattern[str] | None = None
+
+    @classmethod
+    def of(cls, options: Options) -> Subscription:
+        given = {
+            name: options.get(name)
+            for name in ("topic", "subscribe", "subscribePattern")
+            if options.get(name) is not None
+        }
+        if len(given) != 1:
+            what = ", ".join(given) if given else "none"
+            raise _option_error(
+                "the fencelog format needs .option('topic', NAME), or subscribe (a comma "
+                f"list of topics) or subscribePattern (a regular expression): one of them, "
+                f"not {what}"
+            )
+        [(name, text)] = given.items()
+        assert text is not None
+        if name == "subscribePattern":
+            try:
+                return cls(pattern=re.compile(text))
+            except re.error as exc:
+                raise _option_error(
+                    f"subscribePattern {text!r} is not a regular expression: {exc}"
+                ) from exc
+        names = tuple(dict.fromkeys(t.strip() for t in text.split(",") if t.strip()))
+        if not names:
+            raise _option_error(f"option {name} names no topic: {text!r}")
+        return cls(names=names)
+
+    def topics(self, client: Client) -> dict[str, TopicInfo]:
+        """The topics it reads now, by name (a named topic that does not exist fails)."""
+        if self.pattern is None:
+            return {name: client.describe_topic(name) for name in self.names}
+        found = [t for t in client.list_topics() if self.pattern.fullmatch(t.name)]
+        return {t.name: t for t in sorted(found, key=lambda t: t.name)}
+
+    def describe(self) -> str:
+        if self.pattern is not None:
+            return f"subscribePattern={self.pattern.pattern}"
+        return ",".join(self.names)
+
+
+# offsets ----------------------------------------------------------------------------------
+
+# {"TOPIC": [offset of partition 0, of partition 1, ...]}
+Offsets = dict[str, list[int]]
+
+
+def to_spark(offsets: Mapping[str, Sequence[int]]) -> dict[str, dict[str, int]]:
+    """Offsets as Spark keeps them in its checkpoint: Kafka's {"TOPIC": {"P": offset}}."""
+    return {t: {str(p): o for p, o in enumerate(offs)} for t, offs in offsets.items()}
+
+
+def from_spark(offsets: Mapping[str, Any], topics: Sequence[str]) -> dict[str, dict[int, int]]:
+    """Spark's offsets back: Kafka's form, or a checkpoint written by an earlier
+    fencelog for one topic ({"P": offset})."""
+    if offsets and all(not isinstance(v, dict) for v in offsets.values()):
+        if len(topics) != 1:
+            raise _option_error(
+                f"the checkpoint's offsets {json.dumps(offsets)} name no topic; this query "
+                f"reads {len(topics)} topics",
+                hint="start it with a new checkpointLocation",
+            )
+        return {topics[0]: {int(p): int(o) for p, o in offsets.items()}}
+    return {t: {int(p): int(o) for p, o in parts.items()} for t, parts in offsets.items()}
+
+
+@dataclass(slots=True)
+class Positions:
+    """Where each partition of each topic begins and ends now."""
+
+    firsts: Offsets = field(default_factory=dict)
+    ends: Offsets = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, topics: Mapping[str, TopicInfo]) -> Positions:
+        return cls(
+            {t: [p.start_offset for p in info.partition_details] for t, info in topics.items()},
+            {t: [p.end_offset for p in info.partition_details] for t, info in topics.items()},
+        )
+
+
+def resolve_offsets(
+    text: str | None, default: str, at: Positions, name: str, *, fail_on_data_loss: bool
+) -> Offsets:
+    """Offsets per topic from "earliest", "latest" or JSON: Kafka's {"TOPIC": {"P":
+    offset}} or, reading one topic, {"P": offset}; -2 is earliest (the log start), -1
+    latest. A partition left out takes the default. An offset past the end fails; one
+    below the log start fails as data loss, or is the log start (failOnDataLoss false)."""
     spec = (text or default).strip()
-    if spec == "earliest":
-        return firsts
-    if spec == "latest":
-        return list(ends)
+    if spec in ("earliest", "latest"):
+        return {t: list(at.firsts[t] if spec == "earliest" else at.ends[t]) for t in at.ends}
     try:
         given = json.loads(spec)
     except ValueError as exc:
         raise _option_error(
-            f'{name} is "earliest", "latest" or JSON like {{"0": 42}}, not {spec!r}'
+            f'{name} is "earliest", "latest" or JSON like {{"orders": {{"0": 42}}}}, not {spec!r}'
         ) from exc
     if not isinstance(given, dict):
-        raise _option_error(f'{name} JSON maps partitions to offsets, like {{"0": 42}}')
-    chosen = list(firsts) if default == "earliest" else list(ends)
-    for key, value in given.items():
-        if not (str(key).isdigit() and int(key) < len(ends)):
-            raise _option_error(f"{name} names partition {key!r}; the topic has {len(ends)}")
-        if not isinstance(value, int) or isinstance(value, bool) or value < EARLIEST:
-            raise _option_error(f"{name}: partition {key} offset must be >= -2, not {value!r}")
-        end = ends[int(key)]
-        first = firsts[int(key)]
-        chosen[int(key)] = (
-            first if value == EARLIEST else end if value == LATEST else min(value, end)
+        raise _option_error(
+            f'{name} JSON maps partitions to offsets, like {{"orders": {{"0": 42}}}}'
         )
+    chosen = resolve_offsets(default, default, at, name, fail_on_data_loss=fail_on_data_loss)
+    for topic, parts in _by_topic(given, list(at.ends), name).items():
+        ends, firsts = at.ends[topic], at.firsts[topic]
+        for key, value in parts.items():
+            if not (str(key).isdigit() and int(key) < len(ends)):
+                raise _option_error(
+                    f"{name} names partition {key!r} of {topic}; it has {len(ends)}"
+                )
+            if not isinstance(value, int) or isinstance(value, bool) or value < EARLIEST:
+                raise _option_error(f"{name}: partition {key} offset must be >= -2, not {value!r}")
+            p = int(key)
+            chosen[topic][p] = _checked(
+                firsts[p] if value == EARLIEST else ends[p] if value == LATEST else value,
+                f"{topic}/{p}",
+                firsts[p],
+                ends[p],
+                name,
+                fail_on_data_loss,
+            )
     return chosen
+
+
+def _by_topic(given: dict[str, Any], topics: Sequence[str], name: str) -> dict[str, dict[str, Any]]:
+    if any(isinstance(v, dict) for v in given.values()):
+        for topic, parts in given.items():
+            if topic not in topics:
+                raise _option_error(
+                    f"{name} names topic {topic!r}, which this read does not subscribe to "
+                    f"({', '.join(topics) or 'no topic'})"
+                )
+            if not isinstance(parts, dict):
+                raise _option_error(
+                    f'{name} JSON maps partitions to offsets, like {{"{topic}": {{"0": 42}}}}'
+                )
+        return given
+    if len(topics) != 1:
+        raise _option_error(
+            f'{name} reads {len(topics)} topics: name each, like {{"TOPIC": {{"0": 42}}}}'
+        )
+    return {topics[0]: given}
+
+
+def _checked(
+    offset: int, where: str, first: int, end: int, name: str, fail_on_data_loss: bool
+) -> int:
+    if offset > end:
+        raise _option_error(
+            f"{name}: offset {offset} of {where} is past its end ({end})",
+            hint="the end is the next offset to be written; latest is -1",
+        )
+    if offset < first:
+        if fail_on_data_loss:
+            raise data_loss(f"{name}: offset {offset} of {where} is below its log start {first}")
+        return first
+    return offset
+
+
+def data_loss(what: str) -> BrokerError:
+    return BrokerError(
+        ErrorCode.OFFSET_OUT_OF_RANGE,
+        f"{what}: records this query has not read are gone (failOnDataLoss is true)",
+        hint=".option('failOnDataLoss', 'false') reads on from where the log starts now",
+    )
+
+
+def timestamps_option(
+    options: Options, side: str, at: Positions
+) -> dict[str, dict[int, int]] | None:
+    """startingTimestamp / startingOffsetsByTimestamp (side "starting"), or the ending
+    pair: a time in ms since the epoch per partition, the single one first, as Kafka."""
+    single = options.get(f"{side}Timestamp")
+    if single is not None:
+        stamp = _stamp(single, f"{side}Timestamp")
+        return {t: dict.fromkeys(range(len(ends)), stamp) for t, ends in at.ends.items()}
+    name = f"{side}OffsetsByTimestamp"
+    text = options.get(name)
+    if text is None:
+        return None
+    try:
+        given = json.loads(text)
+    except ValueError as exc:
+        raise _option_error(
+            f'{name} is JSON like {{"orders": {{"0": 1700000000000}}}}, not {text!r}'
+        ) from exc
+    if not isinstance(given, dict):
+        raise _option_error(f'{name} is JSON like {{"orders": {{"0": 1700000000000}}}}')
+    stamps: dict[str, dict[int, int]] = {}
+    for topic, parts in _by_topic(given, list(at.ends), name).items():
+        count = len(at.ends[topic])
+        for key, value in parts.items():
+            if not (str(key).isdigit() and int(key) < count):
+                raise _option_error(f"{name} names partition {key!r} of {topic}; it has {count}")
+            stamps.setdefault(topic, {})[int(key)] = _stamp(value, name)
+    return stamps
+
+
+def _stamp(value: object, name: str) -> int:
+    try:
+        stamp = int(str(value))
+    except ValueError:
+        stamp = -1
+    if stamp < 0:
+        raise _option_error(f"{name}: a time is milliseconds since the epoch, not {value!r}")
+    return stamp
+
+
+def by_time(
+    client: Client,
+    stamps: Mapping[str, Mapping[int, int]],
+    offsets: Offsets,
+    at: Positions,
+    *,
+    starting: bool,
+    strategy: str,
+) -> Offsets:
+    """offsets with each partition given a time replaced by the first offset at or after
+    it. None found: ending reads to the end; starting fails (strategy "error", Kafka's
+    default) or starts at the end ("latest")."""
+    chosen = {t: list(offs) for t, offs in offsets.items()}
+    for topic, parts in stamps.items():
+        for p, stamp in parts.items():
+            found = client.offset_for_time(topic, p, stamp)
+            if found is None and starting and strategy == "error":
+                raise BrokerError(
+                    ErrorCode.OFFSET_OUT_OF_RANGE,
+                    f"no record of {topic}/{p} at or after {stamp} ms",
+                    hint="startingOffsetsByTimestampStrategy=latest starts at the end instead",
+                )
+            chosen[topic][p] = at.ends[topic][p] if found is None else found
+    return chosen
+
+
+def strategy_option(options: Options) -> str:
+    text = (options.get("startingOffsetsByTimestampStrategy") or "error").strip().lower()
+    if text not in {"error", "latest"}:
+        raise _option_error(
+            f"option startingOffsetsByTimestampStrategy is error or latest, not {text!r}"
+        )
+    return text
+
+
+def starting_offsets(client: Client, options: Options, at: Positions, default: str) -> Offsets:
+    """Where a read starts: startingTimestamp, startingOffsetsByTimestamp or
+    startingOffsets, in Kafka's order of precedence."""
+    fail = options.fail_on_data_loss()
+    offsets = resolve_offsets(
+        options.get("startingOffsets"), default, at, "startingOffsets", fail_on_data_loss=fail
+    )
+    stamps = timestamps_option(options, "starting", at)
+    if stamps is None:
+        return offsets
+    return by_time(client, stamps, offsets, at, starting=True, strategy=strategy_option(options))
 
 
 # reading ----------------------------------------------------------------------------------
@@ -227,6 +566,28 @@ def split_ranges(
     return ranges
 
 
+def plan_ranges(
+    starts: Mapping[str, Sequence[int]],
+    ends: Mapping[str, Sequence[int]],
+    per_split: int | None,
+    min_partitions: int | None,
+) -> list[OffsetRange]:
+    """The Spark partitions of a read: one per topic partition with records, split at
+    per_split records, then (minPartitions, as Kafka's source) larger ranges split
+    further in proportion to their size until there are at least min_partitions."""
+    ranges = [r for t in ends for r in split_ranges(t, starts[t], ends[t], per_split)]
+    if not min_partitions or len(ranges) >= min_partitions:
+        return ranges
+    total = sum(r.end - r.start for r in ranges)
+    split = []
+    for r in ranges:
+        size = r.end - r.start
+        parts = min(size, max(1, math.ceil(size * min_partitions / total)))
+        cuts = [r.start + size * i // parts for i in range(parts + 1)]
+        split += [OffsetRange(r.topic, r.partition, a, b) for a, b in pairwise(cuts)]
+    return split
+
+
 def read_range(options: Options, part: OffsetRange) -> Iterator[pa.RecordBatch]:
     """The records of one offset range as Arrow record batches (Client.arrow_pages:
     built by SQLite, embedded or in the server; served, a page ahead)."""
@@ -241,52 +602,53 @@ def read_range(options: Options, part: OffsetRange) -> Iterator[pa.RecordBatch]:
             )
         except BrokerError as error:
             if error.code is ErrorCode.OFFSET_OUT_OF_RANGE:
-                details = {
-                    **error.details,
-                    "hint": ".option('failOnDataLoss', 'false') reads on from the log start",
-                }
-                raise BrokerError(
-                    error.code,
-                    f"{error.message} (data loss: Spark's failOnDataLoss is true)",
-                    **details,
-                ) from error
+                raise data_loss(f"{part.topic}/{part.partition}: {error.message}") from error
             raise
 
 
 class BatchReader(DataSourceReader):
     def __init__(self, options: Options) -> None:
         self.options = options
-        self.topic = options.required_topic()
+        self.subscription = Subscription.of(options)
         self.per_split = options.positive_int("maxRecordsPerPartition")
+        self.min_partitions = options.positive_int("minPartitions")
+        options.max_per_trigger()  # checked here too: a streaming option, no use in a batch
+        fail = options.fail_on_data_loss()
         with options.connect() as client:
-            details = client.describe_topic(self.topic).partition_details
-        ends = [p.end_offset for p in details]
-        self.starts = offsets_option(
-            options.get("startingOffsets"),
-            "earliest",
-            ends,
-            "startingOffsets",
-            [p.start_offset for p in details],
-        )
-        self.ends = offsets_option(
-            options.get("endingOffsets"),
-            "latest",
-            ends,
-            "endingOffsets",
-            [p.start_offset for p in details],
-        )
+            at = Positions.of(self.subscription.topics(client))
+            self.starts = starting_offsets(client, options, at, "earliest")
+            self.ends = resolve_offsets(
+                options.get("endingOffsets"), "latest", at, "endingOffsets", fail_on_data_loss=fail
+            )
+            stamps = timestamps_option(options, "ending", at)
+            if stamps is not None:
+                self.ends = by_time(
+                    client, stamps, self.ends, at, starting=False, strategy="latest"
+                )
+        for topic, ends in self.ends.items():
+            for p, (start, end) in enumerate(zip(self.starts[topic], ends, strict=True)):
+                if start > end:
+                    raise _option_error(
+                        f"{topic}/{p}: the starting offset {start} is after the ending offset {end}"
+                    )
 
+    @spark_facing
     def partitions(self) -> Sequence[InputPartition]:
-        ranges = split_ranges(self.topic, self.starts, self.ends, self.per_split)
-        return ranges or [OffsetRange(self.topic, 0, 0, 0)]
+        ranges = plan_ranges(self.starts, self.ends, self.per_split, self.min_partitions)
+        return ranges or [OffsetRange(next(iter(self.ends), ""), 0, 0, 0)]
 
+    @spark_facing_iterator
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, OffsetRange)
+        if partition.start == partition.end:
+            return
         yield from read_range(self.options, partition)
 
 
 class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
-    """Offsets are {"PARTITION": next offset}; Spark's checkpoint keeps them.
+    """Offsets are Kafka's {"TOPIC": {"PARTITION": next offset}}; Spark's checkpoint
+    keeps them. Each trigger lists the topics again: a topic created that matches
+    subscribePattern, or a partition added, is read from its start.
 
     With trigger(availableNow=True) the end offsets at the start of the run are the
     target: maxRecordsPerTrigger still splits the run into several micro-batches, and
@@ -294,63 +656,119 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def __init__(self, options: Options) -> None:
         self.options = options
-        self.topic = options.required_topic()
+        self.subscription = Subscription.of(options)
         self.per_split = options.positive_int("maxRecordsPerPartition")
-        self.max_per_trigger = options.positive_int("maxRecordsPerTrigger")
+        self.min_partitions = options.positive_int("minPartitions")
+        self.max_per_trigger = options.max_per_trigger()
+        self.fail_on_data_loss = options.fail_on_data_loss()
+        strategy_option(options)
         self._client: Client | None = None
-        self._target: list[int] | None = None  # availableNow: the ends when it started
+        self._target: Positions | None = None  # availableNow: the ends when it started
+        self._created: dict[str, int] = {}  # when each topic read was created, as first seen
+        self._latest: Positions | None = None
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
         state["_client"] = None  # a connection never travels to an executor
         return state
 
-    def _ends(self) -> list[int]:
-        if self._target is not None:
-            return self._target
+    def _connected(self) -> Client:
         if self._client is None:
             self._client = self.options.connect()
-        return self._client.end_offsets(self.topic)
+        return self._client
 
+    def _now(self) -> Positions:
+        """Every topic read and its partitions' log starts and ends, now; a topic
+        deleted and created again since this query first saw it is data loss."""
+        topics = self.subscription.topics(self._connected())
+        for name, info in topics.items():
+            seen = self._created.setdefault(name, info.created_ms)
+            if seen != info.created_ms:
+                self._created[name] = info.created_ms
+                if self.fail_on_data_loss:
+                    raise data_loss(f"topic {name} was deleted and created again")
+        self._latest = Positions.of(topics)
+        return self._latest
+
+    @spark_facing
     def prepareForTriggerAvailableNow(self) -> None:
         self._target = None
-        self._target = self._ends()
+        self._target = self._now()
 
-    def initialOffset(self) -> dict[str, int]:
-        ends = self._ends()
-        if self._client is None:
-            self._client = self.options.connect()
-        firsts = [p.start_offset for p in self._client.describe_topic(self.topic).partition_details]
-        starts = offsets_option(
-            self.options.get("startingOffsets"), "latest", ends, "startingOffsets", firsts
-        )
-        return {str(p): offset for p, offset in enumerate(starts)}
+    @spark_facing
+    def initialOffset(self) -> dict[str, dict[str, int]]:
+        at = self._now()
+        return to_spark(starting_offsets(self._connected(), self.options, at, "latest"))
 
     def getDefaultReadLimit(self) -> ReadLimit:
         if self.max_per_trigger is None:
             return ReadAllAvailable()
         return ReadMaxRows(self.max_per_trigger)
 
-    def latestOffset(self, start: dict[str, int], limit: ReadLimit) -> dict[str, int]:
-        ends = self._ends()
-        positions = [int(start.get(str(p), 0)) for p in range(len(ends))]
+    def positions(self, start: Mapping[str, Any], at: Positions) -> Offsets:
+        """Where each partition read now stands, from Spark's start offsets: a topic or
+        partition new to the query at its log start; offsets that went backwards (the
+        topic created again) or that retention deleted are data loss, or (failOnDataLoss
+        false) the log start."""
+        given = from_spark(start, self.subscription.names or list(at.ends))
+        for topic in given:
+            if topic not in at.ends and self.fail_on_data_loss:
+                raise data_loss(f"topic {topic} was deleted")
+        positions: Offsets = {}
+        for topic, ends in at.ends.items():
+            firsts, known = at.firsts[topic], given.get(topic, {})
+            if known and max(known) >= len(ends) and self.fail_on_data_loss:
+                raise data_loss(f"topic {topic} has {len(ends)} partitions, fewer than before")
+            positions[topic] = []
+            for p, (first, end) in enumerate(zip(firsts, ends, strict=True)):
+                position = known.get(p, first)
+                if position > end:
+                    if self.fail_on_data_loss:
+                        raise data_loss(
+                            f"{topic}/{p} ends at {end}, before this query's position "
+                            f"{position} (was the topic deleted and created again?)"
+                        )
+                    position = first
+                elif position < first:
+                    if self.fail_on_data_loss:
+                        raise data_loss(
+                            f"{topic}/{p} starts at {first}: records {position}..{first - 1} "
+                            "were deleted"
+                        )
+                    position = first
+                positions[topic].append(position)
+        return positions
+
+    @spark_facing
+    def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, dict[str, int]]:
+        at = self._now()
+        positions = self.positions(start, at)
+        ends = at.ends
+        if self._target is not None:  # availableNow: no further than the run's start
+            ends = capped(ends, positions, self._target.ends)
         budget = getattr(limit, "max_rows", None) if isinstance(limit, ReadMaxRows) else None
-        return {str(p): o for p, o in enumerate(admit(positions, ends, budget))}
+        return to_spark(admit(positions, ends, budget))
 
-    def reportLatestOffset(self) -> dict[str, int]:
-        return {str(p): offset for p, offset in enumerate(self._ends())}
+    def reportLatestOffset(self) -> dict[str, dict[str, int]] | None:
+        return None if self._latest is None else to_spark(self._latest.ends)
 
-    def partitions(self, start: dict[str, int], end: dict[str, int]) -> Sequence[InputPartition]:
-        partitions = len(end)
-        starts = [int(start.get(str(p), 0)) for p in range(partitions)]
-        ends = [int(end[str(p)]) for p in range(partitions)]
-        return split_ranges(self.topic, starts, ends, self.per_split)
+    @spark_facing
+    def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
+        named = from_spark(end, self.subscription.names)
+        ends = {t: [o for _, o in sorted(parts.items())] for t, parts in named.items()}
+        at = self._now()
+        known = Positions(
+            {t: at.firsts.get(t, [0] * len(e))[: len(e)] for t, e in ends.items()}, ends
+        )
+        positions = self.positions(start, known)
+        return plan_ranges(positions, ends, self.per_split, self.min_partitions)
 
+    @spark_facing_iterator
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, OffsetRange)
         yield from read_range(self.options, partition)
 
-    def commit(self, end: dict[str, int]) -> None:
+    def commit(self, end: dict[str, Any]) -> None:
         pass  # the offsets live in Spark's checkpoint; fencelog keeps every record
 
     def stop(self) -> None:
@@ -359,25 +777,107 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             self._client = None
 
 
-def admit(positions: Sequence[int], ends: Sequence[int], budget: int | None) -> list[int]:
+def capped(ends: Offsets, positions: Offsets, target: Offsets) -> Offsets:
+    """ends, no further than target (availableNow: the ends when the run started); a
+    topic or partition target does not know stays where it stands."""
+    return {
+        t: [
+            max(positions[t][p], min(end, target[t][p]))
+            if p < len(target.get(t, ()))
+            else positions[t][p]
+            for p, end in enumerate(e)
+        ]
+        for t, e in ends.items()
+    }
+
+
+class RefusedStream(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """A stream reader that could not be made, failing at Spark's first call. PySpark
+    4.3 loses an error raised by streamReader() itself (its runner then stops a reader
+    it never got), so the error waits here to be raised where Spark reports it."""
+
+    def __init__(self, error: BrokerError) -> None:
+        self.error = error
+
+    def _fail(self) -> Any:
+        raise one_line(self.error)
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        self._fail()
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        return self._fail()  # type: ignore[no-any-return]
+
+    def initialOffset(self) -> dict[str, Any]:
+        return self._fail()  # type: ignore[no-any-return]
+
+    def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
+        return self._fail()  # type: ignore[no-any-return]
+
+    def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
+        return self._fail()  # type: ignore[no-any-return]
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        return self._fail()  # type: ignore[no-any-return]
+
+    def commit(self, end: dict[str, Any]) -> None:
+        pass
+
+    def stop(self) -> None:
+        pass
+
+
+def admit(
+    positions: Mapping[str, Sequence[int]], ends: Mapping[str, Sequence[int]], budget: int | None
+) -> Offsets:
     """End offsets for one trigger: everything available, or at most `budget` records
     shared fairly between the partitions that have some."""
     if budget is None:
-        return list(ends)
-    chosen = list(positions)
+        return {t: list(e) for t, e in ends.items()}
+    chosen = {t: list(p) for t, p in positions.items()}
     remaining = budget
     while remaining > 0:
-        behind = [p for p in range(len(ends)) if chosen[p] < ends[p]]
+        behind = [(t, p) for t in ends for p in range(len(ends[t])) if chosen[t][p] < ends[t][p]]
         if not behind:
             break
         share = max(1, remaining // len(behind))
-        for p in behind:
-            take = min(share, ends[p] - chosen[p], remaining)
-            chosen[p] += take
+        for t, p in behind:
+            take = min(share, ends[t][p] - chosen[t][p], remaining)
+            chosen[t][p] += take
             remaining -= take
             if remaining == 0:
                 break
     return chosen
+
+
+def offsets_behind(progress: Any) -> dict[str, dict[str, int]]:
+    """How far each fencelog source of a streaming query's progress (query.lastProgress,
+    or its JSON as a dict) was from the latest offsets once its micro-batch was read:
+    {"TOPIC": {"PARTITION": records}}. PySpark's Python data sources cannot add metrics
+    of their own to the progress; this is what Kafka's source reports as
+    offsetsBehindLatest."""
+    data = progress if isinstance(progress, dict) else json.loads(progress.json)
+    behind: dict[str, dict[str, int]] = {}
+    for source in data.get("sources", []):
+        end, latest = (
+            _offsets_json(source.get("endOffset")),
+            _offsets_json(source.get("latestOffset")),
+        )
+        for topic, parts in latest.items():
+            done = end.get(topic)
+            if isinstance(parts, dict) and isinstance(done, dict):
+                behind[topic] = {p: max(0, int(o) - int(done.get(p, 0))) for p, o in parts.items()}
+    return behind
+
+
+def _offsets_json(value: object) -> dict[str, Any]:
+    """A progress offset (JSON text, or already decoded) as a dict; {} when not one."""
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except ValueError:
+            return {}
+    return value if isinstance(value, dict) else {}
 
 
 # writing ----------------------------------------------------------------------------------
@@ -417,9 +917,10 @@ def check_write_schema(schema: StructType) -> None:
 
 
 def records_of(batch: pa.RecordBatch, default_topic: str | None) -> dict[str, list[NewRecord]]:
-    """A record batch's rows as records, by topic."""
+    """A record batch's rows as records, by topic. The topic option (default_topic)
+    overrides a topic column, as in Spark's Kafka sink."""
     names = batch.schema.names
-    if "topic" not in names and "headers" not in names and default_topic is not None:
+    if "headers" not in names and default_topic is not None:
         return {default_topic: _column_records(batch)}
     columns = {name: batch.column(name).to_pylist() for name in batch.schema.names}
     rows = batch.num_rows
@@ -427,17 +928,18 @@ def records_of(batch: pa.RecordBatch, default_topic: str | None) -> dict[str, li
     keys = columns.get("key", [None] * rows)
     partitions = columns.get("partition", [None] * rows)
     headers = columns.get("headers", [None] * rows)
-    topics = columns.get("topic", [default_topic] * rows)
+    topics = (
+        [default_topic] * rows if default_topic is not None else columns.get("topic", [None] * rows)
+    )
     by_topic: dict[str, list[NewRecord]] = {}
     for value, key, partition, header, topic in zip(
         values, keys, partitions, headers, topics, strict=True
     ):
         if value is None:
             raise _option_error("a row has a null value; fencelog records need one")
-        name = topic or default_topic
-        if name is None:
+        if topic is None:
             raise _option_error("a row has no topic: set .option('topic', ...) or a topic column")
-        by_topic.setdefault(name, []).append(
+        by_topic.setdefault(topic, []).append(
             NewRecord(
                 _bytes(value),
                 None if key is None else _bytes(key),
@@ -490,6 +992,21 @@ def task_member() -> str:
     return f"partition-{context.partitionId() if context is not None else 0}"
 
 
+def driver_pid() -> int | None:
+    """The Spark driver's JVM: the nearest ancestor of this planning worker named java."""
+    pid = os.getppid()
+    while pid > 1:
+        try:
+            with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as stat:
+                head, _, tail = stat.read().rpartition(")")
+        except OSError:
+            return None
+        if head.partition("(")[2] == "java":
+            return pid
+        pid = int(tail.split()[1])
+    return None
+
+
 class _Writing:
     """What both writers check and keep when Spark plans a write (on the driver)."""
 
@@ -505,25 +1022,56 @@ class _Writing:
             with options.connect() as client:
                 client.describe_topic(self.topic)  # a missing topic fails the job now
 
+    def expired(self, error: BrokerError) -> BrokerError:
+        """A transaction that timed out, said in Spark's terms."""
+        if error.code is not ErrorCode.TXN_ABORTED or error.details.get("reason") != "timed out":
+            return error
+        return BrokerError(
+            error.code,
+            f"{error.message}: the write outlived its transactionTimeout ({self.timeout_ms} ms)",
+            **{
+                **error.details,
+                "hint": "the driver keeps the transaction alive while it runs: did it stop? "
+                "else raise .option('transactionTimeout', MS)",
+            },
+        )
+
 
 class BatchWriter(_Writing, DataSourceArrowWriter):
     """One transaction for the whole job: begun here, on the driver, when Spark plans
-    the write; committed by commit() once every task succeeded."""
+    the write, kept alive while the driver's JVM runs; committed by commit() once every
+    task succeeded."""
 
     def __init__(self, options: Options, schema: StructType) -> None:
         super().__init__(options, schema)
         with options.connect() as client:
             self.txn_id = client.txn_begin(self.group, timeout_ms=self.timeout_ms).txn_id
+        driver = driver_pid()
+        if driver is not None:
+            keepalive.start(
+                keepalive.Keeping(
+                    options.broker, self.txn_id, self.timeout_ms, driver, self.group, options.token
+                )
+            )
 
+    @spark_facing
     def write(self, iterator: Iterator[pa.RecordBatch]) -> Written:
         with self.options.connect() as client:
-            return journal_rows(client, self.txn_id, task_member(), iterator, self.topic)
+            try:
+                return journal_rows(client, self.txn_id, task_member(), iterator, self.topic)
+            except BrokerError as error:
+                raise self.expired(error) from None
 
+    @spark_facing
     def commit(self, messages: Sequence[WriterCommitMessage | None]) -> None:
         members = {m.member: m.generation for m in messages if isinstance(m, Written)}
         with self.options.connect() as client:
-            client.txn_commit(self.txn_id, group=self.group, members=members)
+            try:
+                client.txn_commit(self.txn_id, group=self.group, members=members)
+            except BrokerError as error:
+                raise self.expired(error) from None
 
+    @spark_facing
     def abort(self, messages: Sequence[WriterCommitMessage | None]) -> None:
         with self.options.connect() as client:
             client.txn_abort(self.txn_id, group=self.group)
@@ -532,6 +1080,7 @@ class BatchWriter(_Writing, DataSourceArrowWriter):
 class StreamWriter(_Writing, DataSourceStreamArrowWriter):
     """One transaction per micro-batch, keyed by (query id, batch id)."""
 
+    @spark_facing
     def write(self, iterator: Iterator[pa.RecordBatch]) -> Written:
         key = batch_key()
         with self.options.connect() as client:
@@ -540,8 +1089,12 @@ class StreamWriter(_Writing, DataSourceStreamArrowWriter):
                 for _ in iterator:
                     pass
                 return Written(info.txn_id, task_member(), 0, 0, skipped=True)
-            return journal_rows(client, info.txn_id, task_member(), iterator, self.topic)
+            try:
+                return journal_rows(client, info.txn_id, task_member(), iterator, self.topic)
+            except BrokerError as error:
+                raise self.expired(error) from None
 
+    @spark_facing
     def commit(self, messages: Sequence[WriterCommitMessage | None], batchId: int) -> None:
         written = [m for m in messages if isinstance(m, Written)]
         with self.options.connect() as client:
@@ -549,8 +1102,14 @@ class StreamWriter(_Writing, DataSourceStreamArrowWriter):
                 members = {m.member: m.generation for m in written if m.txn_id == txn_id}
                 skipped = any(m.skipped for m in written if m.txn_id == txn_id)
                 # a replay's tasks found the batch committed: its commit is answered again
-                client.txn_commit(txn_id, group=self.group, members=None if skipped else members)
+                try:
+                    client.txn_commit(
+                        txn_id, group=self.group, members=None if skipped else members
+                    )
+                except BrokerError as error:
+                    raise self.expired(error) from None
 
+    @spark_facing
     def abort(self, messages: Sequence[WriterCommitMessage | None], batchId: int) -> None:
         with self.options.connect() as client:
             for txn_id in sorted({m.txn_id for m in messages if isinstance(m, Written)}):
@@ -588,19 +1147,25 @@ class FencelogDataSource(DataSource):
     def schema(self) -> str:
         return SCHEMA
 
+    @spark_facing
     def reader(self, schema: StructType) -> DataSourceReader:
-        return BatchReader(Options.parse(self.options))
+        return BatchReader(Options.parse(self.options, READ_OPTIONS))
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
-        return StreamReader(Options.parse(self.options))
+        try:
+            return StreamReader(Options.parse(self.options, READ_OPTIONS))
+        except BrokerError as error:
+            return RefusedStream(error)
 
+    @spark_facing
     def writer(self, schema: StructType, overwrite: bool) -> BatchWriter:
         _refuse_overwrite(overwrite)
-        return BatchWriter(Options.parse(self.options), schema)
+        return BatchWriter(Options.parse(self.options, WRITE_OPTIONS), schema)
 
+    @spark_facing
     def streamWriter(self, schema: StructType, overwrite: bool) -> StreamWriter:
         _refuse_overwrite(overwrite)
-        return StreamWriter(Options.parse(self.options), schema)
+        return StreamWriter(Options.parse(self.options, WRITE_OPTIONS), schema)
 
 
 def _refuse_overwrite(overwrite: bool) -> None:

@@ -7,11 +7,7 @@ never duplicates a row), a streaming micro-batch is one transaction that a repla
 crash or a lost checkpoint commit finds again instead of writing twice. Bad options and
 bad DataFrames fail with a message that says what is wrong, and write nothing.
 
-One SparkSession for the whole module (master local[2,3]: two threads, three attempts a
-task, so a failed task is retried), UI off, one shuffle partition, bound to 127.0.0.1,
-PYSPARK_PYTHON set to this interpreter before it starts so the Python workers import
-pyarrow and broker. All data source code runs in those workers, so the broker is a data
-directory they open themselves (embedded) or a ServerThread on 127.0.0.1 (served).
+The SparkSession and the brokers are conftest.py's; the jobs are support/spark_jobs.py's.
 
 Functions shipped to Spark (mapInArrow) are closures made by module-level factories:
 cloudpickle sends a closure by value, while this module itself is not importable in
@@ -21,7 +17,6 @@ restarts from its checkpoint with examples/spark_pipeline.py.
 
 from __future__ import annotations
 
-import collections
 import contextlib
 import json
 import os
@@ -30,28 +25,44 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 import pytest
-from pyspark import SparkContext, TaskContext
+from pyspark import TaskContext
 from pyspark.errors import PySparkException
-from pyspark.sql import DataFrame, Row, SparkSession
-from pyspark.sql.streaming.query import StreamingQuery
-from pyspark.sql.streaming.readwriter import DataStreamWriter
+from pyspark.sql import DataFrame, SparkSession
 
 import broker.spark
-from broker.client.client import Client, connect
+from broker.client.client import connect
 from broker.errors import BrokerError
-from broker.types import NewRecord, Record, TopicConfig, TxnInfo
+from broker.types import NewRecord, TopicConfig, TxnInfo
 from support import EXAMPLES, SCRIPTS
 from support.helpers import user_env
 from support.servers import served
+from support.spark_jobs import (
+    ACTION_TIMEOUT_S,
+    Broker,
+    StreamRun,
+    by_partition,
+    duplicates,
+    error_text,
+    first_line,
+    produce_spread,
+    read,
+    read_stream,
+    row_record,
+    run_to_end,
+    stream,
+    txns_of,
+    upper,
+    upper_values,
+    values,
+    write,
+)
 from support.waiting import wait_until
 
-ACTION_TIMEOUT_S = 120  # one streaming run; a batch action has pytest's timeout
 DRIVER_TIMEOUT_S = 240.0  # one run of the subprocess driver (session start included)
 DRIVER = SCRIPTS / "spark_driver.py"
 EXAMPLE = EXAMPLES / "spark_pipeline.py"
@@ -71,232 +82,6 @@ SCHEMA_TYPES = [
     ("epoch", "int"),
     ("txn_id", "bigint"),
 ]
-
-
-# the session and the brokers -------------------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SparkSession]:
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("PYSPARK_PYTHON", sys.executable)
-        patch.setenv("PYSPARK_DRIVER_PYTHON", sys.executable)
-        patch.setenv("SPARK_LOCAL_IP", "127.0.0.1")
-        warehouse = tmp_path_factory.mktemp("spark-warehouse")
-        session = (
-            SparkSession.builder.master("local[2,3]")
-            .appName("fencelog-tests")
-            .config("spark.ui.enabled", "false")
-            .config("spark.ui.showConsoleProgress", "false")
-            .config("spark.sql.shuffle.partitions", "1")
-            .config("spark.default.parallelism", "2")
-            .config("spark.driver.bindAddress", "127.0.0.1")
-            .config("spark.driver.host", "127.0.0.1")
-            .config("spark.sql.warehouse.dir", str(warehouse))
-            .getOrCreate()
-        )
-        try:
-            session.sparkContext.setLogLevel("ERROR")
-            broker.spark.register(session)
-            warm_up(session, tmp_path_factory.mktemp("warm-up") / "data")
-            yield session
-        finally:
-            session.stop()
-            stop_jvm()
-
-
-def stop_jvm() -> None:
-    """spark.stop() leaves the JVM running until this process exits; the rest of the test
-    run has no use for it. It exits when its stdin closes."""
-    gateway = SparkContext._gateway
-    if gateway is None:
-        return
-    process = gateway.proc
-    gateway.shutdown()
-    SparkContext._gateway = None  # a later session launches a new JVM
-    SparkContext._jvm = None
-    if process is None:
-        return
-    process.stdin.close()
-    try:
-        process.wait(timeout=30)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        process.wait(timeout=30)
-
-
-def warm_up(session: SparkSession, data_dir: Path) -> None:
-    """One fencelog read and write, so the first test does not pay for the workers."""
-    with connect(data_dir) as client:
-        client.create_topic("warm", 1)
-        client.produce("warm", [b"w"])
-    url = str(data_dir)
-    df = read(session, url, "warm")
-    assert df.count() == 1
-    write(df.select("value"), url, "warm")
-
-
-@dataclass
-class Broker:
-    """A broker the Spark workers reach: `url` is what the connector's broker option gets
-    (a data directory's path, or tcp://127.0.0.1:PORT)."""
-
-    url: str
-
-    def client(self) -> Client:
-        return connect(self.url)
-
-
-@pytest.fixture
-def embedded(tmp_path: Path) -> Broker:
-    data_dir = tmp_path / "data"
-    connect(data_dir).close()  # created, so every worker opens the same directory
-    return Broker(str(data_dir))
-
-
-@pytest.fixture(params=["embedded", "served"])
-def any_broker(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Broker]:
-    data_dir = tmp_path / "data"
-    if request.param == "embedded":
-        connect(data_dir).close()
-        yield Broker(str(data_dir))
-        return
-    with served(data_dir) as server:
-        yield Broker(server.address)
-
-
-# reading and writing through Spark ---------------------------------------------------------
-
-
-def read(spark: SparkSession, url: str, topic: str, **options: str | int) -> DataFrame:
-    reader = spark.read.format("fencelog").option("broker", url).option("topic", topic)
-    for name, value in options.items():
-        reader = reader.option(name, value)
-    return reader.load()
-
-
-def write(df: DataFrame, url: str, topic: str | None, **options: str | int) -> None:
-    writer = df.write.format("fencelog").option("broker", url).mode("append")
-    if topic is not None:
-        writer = writer.option("topic", topic)
-    for name, value in options.items():
-        writer = writer.option(name, value)
-    writer.save()
-
-
-def upper(df: DataFrame) -> DataFrame:
-    return df.selectExpr("key", "upper(cast(value as string)) as value", "partition")
-
-
-@dataclass
-class StreamRun:
-    query_id: str
-    batches: list[tuple[int, int]]  # (batch id, input rows) of every micro-batch that ran
-
-
-def read_stream(spark: SparkSession, url: str, topic: str, **options: str | int) -> DataFrame:
-    reader = (
-        spark.readStream.format("fencelog")
-        .option("broker", url)
-        .option("topic", topic)
-        .option("startingOffsets", "earliest")
-    )
-    for name, value in options.items():
-        reader = reader.option(name, value)
-    return reader.load()
-
-
-def run_to_end(writer: DataStreamWriter, sink: str, checkpoint: Path) -> StreamingQuery:
-    """Start a trigger(availableNow=True) query and wait for its end (its error raised)."""
-    query = (
-        writer.format(sink)
-        .option("checkpointLocation", str(checkpoint))
-        .trigger(availableNow=True)
-        .start()
-    )
-    try:
-        ended = query.awaitTermination(ACTION_TIMEOUT_S)
-        assert ended, f"the availableNow query did not end within {ACTION_TIMEOUT_S}s"
-    finally:
-        query.stop()
-    return query
-
-
-def stream(
-    spark: SparkSession,
-    url: str,
-    checkpoint: Path,
-    *,
-    source: str = "orders",
-    sink: str = "out",
-    per_trigger: int | None = None,
-    transform: Callable[[DataFrame], DataFrame] = upper,
-) -> StreamRun:
-    """One availableNow run of source -> transform -> sink: its micro-batches."""
-    options = {} if per_trigger is None else {"maxRecordsPerTrigger": per_trigger}
-    df = transform(read_stream(spark, url, source, **options))
-    writer = df.writeStream.option("broker", url).option("topic", sink)
-    query = run_to_end(writer, "fencelog", checkpoint)
-    batches = [(int(p["batchId"]), int(p["numInputRows"])) for p in query.recentProgress]
-    return StreamRun(str(query.id), [b for b in batches if b[1] > 0])
-
-
-# what the broker holds ---------------------------------------------------------------------
-
-
-def by_partition(client: Client, topic: str) -> dict[int, list[Record]]:
-    found: dict[int, list[Record]] = collections.defaultdict(list)
-    for record in client.consume(topic):
-        found[record.partition].append(record)
-    return {p: found[p] for p in range(client.describe_topic(topic).partitions)}
-
-
-def values(client: Client, topic: str) -> dict[int, list[bytes]]:
-    return {p: [r.value for r in records] for p, records in by_partition(client, topic).items()}
-
-
-def upper_values(client: Client, topic: str) -> dict[int, list[bytes]]:
-    return {p: [v.upper() for v in vs] for p, vs in values(client, topic).items()}
-
-
-def duplicates(found: dict[int, list[bytes]]) -> list[bytes]:
-    counts = collections.Counter(v for vs in found.values() for v in vs)
-    return [v for v, n in counts.items() if n > 1]
-
-
-def txns_of(client: Client, group: str) -> list[TxnInfo]:
-    """Every transaction of group, open or ended, by key (streaming: by batch id)."""
-    found = [t for t in client.txn_list(include_ended=True, limit=1000) if t.group == group]
-    return sorted(found, key=lambda t: (len(t.key or ""), t.key or "", t.began_ms))
-
-
-def produce_spread(client: Client, topic: str, texts: Sequence[str], partitions: int = 2) -> None:
-    """Values to partitions in turn: text i to partition i % partitions."""
-    client.produce(
-        topic, [NewRecord(t.encode(), partition=i % partitions) for i, t in enumerate(texts)]
-    )
-
-
-def row_record(row: Row) -> Record:
-    """A row of `SELECT *` with unix_millis(timestamp) as ts, as the Record it came from."""
-    return Record(
-        row.topic,
-        row.partition,
-        row.offset,
-        row.ts,
-        None if row.key is None else bytes(row.key),
-        bytes(row.value),
-        tuple((h.key, bytes(h.value)) for h in row.headers),
-        row.producer_id,
-        row.generation,
-        row.sequence,
-        row.epoch,
-        row.txn_id,
-    )
-
-
-def error_text(excinfo: pytest.ExceptionInfo[BaseException]) -> str:
-    return str(excinfo.value)
 
 
 # batch --------------------------------------------------------------------------------------
@@ -434,9 +219,15 @@ def test_batch_offsets_options(spark: SparkSession, embedded: Broker) -> None:
     # a partition the JSON leaves out starts at earliest and ends at latest
     assert offsets(startingOffsets=json.dumps({"1": 4})) == span(0, 0, 10) + span(1, 4, 6)
     assert offsets(endingOffsets=json.dumps({"0": 2})) == span(0, 0, 2) + span(1, 0, 6)
-    # past the end: clamped to it
-    assert offsets(startingOffsets=json.dumps({"0": 100, "1": -1})) == []
-    assert offsets(endingOffsets=json.dumps({"0": 100})) == everything
+    # Kafka's form, the topic named, reads the same
+    assert offsets(startingOffsets=json.dumps({"orders": {"0": 3}})) == span(0, 3, 10) + span(
+        1, 0, 6
+    )
+    # past the end fails, as Kafka's source does, naming the end
+    for option in ("startingOffsets", "endingOffsets"):
+        with pytest.raises(PySparkException) as excinfo:
+            offsets(**{option: json.dumps({"0": 100})})
+        assert f"{option}: offset 100 of orders/0 is past its end (10)" in first_line(excinfo)
 
     split = read(spark, embedded.url, "orders", maxRecordsPerPartition=3)
     assert split.rdd.getNumPartitions() == 4 + 2  # 10 records in 3s, 6 in 3s
@@ -857,9 +648,11 @@ def test_bad_input_fails_clearly_and_writes_nothing(
     good = read(spark, url, "orders").select("key", "value", "partition")
 
     def fails(action: Callable[[], Any], fragment: str) -> None:
+        """fencelog's message, alone, on the first line of the error: no traceback."""
         with pytest.raises(PySparkException) as excinfo:
             action()
-        assert fragment in error_text(excinfo)
+        assert fragment in first_line(excinfo), error_text(excinfo)
+        assert "Traceback" not in error_text(excinfo)
 
     def write_save(df: DataFrame, **options: str | int) -> Callable[[], None]:
         return lambda: write(df, url, "out", **options)
@@ -880,7 +673,7 @@ def test_bad_input_fails_clearly_and_writes_nothing(
     )
     fails(
         lambda: read(spark, url, "orders", startingOffsets='{"5": 0}').collect(),
-        "startingOffsets names partition '5'; the topic has 2",
+        "startingOffsets names partition '5' of orders; it has 2",
     )
     fails(
         lambda: read(spark, url, "orders", startingOffsets='{"0": "x"}').collect(),
@@ -927,7 +720,10 @@ def test_bad_input_fails_clearly_and_writes_nothing(
         "a transaction timeout is 1..86400000 ms, not 10000000000",
     )
     # a job that outlives its transaction's timeout fails whole
-    fails(write_save(good, transactionTimeout=1), "was aborted (timed out)")
+    fails(
+        write_save(good, transactionTimeout=1),
+        "was aborted (timed out): the write outlived its transactionTimeout (1 ms)",
+    )
     fails(
         lambda: (
             good.write.format("fencelog")
