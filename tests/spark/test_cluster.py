@@ -189,6 +189,6 @@ def test_readme_cluster_pipeline_survives_a_worker_killed_mid_batch(tmp_path: Pa
     assert len(inputs) == RECORDS
     assert sorted(counts) == sorted(v.upper() for v in inputs)
     assert [v for v, n in counts.items() if n > 1] == []
-    assert f"input {RECORDS}, output {RECORDS}, duplicates 0, missing 0" in log.read_text(
-        errors="replace"
-    )
+    driver_log = log.read_text(errors="replace")
+    assert "Lost executor 0" in driver_log or "Lost executor 1" in driver_log, driver_log[-4000:]
+    assert f"input {RECORDS}, output {RECORDS}, duplicates 0, missing 0" in driver_log
