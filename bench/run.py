@@ -11,6 +11,9 @@ group's table and rewrites that group's section of bench/RESULTS.md as soon as i
 - txn: "Transactions (issue 7)": transactional against plain produce, commit latency;
 - spark: "PySpark connector (issue 8)": batch and streaming reads and writes through
   broker/spark.py in one warm SparkSession, next to the Python data source ceiling;
+- spark-parquet: "PySpark connector against Parquet; the first micro-batch (issue 21)":
+  the connector's reads and writes beside Parquet's in one session, and a stream's
+  first micro-batch after a restart beside its steady ones;
 - kafka: "Kafka listener": `serve --kafka-listen` driven by confluent-kafka and kcat
   beside the native client on the same server command (also `python -m
   bench.kafka_listener`);
@@ -128,6 +131,7 @@ GROUPS: Final = (
     "idempotence",
     "txn",
     "spark",
+    "spark-parquet",
     "kafka",
     "retention",
 )
@@ -289,6 +293,15 @@ def run_spark(work_dir: Path, arguments: argparse.Namespace) -> Outcome:
     return _section_outcome(spark.section(results), finished(started))
 
 
+def run_spark_parquet(work_dir: Path, arguments: argparse.Namespace) -> Outcome:
+    from bench import spark_parquet  # imports pyspark, as run_spark
+
+    started = describe(work_dir)
+    sizes = spark_parquet.QUICK if arguments.quick else spark_parquet.FULL
+    results = spark_parquet.measure(work_dir, sizes)
+    return _section_outcome(spark_parquet.section(results), finished(started))
+
+
 def run_kafka(work_dir: Path, arguments: argparse.Namespace) -> Outcome:
     sizes = kafka_listener.QUICK if arguments.quick else kafka_listener.FULL
     command = kafka_listener.command_line("bench.run")
@@ -307,6 +320,7 @@ RUNNERS: Final[dict[str, Callable[[Path, argparse.Namespace], Outcome]]] = {
     "idempotence": run_idempotence,
     "txn": run_txn,
     "spark": run_spark,
+    "spark-parquet": run_spark_parquet,
     "kafka": run_kafka,
     "retention": run_retention,
 }

@@ -1,0 +1,370 @@
+"""The PySpark connector next to what a Spark user knows (issue 21): the same rows
+written to and read from Parquet in the same SparkSession, and the first micro-batch
+of a stream after a restart next to its steady ones.
+
+    python -m bench.run --only spark-parquet [--quick]
+
+Rules:
+- One local[2] SparkSession (bench/spark.py's), warmed by each job once. 1,000,000 rows
+  of a distinct 100-byte binary value in 2 partitions (`spark.range` -> `value`).
+- Writes: those rows -> `.write.parquet(DIR)` (a fresh directory each round) and ->
+  `.write.format("fencelog")` into a fresh 2-partition topic (one transaction), embedded
+  (a data directory the tasks open) and served (`fencelog serve`, durability full, on
+  127.0.0.1). Reads: `spark.read.parquet(DIR)` -> noop and
+  `spark.read.format("fencelog")` (every column) -> noop, of the same rows. Rounds
+  alternate which goes first; a figure is the median of the rounds.
+- Restart: a stream (maxRecordsPerTrigger, availableNow, -> noop) reads half of a
+  topic into a checkpoint; the other half is produced; then the stream starts again
+  from its checkpoint: in the same warm session (a query restart), and in a new
+  process (a driver restart: a new JVM and new Python workers). The first micro-batch's
+  triggerExecution time is set beside the median of the later (steady) ones.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Final
+
+from pyspark.sql import DataFrame, SparkSession
+
+from bench import spark as base
+from bench.measures import interleaved, median
+from bench.processes import fencelog_server
+from bench.sections import Row, Section, rate, series, verdict
+from broker.client.client import connect
+from broker.types import NewRecord
+
+TITLE: Final = "PySpark connector against Parquet; the first micro-batch (issue 21)"
+READ_OF_PARQUET_MIN: Final = 0.50
+WRITE_OF_PARQUET_MIN: Final = 0.25
+SERVED_OF_EMBEDDED_MIN: Final = 0.80
+FIRST_OF_STEADY_MAX: Final = 2.0
+CONTROL: Final = (
+    "(control: in-memory source)"  # a restart's first micro-batch: at most two steady ones
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Sizes:
+    records: int
+    rounds: int
+    restart_records: int  # in the restart stream's topic, half before the restart
+    per_trigger: int
+    quick: bool
+
+
+FULL: Final = Sizes(1_000_000, 3, 200_000, 10_000, False)
+QUICK: Final = Sizes(200_000, 1, 40_000, 4_000, True)
+
+
+@dataclass(frozen=True, slots=True)
+class Restart:
+    """One restart from a checkpoint: seconds of each micro-batch after it."""
+
+    where: str
+    batches: tuple[float, ...]
+    session_s: float  # a new process: the SparkSession's start before the query
+
+    @property
+    def first(self) -> float:
+        return self.batches[0]
+
+    @property
+    def steady(self) -> float:
+        return statistics.median(self.batches[1:])
+
+
+@dataclass(frozen=True, slots=True)
+class Results:
+    sizes: Sizes
+    parquet_read: tuple[float, ...]
+    parquet_write: tuple[float, ...]
+    reads: dict[str, tuple[float, ...]]  # deployment -> rows/s per round
+    writes: dict[str, tuple[float, ...]]
+    restarts: tuple[Restart, ...]
+    versions: str
+
+
+def _timed_rate(rows: int, action: object) -> float:
+    start = time.perf_counter()
+    action()  # type: ignore[operator]
+    return rows / (time.perf_counter() - start)
+
+
+def _fencelog(spark: SparkSession, broker: str, topic: str) -> DataFrame:
+    return spark.read.format("fencelog").option("broker", broker).option("topic", topic).load()
+
+
+def _write_fencelog(jobs: base.Jobs) -> float:
+    return base.write_fencelog(jobs)
+
+
+def _write_parquet(jobs: base.Jobs) -> float:
+    path = jobs.path("parquet")
+    rate_ = _timed_rate(jobs.sizes.records, lambda: jobs.values().write.parquet(str(path)))
+    shutil.rmtree(path)
+    return rate_
+
+
+def _stream_batches(
+    spark: SparkSession, broker: str, topic: str, checkpoint: Path, per_trigger: int
+) -> list[float]:
+    """Seconds of each micro-batch of an availableNow stream -> noop; topic CONTROL
+    reads bench/spark.py's in-memory Python source instead of fencelog."""
+    if topic == CONTROL:
+        reader = (
+            spark.readStream.format(base.MEMORY)
+            .option("shape", "fencelog")
+            .option("rows", str(per_trigger * 10))
+            .option("perTrigger", str(per_trigger))
+        )
+    else:
+        reader = (
+            spark.readStream.format("fencelog")
+            .option("broker", broker)
+            .option("topic", topic)
+            .option("startingOffsets", "earliest")
+            .option("maxRecordsPerTrigger", str(per_trigger))
+        )
+    query = (
+        reader.load()
+        .writeStream.format("noop")
+        .option("checkpointLocation", str(checkpoint))
+        .trigger(availableNow=True)
+        .start()
+    )
+    query.awaitTermination()
+    return [
+        p["durationMs"]["triggerExecution"] / 1000
+        for p in query.recentProgress
+        if p["numInputRows"] > 0
+    ]
+
+
+def _fill(broker: str, topic: str, count: int, first: int) -> None:
+    with connect(broker) as client:
+        for low in range(first, first + count, 10_000):
+            n = min(10_000, first + count - low)
+            client.produce(
+                topic,
+                [NewRecord(f"{i:0100d}".encode(), None, (), i % 2) for i in range(low, low + n)],
+            )
+
+
+def restart_in_process(spark: SparkSession, broker: str, work: Path, sizes: Sizes) -> Restart:
+    topic, checkpoint, half = "restart-warm", work / "ck-warm", sizes.restart_records // 2
+    with connect(broker) as client:
+        client.create_topic(topic, 2)
+    _fill(broker, topic, half, 0)
+    _stream_batches(spark, broker, topic, checkpoint, sizes.per_trigger)
+    _fill(broker, topic, half, half)
+    return Restart(
+        "query restart, warm session",
+        tuple(_stream_batches(spark, broker, topic, checkpoint, sizes.per_trigger)),
+        0.0,
+    )
+
+
+def restart_new_process(broker: str, work: Path, sizes: Sizes) -> Restart:
+    topic, checkpoint, half = "restart-cold", work / "ck-cold", sizes.restart_records // 2
+    with connect(broker) as client:
+        client.create_topic(topic, 2)
+    _fill(broker, topic, half, 0)
+    _driver(broker, topic, checkpoint, sizes.per_trigger)
+    _fill(broker, topic, half, half)
+    return _restart(
+        "driver restart, new process", _driver(broker, topic, checkpoint, sizes.per_trigger)
+    )
+
+
+def control_new_process(work: Path, sizes: Sizes) -> Restart:
+    """The same first micro-batch in a new process with a Python source that does no
+    I/O at all (bench/spark.py's in-memory one): what PySpark itself costs."""
+    found = _driver("", CONTROL, work / "ck-control", sizes.per_trigger)
+    return _restart("new process, in-memory source (control)", found)
+
+
+def _restart(where: str, found: dict[str, object]) -> Restart:
+    batches = found["batches"]
+    assert isinstance(batches, list)
+    return Restart(where, tuple(map(float, batches)), float(str(found["session_s"])))
+
+
+def _driver(broker: str, topic: str, checkpoint: Path, per_trigger: int) -> dict[str, object]:
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "bench.spark_parquet",
+            broker,
+            topic,
+            str(checkpoint),
+            str(per_trigger),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=True,
+        env=os.environ | {"PYSPARK_PYTHON": sys.executable},
+    )
+    found: dict[str, object] = json.loads(done.stdout.strip().splitlines()[-1])
+    return found
+
+
+def measure(work_dir: Path, sizes: Sizes) -> Results:
+    embedded = work_dir / "parquet-embedded"
+    embedded.mkdir()
+    scratch = work_dir / "parquet-scratch"
+    scratch.mkdir()
+    spark_sizes = base.SparkSizes(sizes.records, sizes.per_trigger, sizes.rounds, 0, sizes.quick)
+    reads: dict[str, tuple[float, ...]] = {}
+    writes: dict[str, tuple[float, ...]] = {}
+    restarts = []
+    with base.spark_session() as spark:
+        versions = base._versions(spark)
+        jobs = base.Jobs(spark, str(embedded), scratch, spark_sizes)
+        # the input, once: in fencelog (a transaction) and in Parquet
+        with connect(embedded) as client:
+            client.create_topic("input-rows", 2)
+        jobs.values().write.format("fencelog").option("broker", str(embedded)).option(
+            "topic", "input-rows"
+        ).mode("append").save()
+        parquet = scratch / "input.parquet"
+        jobs.values().write.parquet(str(parquet))
+        rows = sizes.records
+
+        def read_parquet() -> float:
+            return _timed_rate(rows, lambda: base._noop(spark.read.parquet(str(parquet))))
+
+        def read_fencelog(broker: str) -> float:
+            return _timed_rate(rows, lambda: base._noop(_fencelog(spark, broker, "input-rows")))
+
+        read_parquet(), read_fencelog(str(embedded))  # warm
+        _write_parquet(jobs)
+        pq_read, emb_read = interleaved(
+            sizes.rounds, read_parquet, lambda: read_fencelog(str(embedded))
+        )
+        pq_write, emb_write = interleaved(
+            sizes.rounds, lambda: _write_parquet(jobs), lambda: _write_fencelog(jobs)
+        )
+        reads["embedded"], writes["embedded"] = emb_read, emb_write
+        restarts.append(restart_in_process(spark, str(embedded), scratch, sizes))
+        shutil.copytree(embedded, work_dir / "parquet-served")
+        with fencelog_server(work_dir, "parquet-served", "full") as server:
+            served = base.Jobs(spark, server.address, scratch, spark_sizes)
+            read_fencelog(server.address)
+            srv_read, srv_write = interleaved(
+                sizes.rounds, lambda: read_fencelog(server.address), lambda: _write_fencelog(served)
+            )
+            reads["served"], writes["served"] = srv_read, srv_write
+    restarts.append(restart_new_process(str(embedded), scratch, sizes))
+    restarts.append(control_new_process(scratch, sizes))
+    return Results(sizes, pq_read, pq_write, reads, writes, tuple(restarts), versions)
+
+
+def section(results: Results) -> Section:
+    pq_read, pq_write = median(results.parquet_read), median(results.parquet_write)
+    rows = [
+        Row("Parquet: read -> noop", rate(pq_read, "rows/s")),
+        Row("Parquet: write", rate(pq_write, "rows/s")),
+    ]
+    for name in ("embedded", "served"):
+        read, write = median(results.reads[name]), median(results.writes[name])
+        rows += [
+            Row(
+                f"{name}: read -> noop",
+                rate(read, "rows/s"),
+                f"Parquet {rate(pq_read, 'rows/s')}",
+                f"{read / pq_read:.2f}",
+                f"ratio >= {READ_OF_PARQUET_MIN:.2f}",
+                verdict(read / pq_read >= READ_OF_PARQUET_MIN),
+            ),
+            Row(
+                f"{name}: write, one txn",
+                rate(write, "rows/s"),
+                f"Parquet {rate(pq_write, 'rows/s')}",
+                f"{write / pq_write:.2f}",
+                f"ratio >= {WRITE_OF_PARQUET_MIN:.2f}",
+                verdict(write / pq_write >= WRITE_OF_PARQUET_MIN),
+            ),
+        ]
+    served, embedded = median(results.reads["served"]), median(results.reads["embedded"])
+    rows.append(
+        Row(
+            "served read of embedded read",
+            rate(served, "rows/s"),
+            f"embedded {rate(embedded, 'rows/s')}",
+            f"{served / embedded:.2f}",
+            f"ratio >= {SERVED_OF_EMBEDDED_MIN:.2f}",
+            verdict(served / embedded >= SERVED_OF_EMBEDDED_MIN),
+        )
+    )
+    cold, control = results.restarts[1], results.restarts[2]
+    ours = max(0.0, cold.first - control.first)
+    rows.append(
+        Row(
+            "driver restart: first micro-batch beyond the control",
+            f"{ours:.2f} s",
+            f"steady {cold.steady:.2f} s",
+            f"{ours / cold.steady:.2f}",
+            f"<= {FIRST_OF_STEADY_MAX:.0f} steady",
+            verdict(ours / cold.steady <= FIRST_OF_STEADY_MAX),
+        )
+    )
+    for restart in results.restarts:
+        ratio = restart.first / restart.steady
+        rows.append(
+            Row(
+                f"{restart.where}: first micro-batch",
+                f"{restart.first:.2f} s",
+                f"steady {restart.steady:.2f} s",
+                f"{ratio:.2f}",
+            )
+        )
+    sizes = results.sizes
+    return Section(
+        title=TITLE,
+        summary=(
+            f"{sizes.rounds} rounds over {sizes.records:,} rows of 100 bytes in 2 partitions, "
+            f"local[2]; restarts over {sizes.restart_records:,} records, "
+            f"{sizes.per_trigger:,} per trigger" + (" (--quick)" if sizes.quick else "")
+        ),
+        rows=tuple(rows),
+        method=tuple(
+            line.strip() for line in (__doc__ or "").split("Rules:")[1].strip().splitlines()
+        ),
+        findings=(),
+        raw=(
+            series("Parquet read rows/s", results.parquet_read),
+            series("Parquet write rows/s", results.parquet_write),
+            *(series(f"{n} read rows/s", v) for n, v in results.reads.items()),
+            *(series(f"{n} write rows/s", v) for n, v in results.writes.items()),
+            *(series(f"{r.where}: micro-batch s", r.batches, 2) for r in results.restarts),
+            *(series(f"{r.where}: session start s", (r.session_s,), 1) for r in results.restarts),
+        ),
+        software=f"Software: {results.versions}.",
+    )
+
+
+def main(argv: Sequence[str]) -> int:
+    """A driver restarting a stream from its checkpoint: one JSON line."""
+    broker, topic, checkpoint, per_trigger = argv
+    start = time.perf_counter()
+    with base.spark_session() as spark:
+        session_s = time.perf_counter() - start
+        batches = _stream_batches(spark, broker, topic, Path(checkpoint), int(per_trigger))
+    print(json.dumps({"session_s": session_s, "batches": batches}))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))
