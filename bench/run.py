@@ -14,6 +14,8 @@ group's table and rewrites that group's section of bench/RESULTS.md as soon as i
 - spark-parquet: "PySpark connector against Parquet; the first micro-batch (issue 21)":
   the connector's reads and writes beside Parquet's in one session, and a stream's
   first micro-batch after a restart beside its steady ones;
+- cli-start: "CLI start (issue 23)": the CPU of one-shot produce and consume, embedded
+  and served, against `python -c pass`;
 - kafka: "Kafka listener": `serve --kafka-listen` driven by confluent-kafka and kcat
   beside the native client on the same server command (also `python -m
   bench.kafka_listener`);
@@ -132,6 +134,7 @@ GROUPS: Final = (
     "txn",
     "spark",
     "spark-parquet",
+    "cli-start",
     "kafka",
     "retention",
 )
@@ -293,6 +296,16 @@ def run_spark(work_dir: Path, arguments: argparse.Namespace) -> Outcome:
     return _section_outcome(spark.section(results), finished(started))
 
 
+def run_cli_start(work_dir: Path, arguments: argparse.Namespace) -> Outcome:
+    from bench import cli_start
+
+    started = describe(work_dir)
+    sizes = cli_start.QUICK if arguments.quick else cli_start.FULL
+    return _section_outcome(
+        cli_start.section(cli_start.measure(work_dir, sizes)), finished(started)
+    )
+
+
 def run_spark_parquet(work_dir: Path, arguments: argparse.Namespace) -> Outcome:
     from bench import spark_parquet  # imports pyspark, as run_spark
 
@@ -321,6 +334,7 @@ RUNNERS: Final[dict[str, Callable[[Path, argparse.Namespace], Outcome]]] = {
     "txn": run_txn,
     "spark": run_spark,
     "spark-parquet": run_spark_parquet,
+    "cli-start": run_cli_start,
     "kafka": run_kafka,
     "retention": run_retention,
 }

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import copy
+import importlib
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from pathlib import Path
 from typing import Annotated, Final
 
@@ -17,29 +17,36 @@ from broker.client.client import DEFAULT_BROKER
 from broker.errors import BrokerError, ErrorCode
 from broker.limits import DEFAULT_LIMITS
 from broker.types import DURABILITIES, check_durability
-from cli import (
-    check,
-    consume,
-    group,
-    own,
-    produce,
-    producers,
-    serve,
-    snapshot,
-    status,
-    top,
-    topic,
-    txn,
-    verify,
-    wait_ready,
-)
 from cli.context import State
 from cli.errors import FencelogGroup, exit_status_table
 from cli.formats import parse_duration
 
 _EXIT_STATUSES = "\n".join(f"  {status_:>3}  {name}" for status_, name in exit_status_table())
 
-app = typer.Typer(
+# Every subcommand, in the order of `fencelog --help`: (name, module, attribute), where
+# the attribute is a command function, or "app" for a group of subcommands. A module is
+# imported only when its subcommand is built: a one-shot command loads its own alone.
+SUBCOMMANDS: Final = (
+    ("topic", "cli.topic", "app"),
+    ("own", "cli.own", "app"),
+    ("producers", "cli.producers", "app"),
+    ("snapshot", "cli.snapshot", "app"),
+    ("txn", "cli.txn", "app"),
+    ("group", "cli.group", "app"),
+    ("lease-pid", "cli.producers", "lease_pid"),
+    ("produce", "cli.produce", "produce"),
+    ("consume", "cli.consume", "consume"),
+    ("txn-begin", "cli.txn", "txn_begin"),
+    ("txn-commit", "cli.txn", "txn_commit"),
+    ("txn-abort", "cli.txn", "txn_abort"),
+    ("status", "cli.status", "status"),
+    ("top", "cli.top", "top"),
+    ("serve", "cli.serve", "serve"),
+    ("check", "cli.check", "check"),
+    ("verify", "cli.verify", "verify"),
+    ("wait-ready", "cli.wait_ready", "wait_ready"),
+)
+SETTINGS: Final = dict(
     cls=FencelogGroup,
     name="fencelog",
     help="fencelog: a local message broker on SQLite for exactly-once work.",
@@ -58,7 +65,6 @@ def _version(value: bool) -> None:
         raise typer.Exit
 
 
-@app.callback()
 def main(
     ctx: typer.Context,
     broker: Annotated[
@@ -108,7 +114,12 @@ def main(
     ] = False,
 ) -> None:
     """fencelog: a local message broker on SQLite for exactly-once work."""
-    token = serve.read_token(auth_token_file) if auth_token_file else None
+    if auth_token_file:
+        from cli.serve import read_token
+
+        token = read_token(auth_token_file)
+    else:
+        token = None
     request_timeout_s = parse_duration(request_timeout)
     if request_timeout_s <= 0:
         raise BrokerError(ErrorCode.INVALID_ARGUMENT, "--request-timeout must be positive")
@@ -123,26 +134,6 @@ def main(
     )
 
 
-app.add_typer(topic.app, name="topic")
-app.add_typer(own.app, name="own")
-app.add_typer(producers.app, name="producers")
-app.add_typer(snapshot.app, name="snapshot")
-app.add_typer(txn.app, name="txn")
-app.add_typer(group.app, name="group")
-app.command("lease-pid")(producers.lease_pid)
-app.command("produce")(produce.produce)
-app.command("consume")(consume.consume)
-app.command("txn-begin")(txn.txn_begin)
-app.command("txn-commit")(txn.txn_commit)
-app.command("txn-abort")(txn.txn_abort)
-app.command("status")(status.status)
-app.command("top")(top.top)
-app.command("serve")(serve.serve)
-app.command("check")(check.check)
-app.command("verify")(verify.verify)
-app.command("wait-ready")(wait_ready.wait_ready)
-
-
 # The root's options that take a value: what to skip on the way to a subcommand's name.
 ROOT_VALUE_OPTIONS: Final = frozenset(
     {"--broker", "-b", "--durability", "--auth-token-file", "--request-timeout"}
@@ -151,17 +142,28 @@ ROOT_VALUE_OPTIONS: Final = frozenset(
 
 def command(args: Sequence[str] | None = None) -> typer.core.TyperGroup:
     """The `fencelog` command. Given the arguments it is about to parse, only the
-    subcommand they name is built: Typer turns every command's signature into click
-    parameters up front, which is a tenth of a one-shot command's start."""
+    subcommand they name is imported and built: Typer turns every command's signature
+    into click parameters up front, and each module brings imports of its own, which
+    together are most of a one-shot command's start."""
     only = invoked(args) if args is not None else None
-    chosen = app
-    if only is not None:
-        chosen = copy.copy(app)  # the same callback and settings, one subcommand
-        chosen.registered_commands = [c for c in app.registered_commands if c.name == only]
-        chosen.registered_groups = [g for g in app.registered_groups if g.name == only]
-    group = typer.main.get_command(chosen)
+    group = typer.main.get_command(tree(None if only is None else {only}))
     assert isinstance(group, FencelogGroup)
     return group
+
+
+def tree(names: Collection[str] | None = None) -> typer.Typer:
+    """The root command with the subcommands named (None: all of them)."""
+    root = typer.Typer(**SETTINGS)  # type: ignore[arg-type]
+    root.callback()(main)
+    for name, module_name, attribute in SUBCOMMANDS:
+        if names is not None and name not in names:
+            continue
+        found = getattr(importlib.import_module(module_name), attribute)
+        if attribute == "app":
+            root.add_typer(found, name=name)
+        else:
+            root.command(name)(found)
+    return root
 
 
 def invoked(args: Sequence[str]) -> str | None:
@@ -169,7 +171,7 @@ def invoked(args: Sequence[str]) -> str | None:
     --version, shell completion, an unknown option or command."""
     if "_FENCELOG_COMPLETE" in os.environ:
         return None
-    names = {c.name for c in app.registered_commands} | {g.name for g in app.registered_groups}
+    names = {name for name, _, _ in SUBCOMMANDS}
     rest = iter(args)
     for arg in rest:
         if arg in ROOT_VALUE_OPTIONS:

@@ -17,7 +17,6 @@ import typer
 from broker.client.client import Client
 from broker.core.exclusive import parse_access
 from broker.core.txn import parse_txn_id
-from broker.core.verify import sha256
 from broker.errors import BrokerError, ErrorCode
 from broker.types import AppendResult, Fence, Headers, NewRecord, ProducerFields
 from cli.context import state
@@ -363,6 +362,8 @@ def _emit(
     *,
     idempotent: bool,
 ) -> None:
+    if out.as_json:
+        from broker.core.verify import sha256  # --json only: a plain produce skips it
     for record, result in zip(records, results, strict=True):
         summary.add(result)
         if out.as_json:

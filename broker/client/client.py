@@ -26,7 +26,6 @@ from collections.abc import Callable, Generator, Iterable, Iterator, Mapping, Se
 from pathlib import Path
 from typing import TYPE_CHECKING, Final, Literal, ParamSpec, Protocol, TypeVar
 
-from broker.client.embedded import EmbeddedTransport
 from broker.core import records as record_rules
 from broker.discovery import find_server
 from broker.errors import BrokerError, ErrorCode
@@ -80,6 +79,7 @@ R = TypeVar("R")
 class _Transport(Protocol):
     limits: Limits
     validates_records: bool  # True: the engine behind it checks records itself, here
+    served: bool  # True: a server answers
 
     def produce(
         self,
@@ -150,7 +150,7 @@ class Client:
     @property
     def served(self) -> bool:
         """True when a server answers (an address, or a directory a server owns)."""
-        return not isinstance(self._transport, EmbeddedTransport)
+        return self._transport.served
 
     # topics -------------------------------------------------------------------------
 
@@ -867,6 +867,9 @@ def connect(
                     hint="check --broker or FENCELOG_BROKER; topic create, produce, "
                     "own, txn-begin and serve create a new one",
                 )
+            # the engine is imported only for an embedded open (a served client needs none)
+            from broker.client.embedded import EmbeddedTransport
+
             return Client(EmbeddedTransport.open(path, durability, limits, clock), name)
         url = server.url()
     # asyncio and the served transport cost an embedded open (a one-shot CLI

@@ -108,6 +108,7 @@ class _PulseBeat(threading.Thread):
 
 class EmbeddedTransport:
     validates_records = True  # the engine in this process checks every batch
+    served = False
 
     @classmethod
     def open(

@@ -625,6 +625,7 @@ class ServedTransport:
     """The sync face of an AsyncClient, for broker.client.Client."""
 
     validates_records = False  # the client checks batches before they become frames
+    served = True
 
     def __init__(
         self,

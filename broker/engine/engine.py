@@ -10,8 +10,9 @@ certain nobody else has changed (the topic rows, log ends and epochs produces re
 
 from __future__ import annotations
 
+import functools
 import operator
-import random
+import os
 import sqlite3
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -23,10 +24,7 @@ from broker.core import ownership as ownership_rules
 from broker.core import producers as producer_rules
 from broker.core import records as record_rules
 from broker.core.producers import Batch, Verdict
-from broker.engine import backup, sessions
-from broker.engine.cleaner import Cleaner, Step
 from broker.engine.exclusive_access import Exclusives
-from broker.engine.kafka_producers import KafkaProducers
 from broker.engine.ownership import Heartbeats, Owners
 from broker.engine.producer_table import ProducerTable, Staged, write_snapshot
 from broker.engine.transactions import Transactions
@@ -63,6 +61,10 @@ from broker.types import (
 if TYPE_CHECKING:  # pyarrow comes with the spark extra; fetch_arrow imports it
     import pyarrow as pa
 
+    from broker.engine.cleaner import Cleaner, Step
+    from broker.engine.kafka_producers import KafkaProducers
+    from broker.engine.sessions import Pulse
+
 T = TypeVar("T")
 # A page is concatenated inside SQLite up to this many times read_bytes_max; a larger
 # one is read as rows (broker/storage/pages.py).
@@ -97,7 +99,7 @@ class Engine:
         self.database = database
         self.limits = limits
         self.clock = clock
-        self._round_robin = random.randrange(1 << 30)  # noqa: S311 - spreading, not secrecy
+        self._round_robin = int.from_bytes(os.urandom(4)) >> 2  # spreading, not secrecy
         self.owners = Owners(database, limits, clock, served_sessions=tuple)
         self.producers = ProducerTable(limits)
         self._hot = WriteCache(database)
@@ -109,8 +111,22 @@ class Engine:
         )
         # finish every commit a killed broker had prepared; which ones, for the log
         self.recovered = self.txns.recover()
-        self.kafka = KafkaProducers(database, self.producers, self.txns, limits, clock)
-        self.cleaner = Cleaner(database, self.producers, limits, clock, self.snapshot_producers)
+
+    # Made when first used: a one-shot CLI command needs neither (nor their imports).
+
+    @functools.cached_property
+    def kafka(self) -> KafkaProducers:
+        from broker.engine.kafka_producers import KafkaProducers
+
+        return KafkaProducers(self.database, self.producers, self.txns, self.limits, self.clock)
+
+    @functools.cached_property
+    def cleaner(self) -> Cleaner:
+        from broker.engine.cleaner import Cleaner
+
+        return Cleaner(
+            self.database, self.producers, self.limits, self.clock, self.snapshot_producers
+        )
 
     @classmethod
     def open(
@@ -139,10 +155,12 @@ class Engine:
         )
         return Heartbeats(Owners(database, self.limits, self.clock, served_sessions=tuple))
 
-    def pulse(self, session_id: str) -> sessions.Pulse:
+    def pulse(self, session_id: str) -> Pulse:
         """The pulse of this process's session (engine/sessions.py): beaten by a thread
         of the caller's, never waiting for SQLite's lock."""
-        return sessions.Pulse(
+        from broker.engine.sessions import Pulse
+
+        return Pulse(
             self.database.data_dir.path, session_id, self.clock, self.limits.session_timeout_ms
         )
 
@@ -467,6 +485,8 @@ class Engine:
 
     def backup(self, out: str | Path) -> int:
         """A consistent one-file copy of the whole broker, taken online; its bytes."""
+        from broker.engine import backup
+
         return backup.take(self.database.conn, Path(out))
 
     def producer_snapshots(self) -> list[rows.SnapshotRow]:

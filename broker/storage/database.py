@@ -22,7 +22,6 @@ import sqlite3
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
-from importlib import resources
 from pathlib import Path
 from typing import Final, NoReturn
 
@@ -44,7 +43,7 @@ sqlite3.register_converter("fencelog_headers", decode_headers)
 
 
 def _schema_scripts() -> list[tuple[int, str]]:
-    folder = resources.files(__package__).joinpath("schema")
+    folder = Path(__file__).with_name("schema")  # package data, beside this module
     scripts = []
     for entry in folder.iterdir():
         match = re.match(r"^(\d{3})_\w+\.sql$", entry.name)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from importlib import resources
+from pathlib import Path
 from types import MappingProxyType
 from typing import Final
 
@@ -17,7 +17,7 @@ RUN_ROWS: Final = 64
 
 
 def _load() -> MappingProxyType[str, str]:
-    text = resources.files(__package__).joinpath("queries.sql").read_text(encoding="utf-8")
+    text = Path(__file__).with_name("queries.sql").read_text(encoding="utf-8")
     parts = _NAME_LINE.split(text)
     # parts: [preamble, name1, body1, name2, body2, ...]
     named = {name: body.strip() for name, body in zip(parts[1::2], parts[2::2], strict=True)}
