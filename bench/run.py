@@ -16,6 +16,8 @@ group's table and rewrites that group's section of bench/RESULTS.md as soon as i
   first micro-batch after a restart beside its steady ones;
 - cli-start: "CLI start (issue 23)": the CPU of one-shot produce and consume, embedded
   and served, against `python -c pass`;
+- growth: "Growth curves (issue 23)": produce, consume, a read from the middle,
+  restart and snapshot on a partition of 0, 1M and 10M records;
 - kafka: "Kafka listener": `serve --kafka-listen` driven by confluent-kafka and kcat
   beside the native client on the same server command (also `python -m
   bench.kafka_listener`);
@@ -135,6 +137,7 @@ GROUPS: Final = (
     "spark",
     "spark-parquet",
     "cli-start",
+    "growth",
     "kafka",
     "retention",
 )
@@ -306,6 +309,14 @@ def run_cli_start(work_dir: Path, arguments: argparse.Namespace) -> Outcome:
     )
 
 
+def run_growth(work_dir: Path, arguments: argparse.Namespace) -> Outcome:
+    from bench import growth
+
+    started = describe(work_dir)
+    sizes = growth.QUICK if arguments.quick else growth.FULL
+    return _section_outcome(growth.section(growth.measure(work_dir, sizes)), finished(started))
+
+
 def run_spark_parquet(work_dir: Path, arguments: argparse.Namespace) -> Outcome:
     from bench import spark_parquet  # imports pyspark, as run_spark
 
@@ -335,6 +346,7 @@ RUNNERS: Final[dict[str, Callable[[Path, argparse.Namespace], Outcome]]] = {
     "spark": run_spark,
     "spark-parquet": run_spark_parquet,
     "cli-start": run_cli_start,
+    "growth": run_growth,
     "kafka": run_kafka,
     "retention": run_retention,
 }

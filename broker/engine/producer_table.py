@@ -312,6 +312,7 @@ class Staged:
         if start < end:
             for last in store.last_records_after(conn, topic_id, partition, start):
                 self._replay(conn, topic_id, partition, last)
+            self.appended_records += end - start  # a snapshot keeps this scan's result
         self.replayed[part] = max(start, end)
 
     def _replay(
@@ -350,6 +351,10 @@ class Staged:
         part = (topic_id, partition)
         if self.replayed.get(part, self.table.replayed.get(part, 0)) == base_offset:
             self.replayed[part] = end
+            # counted toward the next snapshot too: a restart replays from the newest
+            # snapshot, and plain records after it would be scanned again (bench/RESULTS.md,
+            # "Growth curves")
+            self.appended_records += end - base_offset
 
     def mark(self) -> _Mark:
         return dict(self.changes), dict(self.last_ms), dict(self.replayed), self.appended_records

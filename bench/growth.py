@@ -1,0 +1,241 @@
+"""How fencelog behaves as the data grows (issue 23, "Curves"): the same measures on a
+partition that already holds 0, 1M and 10M records of 100 bytes.
+
+    python -m bench.run --only growth [--quick]
+
+Rules:
+- One data directory grows through the sizes, embedded, durability normal while it is
+  filled: first 100,000 idempotent producer ids, each with one record written under
+  its pid (the producer table a restart loads), then records of 100 random bytes in
+  batches of 10,000 up to each size. Every measure runs at each size on the directory
+  as it is then; what a measure writes is counted in the next size's fill.
+- Produce: 100,000 more records in batches of 1,000 (durability full), records/s.
+- Consume from an offset: 100,000 records from the middle of the partition, in pages
+  of 10,000, records/s.
+- First record from the middle: a fresh connection (the data directory opened) and one
+  fetch at the partition's middle offset, ms.
+- Restart: opening the directory (the producer table loaded, prepared commits
+  checked) and the first idempotent produce of a known pid, ms, in a fresh process.
+- Snapshot: `Client.backup` of the directory to one file and `fencelog snapshot
+  restore` of it into an empty directory, MB/s of the database file.
+- A curve's ratio is the largest size's figure against the smallest's (time-like
+  figures: large over small; rates: small over large): at most 1.5 is flat.
+"""
+
+from __future__ import annotations
+
+import random
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Final
+
+from bench.cli_produce import cached_environment, fencelog_script
+from bench.sections import Row, Section, verdict
+from broker.client.client import connect
+from broker.types import NewRecord, ProducerFields
+
+TITLE: Final = "Growth curves (issue 23)"
+TOPIC: Final = "grow"
+VALUE_BYTES: Final = 100
+FILL_BATCH: Final = 10_000
+FLAT_MAX: Final = 1.5
+
+
+@dataclass(frozen=True, slots=True)
+class Sizes:
+    records: tuple[int, ...]
+    pids: int
+    sample: int  # records produced and consumed per measure
+    quick: bool
+
+
+FULL: Final = Sizes((0, 1_000_000, 10_000_000), 100_000, 100_000, False)
+QUICK: Final = Sizes((0, 100_000, 1_000_000), 10_000, 20_000, True)
+
+
+@dataclass(frozen=True, slots=True)
+class Point:
+    records: int
+    db_mb: float
+    produce_rps: float
+    consume_rps: float
+    first_record_ms: float
+    restart_ms: float
+    backup_mbps: float
+    restore_mbps: float
+
+
+@dataclass(frozen=True, slots=True)
+class Results:
+    sizes: Sizes
+    points: tuple[Point, ...]
+
+
+def _fill(data_dir: Path, count: int, rng: random.Random) -> None:
+    with connect(data_dir, durability="normal") as client:
+        for low in range(0, count, FILL_BATCH):
+            n = min(FILL_BATCH, count - low)
+            client.produce(TOPIC, [NewRecord(rng.randbytes(VALUE_BYTES)) for _ in range(n)])
+
+
+def _pids(data_dir: Path, pids: int) -> int:
+    """pids idempotent producers, one record each; the last one's pid."""
+    last = 0
+    with connect(data_dir, durability="normal") as client:
+        client.create_topic(TOPIC, 1)
+        for _ in range(pids):
+            lease = client.lease_pid(TOPIC, 0)
+            fields = ProducerFields(lease.producer_id, lease.generation, lease.sequence + 1)
+            client.produce(TOPIC, [b"p"], partition=0, producer=fields)
+            last = lease.producer_id
+    return last
+
+
+def _end(data_dir: Path) -> int:
+    with connect(data_dir) as client:
+        return client.end_offsets(TOPIC)[0]
+
+
+def _produce_rate(data_dir: Path, sample: int) -> float:
+    batch = [NewRecord(b"x" * VALUE_BYTES)] * 1_000
+    with connect(data_dir) as client:
+        start = time.perf_counter()
+        for _ in range(sample // 1_000):
+            client.produce(TOPIC, batch)
+        return sample / (time.perf_counter() - start)
+
+
+def _consume_rate(data_dir: Path, sample: int) -> float:
+    middle = _end(data_dir) // 2
+    with connect(data_dir) as client:
+        start = time.perf_counter()
+        position, read = middle, 0
+        while read < sample:
+            page = client.fetch(TOPIC, {0: position}, max_records=10_000)
+            if not page:
+                break
+            read += len(page)
+            position = page[-1].offset + 1
+        return read / (time.perf_counter() - start)
+
+
+def _first_record_ms(data_dir: Path) -> float:
+    middle = _end(data_dir) // 2
+    start = time.perf_counter()
+    with connect(data_dir) as client:
+        page = client.fetch(TOPIC, {0: middle}, max_records=1)
+    elapsed = (time.perf_counter() - start) * 1000
+    assert page and page[0].offset == middle, page
+    return elapsed
+
+
+RESTART = """
+import sys, time
+start = time.perf_counter()
+from broker.client.client import connect
+from broker.types import ProducerFields
+with connect(sys.argv[1]) as client:
+    lease = client.lease_pid(sys.argv[2], 0, int(sys.argv[3]))
+    fields = ProducerFields(lease.producer_id, lease.generation, lease.sequence + 1)
+    client.produce(sys.argv[2], [b"restart"], partition=0, producer=fields)
+print((time.perf_counter() - start) * 1000)
+"""
+
+
+def _restart_ms(data_dir: Path, pid: int, env: dict[str, str]) -> float:
+    """The median of 3 fresh processes: open the directory, first idempotent produce."""
+    args = [sys.executable, "-c", RESTART, str(data_dir), TOPIC, str(pid)]
+    runs = sorted(
+        float(subprocess.run(args, env=env, capture_output=True, text=True, check=True).stdout)
+        for _ in range(3)
+    )
+    return runs[1]
+
+
+def _snapshot(data_dir: Path, work: Path, env: dict[str, str]) -> tuple[float, float, float]:
+    """(database MB, backup MB/s, restore MB/s)."""
+    out = work / "snapshot.db"
+    restored = work / "restored"
+    with connect(data_dir) as client:
+        start = time.perf_counter()
+        client.backup(out)
+        backup_s = time.perf_counter() - start
+    mb = out.stat().st_size / 1e6
+    start = time.perf_counter()
+    subprocess.run(
+        [str(fencelog_script()), "--broker", str(restored), "snapshot", "restore", str(out)],
+        env=env,
+        capture_output=True,
+        check=True,
+    )
+    restore_s = time.perf_counter() - start
+    out.unlink()
+    shutil.rmtree(restored)
+    return mb, mb / backup_s, mb / restore_s
+
+
+def measure(work_dir: Path, sizes: Sizes) -> Results:
+    data_dir = work_dir / "grow"
+    env = cached_environment(work_dir / "pycache")
+    rng = random.Random(23)
+    pid = _pids(data_dir, sizes.pids)
+    points = []
+    for target in sizes.records:
+        missing = target - (_end(data_dir) - sizes.pids)
+        if missing > 0:
+            _fill(data_dir, missing, rng)
+        produce = _produce_rate(data_dir, sizes.sample)
+        consume = _consume_rate(data_dir, sizes.sample)
+        first = _first_record_ms(data_dir)
+        restart = _restart_ms(data_dir, pid, env)
+        mb, backup, restore = _snapshot(data_dir, work_dir, env)
+        points.append(Point(target, mb, produce, consume, first, restart, backup, restore))
+        print(f"  growth: {points[-1]}", file=sys.stderr, flush=True)
+    return Results(sizes, tuple(points))
+
+
+def section(results: Results) -> Section:
+    small, large = results.points[0], results.points[-1]
+    rows: list[Row] = []
+
+    def curve(name: str, unit: str, value: str, higher_is_better: bool) -> None:
+        figures = [float(getattr(p, value)) for p in results.points]
+        cells = ", ".join(
+            f"{p.records / 1e6:g}M: {f:,.1f}" for p, f in zip(results.points, figures, strict=True)
+        )
+        ratio = figures[0] / figures[-1] if higher_is_better else figures[-1] / figures[0]
+        rows.append(
+            Row(
+                f"{name} ({unit})",
+                cells,
+                f"{small.records / 1e6:g}M vs {large.records / 1e6:g}M",
+                f"{ratio:.2f}",
+                f"<= {FLAT_MAX}",
+                verdict(ratio <= FLAT_MAX),
+            )
+        )
+
+    curve("produce, batches of 1,000", "records/s", "produce_rps", True)
+    curve("consume from the middle", "records/s", "consume_rps", True)
+    curve("first record from the middle", "ms", "first_record_ms", False)
+    curve(f"restart with {results.sizes.pids:,} pids", "ms", "restart_ms", False)
+    curve("snapshot create", "MB/s", "backup_mbps", True)
+    curve("snapshot restore", "MB/s", "restore_mbps", True)
+    doc = (__doc__ or "").split("Rules:")[1].strip().splitlines()
+    return Section(
+        title=TITLE,
+        summary=(
+            f"a partition holding {', '.join(f'{n:,}' for n in results.sizes.records)} records "
+            f"of {VALUE_BYTES} bytes after {results.sizes.pids:,} producer ids; database "
+            f"{', '.join(f'{p.db_mb:,.0f} MB' for p in results.points)}"
+            + (" (--quick)" if results.sizes.quick else "")
+        ),
+        rows=tuple(rows),
+        method=tuple(line.strip() for line in doc),
+        findings=(),
+        raw=tuple(str(p) for p in results.points),
+    )
