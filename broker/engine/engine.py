@@ -104,13 +104,22 @@ class Engine:
         self.producers = ProducerTable(limits)
         self._hot = WriteCache(database)
         self.exclusives = Exclusives(database, self.owners, clock)
-        with database.read() as conn:
-            self.producers.load(conn)
+        self.producers.defer(self._load_producers)
         self.txns = Transactions(
             database, limits, clock, self.producers, self.owners, self.exclusives
         )
         # finish every commit a killed broker had prepared; which ones, for the log
         self.recovered = self.txns.recover()
+
+    def _load_producers(self) -> None:
+        """The producer table's deferred load: inside the transaction already open on
+        this connection, if any (a first use during a write), else in a read of its own."""
+        conn = self.database.conn
+        if conn.in_transaction:
+            self.producers.load(conn)
+            return
+        with self.database.read() as reading:
+            self.producers.load(reading)
 
     # Made when first used: a one-shot CLI command needs neither (nor their imports).
 

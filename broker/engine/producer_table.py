@@ -64,8 +64,20 @@ class ProducerTable:
         self._pid_next = 0
         self._pid_end = 0
         self._issued: dict[int, store.IssuedPid] = {}
+        self._deferred: Callable[[], None] | None = None
 
     # start ----------------------------------------------------------------------------
+
+    def defer(self, load: Callable[[], None]) -> None:
+        """Load (through `load`, which calls load(conn)) when the table is first used:
+        a process that only reads records never pays for 100,000 pids."""
+        self._deferred = load
+
+    def ready(self) -> None:
+        """The table as the newest snapshot left it (a deferred load done now)."""
+        if self._deferred is not None:
+            load, self._deferred = self._deferred, None
+            load()
 
     def load(self, conn: sqlite3.Connection) -> int | None:
         """Load the newest snapshot; the log after it is replayed as partitions are used."""
@@ -86,6 +98,7 @@ class ProducerTable:
         return snapshot_id
 
     def snapshot_body(self) -> bytes:
+        self.ready()
         body: bytes = msgpack.packb(
             {
                 "entries": [
@@ -115,6 +128,7 @@ class ProducerTable:
         """A fresh pid from the persistent counter, taken in blocks, and recorded as
         issued at generation: a pid already issued (or written by a directory from
         before schema 8) is skipped, so no pid is ever handed out twice."""
+        self.ready()
         while True:
             if self._pid_next >= self._pid_end:
                 start = store.counter(conn, PID_COUNTER) or 1
@@ -131,6 +145,7 @@ class ProducerTable:
     def issued(self, conn: sqlite3.Connection, pid: int) -> store.IssuedPid | None:
         """How pid was issued, or None if it never was (a row once read stays valid:
         an issued pid is never taken back)."""
+        self.ready()
         found = self._issued.get(pid)
         if found is None:
             found = store.issued_pid(conn, pid)
@@ -145,6 +160,7 @@ class ProducerTable:
         generation with nothing written, its lease starting now (None for a pid issued
         before schema 8: its batch sets the generation). UNKNOWN_PID for a pid that was
         never issued."""
+        self.ready()
         issued = self.issued(conn, pid)
         if issued is None:
             raise BrokerError(
@@ -166,6 +182,7 @@ class ProducerTable:
         pid: int | None,
         now_ms: int,
     ) -> Lease:
+        self.ready()
         if pid is None:
             generation = random.randrange(1, _GENERATION_START_MAX)  # noqa: S311 - not secret
             lease_end = now_ms + self.limits.pid_lease_ms
@@ -203,6 +220,7 @@ class ProducerTable:
         wrote to the partition: eviction from memory never makes the broker forget what a
         pid wrote, so a late retry is still a duplicate. A rare path: the search runs back
         from the log end, at worst to the pid's first record."""
+        self.ready()
         lease = store.lease_of(conn, topic_id, partition, pid)
         if lease is None:
             return None
@@ -221,6 +239,7 @@ class ProducerTable:
         """A duplicate batch's original offsets, found in the records: the search runs
         down from the latest offset its last sequence can have (core latest_offset) to
         the pid's first offset, and stops once it has every sequence of the batch."""
+        self.ready()
         lease = store.lease_of(conn, topic_id, partition, batch.producer_id)
         assert lease is not None, "a pid with state on a partition has a lease row there"
         highest = latest_offset(entry, batch.last_sequence)
@@ -239,6 +258,7 @@ class ProducerTable:
     # changes --------------------------------------------------------------------------
 
     def stage(self) -> Staged:
+        self.ready()
         return Staged(self)
 
     def _commit(self, staged: Staged) -> None:
@@ -270,6 +290,7 @@ class ProducerTable:
 
     def retain_topics(self, topic_ids: set[int]) -> None:
         """Forget the producers of topics that no longer exist (ids are never reused)."""
+        self.ready()
         for key in [k for k in self.entries if k[0] not in topic_ids]:
             del self.entries[key]
             self._last_ms.pop(key, None)
@@ -277,6 +298,7 @@ class ProducerTable:
             del self.replayed[part]
 
     def entries_of(self, topic_id: int) -> Iterator[tuple[int, ProducerEntry]]:
+        self.ready()
         for (t, partition, _), entry in self.entries.items():
             if t == topic_id:
                 yield partition, entry
