@@ -25,6 +25,7 @@ sequence, derived from the log's records (their producer fields) and the lease r
 
 from __future__ import annotations
 
+import gc
 import heapq
 import itertools
 import random
@@ -80,19 +81,35 @@ class ProducerTable:
             load()
 
     def load(self, conn: sqlite3.Connection) -> int | None:
-        """Load the newest snapshot; the log after it is replayed as partitions are used."""
+        """Load the newest snapshot; the log after it is replayed as partitions are used.
+        The cyclic garbage collector is off meanwhile: it would walk the 100,000s of new
+        tuples again and again, for nothing (a third of the load)."""
+        collecting = gc.isenabled()
+        gc.disable()
+        try:
+            return self._load(conn)
+        finally:
+            if collecting:
+                gc.enable()
+
+    def _load(self, conn: sqlite3.Connection) -> int | None:
         newest = store.newest_snapshot(conn)
         if newest is None:
             return None
         snapshot_id, _, body = newest
         decoded = msgpack.unpackb(body, use_list=False, strict_map_key=False)
-        self.entries = OrderedDict(
-            ((t, p, e[0]), ProducerEntry(*e)) for t, p, e in decoded["entries"]
-        )
+        # 100,000 pids are a restart's cost (bench/RESULTS.md, "Growth curves"): built
+        # by C loops (zip, map), not a Python statement per pid
+        rows = decoded["entries"]
+        keys = [(t, p, e[0]) for t, p, e in rows]
+        values = map(ProducerEntry._make, [e for _, _, e in rows])
+        self.entries = OrderedDict(zip(keys, values, strict=True))
         self.replayed = {(t, p): offset for t, p, offset in decoded["replayed"]}
         last = {(t, p, pid): ms for t, p, pid, ms in decoded.get("last_ms", ())}
-        self._last_ms = {k: last.get(k, e.first_record_ms) for k, e in self.entries.items()}
-        self._by_age = [(ms, next(self._order), k) for k, ms in self._last_ms.items()]
+        if last.keys() != self.entries.keys():  # a snapshot from before last_ms, or partial
+            last = {k: last.get(k, e.first_record_ms) for k, e in self.entries.items()}
+        self._last_ms = last
+        self._by_age = list(zip(last.values(), self._order, last.keys(), strict=False))
         heapq.heapify(self._by_age)
         self.evictions = int(decoded["evictions"])
         return snapshot_id
