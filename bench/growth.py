@@ -19,12 +19,18 @@ Rules:
   checked) and the first idempotent produce of a known pid, ms, in a fresh process.
 - Snapshot: `Client.backup` of the directory to one file and `fencelog snapshot
   restore` of it into an empty directory, MB/s of the database file.
+- Topics and sessions: a `fencelog serve` (durability normal) with 10, 100 and 1,000
+  topics of 4 partitions and as many idle sessions as the step says (10, 100, 500:
+  connections of AsyncClient in one event loop); one-record produces, one at a time,
+  round-robin over the topics from those sessions: p50 and p99; the server's RSS
+  (VmRSS) after them.
 - A curve's ratio is the largest size's figure against the smallest's (time-like
   figures: large over small; rates: small over large): at most 1.5 is flat.
 """
 
 from __future__ import annotations
 
+import asyncio
 import random
 import shutil
 import subprocess
@@ -35,6 +41,7 @@ from pathlib import Path
 from typing import Final
 
 from bench.cli_produce import cached_environment, fencelog_script
+from bench.processes import fencelog_server
 from bench.sections import Row, Section, verdict
 from broker.client.client import connect
 from broker.types import NewRecord, ProducerFields
@@ -71,9 +78,21 @@ class Point:
 
 
 @dataclass(frozen=True, slots=True)
+class Crowd:
+    """One step of topics and sessions on a served broker."""
+
+    topics: int
+    sessions: int
+    p50_ms: float
+    p99_ms: float
+    rss_mb: float
+
+
+@dataclass(frozen=True, slots=True)
 class Results:
     sizes: Sizes
     points: tuple[Point, ...]
+    crowds: tuple[Crowd, ...] = ()
 
 
 def _fill(data_dir: Path, count: int, rng: random.Random) -> None:
@@ -180,6 +199,51 @@ def _snapshot(data_dir: Path, work: Path, env: dict[str, str]) -> tuple[float, f
     return mb, mb / backup_s, mb / restore_s
 
 
+CROWDS: Final = ((10, 10), (100, 100), (1_000, 500))
+CROWD_PRODUCES: Final = 2_000
+
+
+def _rss_mb(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return 0.0
+
+
+async def _crowd_produces(url: str, topics: int, sessions: int) -> list[float]:
+    from broker.client.served import Address, AsyncClient
+
+    clients = [AsyncClient(Address.parse(url)) for _ in range(sessions)]
+    try:
+        await asyncio.gather(*(client.connection() for client in clients))
+        record = [NewRecord(b"x" * VALUE_BYTES)]
+        latencies = []
+        for i in range(CROWD_PRODUCES):
+            start = time.perf_counter()
+            await clients[i % sessions].produce(f"t{i % topics}", record)
+            latencies.append((time.perf_counter() - start) * 1000)
+        return latencies
+    finally:
+        await asyncio.gather(*(client.close() for client in clients))
+
+
+def crowds(work_dir: Path) -> tuple[Crowd, ...]:
+    found = []
+    with fencelog_server(work_dir, "crowd", "normal") as server:
+        made = 0
+        for topics, sessions in CROWDS:
+            with connect(server.address) as client:
+                for n in range(made, topics):
+                    client.create_topic(f"t{n}", 4)
+            made = topics
+            latencies = sorted(asyncio.run(_crowd_produces(server.address, topics, sessions)))
+            p50 = latencies[len(latencies) // 2]
+            p99 = latencies[int(len(latencies) * 0.99)]
+            found.append(Crowd(topics, sessions, p50, p99, _rss_mb(server.pid)))
+            print(f"  growth: {found[-1]}", file=sys.stderr, flush=True)
+    return tuple(found)
+
+
 def measure(work_dir: Path, sizes: Sizes) -> Results:
     data_dir = work_dir / "grow"
     env = cached_environment(work_dir / "pycache")
@@ -197,7 +261,8 @@ def measure(work_dir: Path, sizes: Sizes) -> Results:
         mb, backup, restore = _snapshot(data_dir, work_dir, env)
         points.append(Point(target, mb, produce, consume, first, restart, backup, restore))
         print(f"  growth: {points[-1]}", file=sys.stderr, flush=True)
-    return Results(sizes, tuple(points))
+    shutil.rmtree(data_dir)
+    return Results(sizes, tuple(points), crowds(work_dir))
 
 
 def section(results: Results) -> Section:
@@ -227,6 +292,28 @@ def section(results: Results) -> Section:
     curve(f"restart with {results.sizes.pids:,} pids", "ms", "restart_ms", False)
     curve("snapshot create", "MB/s", "backup_mbps", True)
     curve("snapshot restore", "MB/s", "restore_mbps", True)
+    for name, field_ in (("p50", "p50_ms"), ("p99", "p99_ms"), ("server RSS", "rss_mb")):
+        figures = [float(getattr(c, field_)) for c in results.crowds]
+        if not figures:
+            continue
+        cells = ", ".join(
+            f"{c.topics:,}x4/{c.sessions}: {f:,.2f}"
+            for c, f in zip(results.crowds, figures, strict=True)
+        )
+        unit = "MB" if field_ == "rss_mb" else "ms"
+        ratio = figures[-1] / figures[0]
+        rows.append(
+            Row(
+                f"topics x partitions / sessions: produce {name} ({unit})"
+                if unit == "ms"
+                else f"topics x partitions / sessions: {name} ({unit})",
+                cells,
+                "smallest vs largest",
+                f"{ratio:.2f}",
+                f"<= {FLAT_MAX}" if unit == "ms" else "(information)",
+                verdict(ratio <= FLAT_MAX) if unit == "ms" else "-",
+            )
+        )
     doc = (__doc__ or "").split("Rules:")[1].strip().splitlines()
     return Section(
         title=TITLE,
@@ -239,5 +326,5 @@ def section(results: Results) -> Section:
         rows=tuple(rows),
         method=tuple(line.strip() for line in doc),
         findings=(),
-        raw=tuple(str(p) for p in results.points),
+        raw=tuple(str(p) for p in (*results.points, *results.crowds)),
     )
