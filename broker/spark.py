@@ -375,16 +375,11 @@ def resolve_offsets(
     spec = (text or default).strip()
     if spec in ("earliest", "latest"):
         return {t: list(at.firsts[t] if spec == "earliest" else at.ends[t]) for t in at.ends}
-    try:
-        given = json.loads(spec)
-    except ValueError as exc:
-        raise _option_error(
-            f'{name} is "earliest", "latest" or JSON like {{"orders": {{"0": 42}}}}, not {spec!r}'
-        ) from exc
-    if not isinstance(given, dict):
-        raise _option_error(
-            f'{name} JSON maps partitions to offsets, like {{"orders": {{"0": 42}}}}'
-        )
+    given = _json_object(
+        spec,
+        f'{name} is "earliest", "latest" or JSON like {{"orders": {{"0": 42}}}}, not {spec!r}',
+        f'{name} JSON maps partitions to offsets, like {{"orders": {{"0": 42}}}}',
+    )
     chosen = resolve_offsets(default, default, at, name, fail_on_data_loss=fail_on_data_loss)
     for topic, parts in _by_topic(given, list(at.ends), name).items():
         ends, firsts = at.ends[topic], at.firsts[topic]
@@ -405,6 +400,17 @@ def resolve_offsets(
                 fail_on_data_loss,
             )
     return chosen
+
+
+def _json_object(text: str, not_json: str, not_an_object: str) -> dict[str, Any]:
+    """An option's JSON text, which must be an object."""
+    try:
+        given = json.loads(text)
+    except ValueError as exc:
+        raise _option_error(not_json) from exc
+    if not isinstance(given, dict):
+        raise _option_error(not_an_object)
+    return given
 
 
 def _by_topic(given: dict[str, Any], topics: Sequence[str], name: str) -> dict[str, dict[str, Any]]:
@@ -463,14 +469,8 @@ def timestamps_option(
     text = options.get(name)
     if text is None:
         return None
-    try:
-        given = json.loads(text)
-    except ValueError as exc:
-        raise _option_error(
-            f'{name} is JSON like {{"orders": {{"0": 1700000000000}}}}, not {text!r}'
-        ) from exc
-    if not isinstance(given, dict):
-        raise _option_error(f'{name} is JSON like {{"orders": {{"0": 1700000000000}}}}')
+    like = f'{name} is JSON like {{"orders": {{"0": 1700000000000}}}}'
+    given = _json_object(text, f"{like}, not {text!r}", like)
     stamps: dict[str, dict[int, int]] = {}
     for topic, parts in _by_topic(given, list(at.ends), name).items():
         count = len(at.ends[topic])

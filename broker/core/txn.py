@@ -120,30 +120,25 @@ def check_group_matches(txn: TxnView, group: str | None) -> None:
 
 def check_writable(txn: TxnView) -> None:
     """Records and offsets may join an open transaction only."""
-    if txn.state is TxnState.OPEN:
-        return
-    if txn.state is TxnState.ABORTED:
-        raise aborted(txn)
-    raise BrokerError(
-        ErrorCode.TXN_NOT_OPEN,
-        f"transaction {txn.txn_id} is {txn.state}; it takes no more records",
-        txn_id=txn.txn_id,
-        state=str(txn.state),
-        hint="begin a new transaction (fencelog txn-begin)",
-    )
+    _check_open(txn, "; it takes no more records", "begin a new transaction (fencelog txn-begin)")
 
 
 def check_alive(txn: TxnView) -> None:
     """Only an open transaction has a deadline to move."""
+    _check_open(txn, ": it has no deadline left to move")
+
+
+def _check_open(txn: TxnView, why_not: str, hint: str | None = None) -> None:
     if txn.state is TxnState.OPEN:
         return
     if txn.state is TxnState.ABORTED:
         raise aborted(txn)
     raise BrokerError(
         ErrorCode.TXN_NOT_OPEN,
-        f"transaction {txn.txn_id} is {txn.state}: it has no deadline left to move",
+        f"transaction {txn.txn_id} is {txn.state}{why_not}",
         txn_id=txn.txn_id,
         state=str(txn.state),
+        hint=hint,
     )
 
 

@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import base64
 import hashlib
-import subprocess
-import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -14,7 +12,7 @@ import pytest
 
 import broker
 from broker.errors import ErrorCode
-from support.helpers import Invoke, expect, json_error, json_lines, stored_rows, user_env
+from support.helpers import Invoke, expect, json_error, json_lines, stored_rows
 
 MIB = 1024 * 1024
 ENCODERS: dict[str, Callable[[bytes], str]] = {
@@ -315,34 +313,3 @@ def test_usage_errors_exit_2(orders: Invoke, data_dir: Path, args: list[str]) ->
     result = expect(orders(*args), 2)
     assert "Usage:" in result.stderr
     assert stored_rows(data_dir) == before
-
-
-LOADED_BY_AN_EMBEDDED_PRODUCE = """
-import sys
-from cli.main import run
-sys.argv = ["fencelog", "--broker", sys.argv[1], "produce", "orders", "--value", "x"]
-try:
-    run()
-except SystemExit as exit:
-    assert not exit.code, exit.code
-served = sorted(m for m in ("asyncio", "broker.client.served", "broker.server") if m in sys.modules)
-print("served modules loaded:", served or "none")
-"""
-
-
-def test_an_embedded_produce_loads_nothing_of_the_served_transport(
-    orders: Invoke, data_dir: Path
-) -> None:
-    """asyncio and the served transport cost a one-shot embedded command about 60 ms of
-    its start: they are imported only when a server is reached."""
-    done = subprocess.run(
-        [sys.executable, "-c", LOADED_BY_AN_EMBEDDED_PRODUCE, str(data_dir)],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        env=user_env(),
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr
-    assert done.stdout.splitlines()[-1] == "served modules loaded: none", done.stdout
-    assert [r.value for r in read_all(data_dir)] == [b"x"]

@@ -5,6 +5,7 @@ gone, after which the broker times the transaction out as any abandoned one."""
 
 from __future__ import annotations
 
+import contextlib
 import subprocess
 import sys
 import time
@@ -39,12 +40,19 @@ def watched() -> Iterator[subprocess.Popen[bytes]]:
         process.wait(timeout=30)
 
 
+@contextlib.contextmanager
 def keeper_for(
     data_dir: Path, txn: TxnInfo, watched: subprocess.Popen[bytes]
-) -> subprocess.Popen[bytes]:
-    return keepalive.start(
+) -> Iterator[subprocess.Popen[bytes]]:
+    """The keeper process, killed on the way out if it is still running."""
+    keeper = keepalive.start(
         keepalive.Keeping(str(data_dir), txn.txn_id, TIMEOUT_MS, watched.pid, txn.group)
     )
+    try:
+        yield keeper
+    finally:
+        keeper.kill()
+        keeper.wait(timeout=30)
 
 
 def state_of(client: Client, txn_id: int) -> tuple[str, str | None]:
@@ -56,8 +64,7 @@ def test_the_keeper_keeps_a_transaction_open_past_its_timeout_until_it_ends(
     client: Client, data_dir: Path, watched: subprocess.Popen[bytes]
 ) -> None:
     txn = client.txn_begin("spark-out", timeout_ms=TIMEOUT_MS)
-    keeper = keeper_for(data_dir, txn, watched)
-    try:
+    with keeper_for(data_dir, txn, watched) as keeper:
         client.produce("out", [b"journaled"], txn=txn.txn_id)
         # past the deadline it began with, and still open
         wait_until(
@@ -69,9 +76,6 @@ def test_the_keeper_keeps_a_transaction_open_past_its_timeout_until_it_ends(
         assert state_of(client, txn.txn_id) == ("open", None)
         assert client.txn_commit(txn.txn_id).state == "committed"
         assert keeper.wait(timeout=30) == 0  # the broker refused a keepalive: it ended
-    finally:
-        keeper.kill()
-        keeper.wait(timeout=30)
     assert [r.value for r in client.consume("out")] == [b"journaled"]
 
 
@@ -79,8 +83,7 @@ def test_a_dead_driver_stops_the_keeper_and_the_transaction_times_out(
     client: Client, data_dir: Path, watched: subprocess.Popen[bytes]
 ) -> None:
     txn = client.txn_begin("spark-out", timeout_ms=TIMEOUT_MS)
-    keeper = keeper_for(data_dir, txn, watched)
-    try:
+    with keeper_for(data_dir, txn, watched) as keeper:
         wait_until(
             lambda: client.txn_show(txn.txn_id).info.deadline_ms > txn.deadline_ms,
             30,
@@ -89,9 +92,6 @@ def test_a_dead_driver_stops_the_keeper_and_the_transaction_times_out(
         watched.kill()
         watched.wait(timeout=30)
         assert keeper.wait(timeout=30) == 0
-    finally:
-        keeper.kill()
-        keeper.wait(timeout=30)
     wait_until(
         lambda: state_of(client, txn.txn_id) == ("aborted", "timed out"),
         30,
