@@ -610,6 +610,44 @@ def test_snapshots_are_taken_every_n_records_and_only_the_newest_kept(
     assert snapshots[0].snapshot_id > snapshots[1].snapshot_id  # newest first
 
 
+def test_plain_records_count_toward_the_next_snapshot(
+    opened: list[Engine], data_dir: Path, clock: FakeClock
+) -> None:
+    """A restart replays the log after the newest snapshot: plain records count toward
+    the next one too, or a log of plain records after an idempotent burst would be
+    replayed whole at every open (bench/RESULTS.md, "Growth curves")."""
+    engine = open_engine(opened, data_dir, clock, limits(producer_snapshot_every_records=10))
+    engine.create_topic(TOPIC)
+    lease = engine.lease_pid(TOPIC, 0)
+    send(engine, lease, 1, ["idempotent"])
+    assert engine.producer_snapshots() == []
+    engine.produce(TOPIC, [NewRecord(f"plain-{i}".encode(), partition=0) for i in range(12)])
+    [snapshot] = engine.producer_snapshots()
+    assert snapshot.producers == 1
+    # reopened, it still judges from the snapshot and the log after it
+    engine = reopen(opened, engine, clock)
+    assert send(engine, lease, 1, ["idempotent"])[0].duplicate
+    assert not send(engine, lease, 2, ["next"])[0].duplicate
+
+
+def test_a_reader_first_then_a_retry_still_finds_its_producers(
+    opened: list[Engine], data_dir: Path, clock: FakeClock
+) -> None:
+    """The producer table loads when first used, not at open: after reads, the first
+    write loads it (inside its own write transaction) and judges as before."""
+    engine = open_engine(opened, data_dir, clock)
+    engine.create_topic(TOPIC)
+    lease = engine.lease_pid(TOPIC, 0)
+    first = send(engine, lease, 1, ["a", "b"])
+    engine.snapshot_producers()
+    engine = reopen(opened, engine, clock)
+    assert [r.value for r in engine.read(TOPIC, 0, 0)] == [b"a", b"b"]
+    assert engine.end_offsets(TOPIC) == [2]
+    retry = send(engine, lease, 1, ["a", "b"])
+    assert [(r.duplicate, r.offset) for r in retry] == [(True, r.offset) for r in first]
+    assert engine.status().producer_ids == 1
+
+
 def test_a_topic_deleted_and_created_again_starts_with_no_producers(
     opened: list[Engine], data_dir: Path, clock: FakeClock
 ) -> None:
