@@ -30,7 +30,7 @@ import statistics
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
@@ -95,18 +95,14 @@ class Results:
     versions: str
 
 
-def _timed_rate(rows: int, action: object) -> float:
+def _timed_rate(rows: int, action: Callable[[], object]) -> float:
     start = time.perf_counter()
-    action()  # type: ignore[operator]
+    action()
     return rows / (time.perf_counter() - start)
 
 
 def _fencelog(spark: SparkSession, broker: str, topic: str) -> DataFrame:
     return spark.read.format("fencelog").option("broker", broker).option("topic", topic).load()
-
-
-def _write_fencelog(jobs: base.Jobs) -> float:
-    return base.write_fencelog(jobs)
 
 
 def _write_parquet(jobs: base.Jobs) -> float:
@@ -256,7 +252,7 @@ def measure(work_dir: Path, sizes: Sizes) -> Results:
             sizes.rounds, read_parquet, lambda: read_fencelog(str(embedded))
         )
         pq_write, emb_write = interleaved(
-            sizes.rounds, lambda: _write_parquet(jobs), lambda: _write_fencelog(jobs)
+            sizes.rounds, lambda: _write_parquet(jobs), lambda: base.write_fencelog(jobs)
         )
         reads["embedded"], writes["embedded"] = emb_read, emb_write
         restarts.append(restart_in_process(spark, str(embedded), scratch, sizes))
@@ -265,7 +261,9 @@ def measure(work_dir: Path, sizes: Sizes) -> Results:
             served = base.Jobs(spark, server.address, scratch, spark_sizes)
             read_fencelog(server.address)
             srv_read, srv_write = interleaved(
-                sizes.rounds, lambda: read_fencelog(server.address), lambda: _write_fencelog(served)
+                sizes.rounds,
+                lambda: read_fencelog(server.address),
+                lambda: base.write_fencelog(served),
             )
             reads["served"], writes["served"] = srv_read, srv_write
     restarts.append(restart_new_process(str(embedded), scratch, sizes))

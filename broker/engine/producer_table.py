@@ -145,7 +145,6 @@ class ProducerTable:
         """A fresh pid from the persistent counter, taken in blocks, and recorded as
         issued at generation: a pid already issued (or written by a directory from
         before schema 8) is skipped, so no pid is ever handed out twice."""
-        self.ready()
         while True:
             if self._pid_next >= self._pid_end:
                 start = store.counter(conn, PID_COUNTER) or 1
@@ -162,7 +161,6 @@ class ProducerTable:
     def issued(self, conn: sqlite3.Connection, pid: int) -> store.IssuedPid | None:
         """How pid was issued, or None if it never was (a row once read stays valid:
         an issued pid is never taken back)."""
-        self.ready()
         found = self._issued.get(pid)
         if found is None:
             found = store.issued_pid(conn, pid)
@@ -177,7 +175,6 @@ class ProducerTable:
         generation with nothing written, its lease starting now (None for a pid issued
         before schema 8: its batch sets the generation). UNKNOWN_PID for a pid that was
         never issued."""
-        self.ready()
         issued = self.issued(conn, pid)
         if issued is None:
             raise BrokerError(
