@@ -205,7 +205,7 @@ class Options:
             except OSError as exc:
                 raise _option_error(
                     f"authTokenFile {token_file}: {exc.strerror or exc}",
-                    hint="every executor reads this path: put the file where each can",
+                    hint="the driver reads it when Spark plans the job: give a path on the driver",
                 ) from exc
         return cls(broker, token, lowered.get("topic"), lowered)
 

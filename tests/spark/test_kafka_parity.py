@@ -19,6 +19,7 @@ from pyspark.sql.streaming.query import StreamingQuery
 
 import broker.spark
 from broker.client.client import Client
+from broker.errors import BrokerError, ErrorCode
 from broker.types import NewRecord, TopicConfig
 from support.spark_jobs import (
     Broker,
@@ -375,3 +376,32 @@ def test_a_batch_job_longer_than_its_transaction_timeout_commits(
         assert sorted(values(client, "out")[0]) == sorted(f"v{i}".encode() for i in range(8))
         [txn] = txns_of(client, "spark-out")
         assert txn.state == "committed"
+
+
+# option errors that need no Spark ----------------------------------------------------------
+
+
+def test_option_errors_said_before_any_job(tmp_path: Path) -> None:
+    """What the connector refuses when Spark plans a job, each with its message: a token
+    file that cannot be read, a subscribe list naming no topic, and a checkpoint of the
+    one-topic offset form under a query that reads several topics."""
+    missing = tmp_path / "nope"
+    with pytest.raises(BrokerError) as excinfo:
+        broker.spark.Options.parse({"authTokenFile": str(missing), "topic": "t"})
+    assert excinfo.value.code is ErrorCode.INVALID_ARGUMENT
+    assert excinfo.value.message == f"authTokenFile {missing}: No such file or directory"
+    assert (
+        excinfo.value.hint
+        == "the driver reads it when Spark plans the job: give a path on the driver"
+    )
+
+    with pytest.raises(BrokerError) as excinfo:
+        broker.spark.Subscription.of(broker.spark.Options.parse({"subscribe": " , "}))
+    assert excinfo.value.message == "option subscribe names no topic: ' , '"
+
+    with pytest.raises(BrokerError) as excinfo:
+        broker.spark.from_spark({"0": 5}, ["orders", "audit"])
+    assert excinfo.value.message == (
+        'the checkpoint\'s offsets {"0": 5} name no topic; this query reads 2 topics'
+    )
+    assert broker.spark.from_spark({"0": 5}, ["orders"]) == {"orders": {0: 5}}
