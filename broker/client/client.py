@@ -218,6 +218,19 @@ class Client:
         """
         if txn is not None:
             producer = producer._replace(txn_id=txn)
+        results: list[AppendResult] = []
+        for batch in self._batches(values, key, partition, headers):
+            results += self._transport.produce(topic, batch, producer=producer, fences=fences)
+        return results
+
+    def _batches(
+        self,
+        values: Iterable[Value],
+        key: bytes | str | None,
+        partition: int | None,
+        headers: Headers,
+    ) -> Iterator[Sequence[NewRecord]]:
+        """values as records, in batches the broker takes in one append."""
         default_key = _as_bytes(key) if key is not None else None
         records = [
             value
@@ -225,14 +238,12 @@ class Client:
             else NewRecord(_as_bytes(value), default_key, headers, partition)
             for value in values
         ]
-        results: list[AppendResult] = []
         for batch in record_rules.split_batches(records, self.limits):
             if not self._transport.validates_records:
                 # The engine's own check, against the limits the broker announced: a batch
                 # too large for it fails here as it would embedded, never as a frame error.
                 record_rules.check_records(batch, self.limits)
-            results += self._transport.produce(topic, batch, producer=producer, fences=fences)
-        return results
+            yield batch
 
     # consume ------------------------------------------------------------------------
 
@@ -586,11 +597,15 @@ class Client:
     def transaction(
         self, group: str, *, key: str | None = None, timeout_ms: int | None = None
     ) -> Transaction:
-        """Begin a transaction of group; use it in a with-block (commit on exit, abort on
-        an exception). With a key, a transaction already begun under that key (open or
-        committed) is found again instead: `existing` is then True on its info."""
+        """A transaction of group; use it in a with-block (commit on exit, abort on an
+        exception). It begins in the broker with its first produce, in the same request
+        (as Kafka's beginTransaction is local): its timeout counts from there. With a
+        key, a transaction already begun under that key (open or committed) is found
+        again instead, at once: `existing` is then True on its info."""
         from broker.client.transaction import Transaction
 
+        if key is None:
+            return Transaction.deferred(self, group, timeout_ms)
         return Transaction(self, self.txn_begin(group, key=key, timeout_ms=timeout_ms))
 
     def join_transaction(self, txn_id: int, member: str) -> Transaction:
@@ -607,6 +622,34 @@ class Client:
     ) -> TxnInfo:
         """BEGIN in the group's journal; the new (or, with key, found) transaction."""
         return self._transport.call(ops.TXN_BEGIN, group, key, timeout_ms)
+
+    def txn_begin_produce(
+        self,
+        group: str,
+        topic: str,
+        values: Iterable[Value],
+        *,
+        key: bytes | str | None = None,
+        partition: int | None = None,
+        headers: Headers = (),
+        fences: Sequence[Fence] = (),
+        timeout_ms: int | None = None,
+    ) -> tuple[TxnInfo, list[AppendResult]]:
+        """Begin a transaction of group with these records as its first: the BEGIN and
+        the first batch are one request and one write, so a failed first batch begins
+        nothing. The new transaction and the records' results (offsets -1), as
+        produce(..., txn=) gives them."""
+        batches = self._batches(values, key, partition, headers)
+        first = next(batches, ())
+        if not first:
+            return self.txn_begin(group, timeout_ms=timeout_ms), []
+        info, results = self._transport.call(
+            ops.TXN_BEGIN_PRODUCE, group, topic, first, timeout_ms, fences
+        )
+        producer = ProducerFields(txn_id=info.txn_id)
+        for batch in batches:
+            results += self._transport.produce(topic, batch, producer=producer, fences=fences)
+        return info, results
 
     def txn_join(self, txn_id: int, member: str) -> TxnMember:
         return self._transport.call(ops.TXN_JOIN, txn_id, member)

@@ -33,10 +33,32 @@ class Transaction:
         self, client: Client, info: TxnInfo, member: TxnMember | None = None, *, owner: bool = True
     ) -> None:
         self.client = client
-        self.info = info
+        self._info: TxnInfo | None = info
+        self._group = info.group
+        self._timeout_ms: int | None = None
         self.member = member
         self.owner = owner
         self._ended = False
+
+    @classmethod
+    def deferred(cls, client: Client, group: str, timeout_ms: int | None) -> Transaction:
+        """A transaction of group not begun yet: its first produce begins it, in the same
+        request; anything that needs its id before that begins it on its own."""
+        self = cls.__new__(cls)
+        self.client, self._info, self._group = client, None, group
+        self._timeout_ms, self.member, self.owner, self._ended = timeout_ms, None, True, False
+        return self
+
+    @property
+    def info(self) -> TxnInfo:
+        """The transaction as last answered (begun now if it had not been)."""
+        if self._info is None:
+            self._info = self.client.txn_begin(self._group, timeout_ms=self._timeout_ms)
+        return self._info
+
+    @property
+    def begun(self) -> bool:
+        return self._info is not None
 
     @property
     def txn_id(self) -> int:
@@ -44,7 +66,7 @@ class Transaction:
 
     @property
     def group(self) -> str:
-        return self.info.group
+        return self._group
 
     @property
     def producer(self) -> ProducerFields:
@@ -62,6 +84,9 @@ class Transaction:
         if exc_type is None:
             self.commit()
             return
+        if self._info is None:  # never begun: nothing in the broker to abort
+            self._ended = True
+            return
         with contextlib.suppress(BrokerError):  # the body's exception is what matters
             self.abort()
 
@@ -74,8 +99,20 @@ class Transaction:
         partition: int | None = None,
         headers: Headers = (),
     ) -> list[AppendResult]:
-        """Journal records into this transaction (offsets -1: they get theirs at commit)."""
+        """Journal records into this transaction (offsets -1: they get theirs at commit).
+        The first produce of a transaction not begun yet begins it in the same request."""
         self._check_open()
+        if self._info is None:
+            self._info, results = self.client.txn_begin_produce(
+                self._group,
+                topic,
+                values,
+                key=key,
+                partition=partition,
+                headers=headers,
+                timeout_ms=self._timeout_ms,
+            )
+            return results
         return self.client.produce(
             topic, values, key=key, partition=partition, headers=headers, producer=self.producer
         )
@@ -96,17 +133,22 @@ class Transaction:
         """Commit: when this returns, every record is in its log (TXN_ABORTED if the
         transaction timed out or was aborted meanwhile)."""
         self._check_owner("commit")
-        self.info = self.client.txn_commit(self.txn_id, group=self.group, members=None)
+        self._info = self.client.txn_commit(self.txn_id, group=self.group, members=None)
         self._ended = True
         return self.info
 
     def abort(self) -> TxnInfo:
         self._check_owner("abort")
-        self.info = self.client.txn_abort(self.txn_id, group=self.group)
+        self._info = self.client.txn_abort(self.txn_id, group=self.group)
         self._ended = True
         return self.info
 
     def _check_open(self) -> None:
+        if self._ended and self._info is None:
+            raise BrokerError(
+                ErrorCode.TXN_NOT_OPEN,
+                f"this transaction of group {self._group} ended before it began",
+            )
         if self._ended:
             raise BrokerError(
                 ErrorCode.TXN_NOT_OPEN,

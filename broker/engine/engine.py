@@ -290,6 +290,36 @@ class Engine:
         self._snapshot_when_due()
         return results
 
+    def txn_begin_produce(
+        self,
+        group: str,
+        topic: str,
+        records: Sequence[NewRecord],
+        timeout_ms: int | None = None,
+        fences: Sequence[Fence] = (),
+    ) -> tuple[TxnInfo, list[AppendResult]]:
+        """Begin a transaction of group with its first records, in one write: the BEGIN
+        and the journaled records commit together or not at all. (Kafka's
+        beginTransaction is local in the same way: a transaction starts with its first
+        write.) The new transaction and the records' results, offsets -1."""
+        timeout = self.txns.checked(group, timeout_ms)
+        record_rules.check_records(records, self.limits)
+        staged = self.producers.stage()
+        appends = logs.Appends()
+        with self.database.write() as conn:
+            self._hot.begin()
+            now_ms = self.clock()
+            txn_id = self.txns.begin_in(conn, group, None, timeout, now_ms)
+            producer = ProducerFields(txn_id=txn_id)
+            request = ProduceRequest(topic, records, producer, fences, None)
+            results = self._produce_in(conn, request, staged, appends)
+            info = self.txns.info(conn, txn_id, now_ms)
+        self._hot.kept()
+        staged.commit()
+        self.txns.begun()
+        self.txns.failpoints.reached("data")
+        return info, results
+
     def produce_group(self, requests: Sequence[ProduceRequest]) -> list[ProduceOutcome]:
         """Several produce requests in one transaction (the server's group commit).
 

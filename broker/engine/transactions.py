@@ -101,17 +101,16 @@ class Transactions:
         self.exclusives = exclusives
         self.failpoints = Failpoints(os.environ.get(FAILPOINT_ENV))
         self._ids = (0, 0)  # this process's block of txn ids: [next, end)
+        self._pending_ids = self._ids  # the block once the BEGIN being written commits
 
     # begin, join, produce, offsets ------------------------------------------------------
 
     def begin(self, group: str, key: str | None = None, timeout_ms: int | None = None) -> TxnInfo:
         """A new transaction of group; with a key, the one already begun under it if any
         (open, prepared or committed: a replayed begin finds its transaction again)."""
-        rules.check_group(group)
         if key is not None:
             rules.check_key(key)
-        timeout = self.limits.txn_timeout_ms if timeout_ms is None else timeout_ms
-        rules.check_timeout(timeout, self.limits.txn_timeout_max_ms)
+        timeout = self.checked(group, timeout_ms)
         now_ms = self.clock()
         with self.database.write() as conn:
             if key is not None:
@@ -120,16 +119,38 @@ class Transactions:
                     view = self._current(conn, found, now_ms)
                     if view.state is not TxnState.ABORTED:
                         return self._info(conn, found.txn_id, now_ms, existing=True)
-            txn_id, block, fresh = self._next_id(conn)
-            journal = rules.journal_of(group, self.limits.txn_journals)
-            store.insert(conn, txn_id, group, key, journal, now_ms, now_ms + timeout)
-            store.journal_append(conn, journal, txn_id, Entry.BEGIN, now_ms, {"key": key})
-            if fresh:  # once per block: every process prunes, even one-shot CLI commands
-                store.prune(conn, self.limits.txn_history_max)
+            txn_id = self.begin_in(conn, group, key, timeout, now_ms)
             info = self._info(conn, txn_id, now_ms)
-        self._ids = block
-        self.failpoints.reached("begin")
+        self.begun()
         return info
+
+    def begin_in(
+        self, conn: sqlite3.Connection, group: str, key: str | None, timeout_ms: int, now_ms: int
+    ) -> int:
+        """BEGIN a new transaction inside the caller's SQLite transaction; its id. The
+        caller calls begun() once that transaction has committed."""
+        txn_id, self._pending_ids, fresh = self._next_id(conn)
+        journal = rules.journal_of(group, self.limits.txn_journals)
+        store.insert(conn, txn_id, group, key, journal, now_ms, now_ms + timeout_ms)
+        store.journal_append(conn, journal, txn_id, Entry.BEGIN, now_ms, {"key": key})
+        if fresh:  # once per block: every process prunes, even one-shot CLI commands
+            store.prune(conn, self.limits.txn_history_max)
+        return txn_id
+
+    def begun(self) -> None:
+        """The BEGIN of begin_in is durable: its id is spent."""
+        self._ids = self._pending_ids
+        self.failpoints.reached("begin")
+
+    def checked(self, group: str, timeout_ms: int | None) -> int:
+        """A new transaction's group checked; its timeout (the default if None), checked."""
+        rules.check_group(group)
+        timeout = self.limits.txn_timeout_ms if timeout_ms is None else timeout_ms
+        rules.check_timeout(timeout, self.limits.txn_timeout_max_ms)
+        return timeout
+
+    def info(self, conn: sqlite3.Connection, txn_id: int, now_ms: int) -> TxnInfo:
+        return self._info(conn, txn_id, now_ms)
 
     def join(self, txn_id: int, member: str) -> TxnMember:
         """Join a transaction as a named member: a pid and generation to produce with.
@@ -285,7 +306,7 @@ class Transactions:
                     joined = store.members_of(conn, txn_id)
                     store.keep_writers(conn, txn_id, rules.writers_to_keep(txn_id, joined, members))
                 self._check_still_writable(conn, txn_id)
-                store.count_partitions(conn, txn_id)
+                store.drop_empty(conn, txn_id)
                 parts = store.partitions_of(conn, txn_id)
                 body = {
                     "partitions": [[p.topic_id, p.partition, p.records] for p in parts],
@@ -467,7 +488,7 @@ class Transactions:
     ) -> TxnInfo:
         row = self._row(conn, txn_id)
         parts = (
-            store.data_counts(conn, txn_id)
+            store.journaled(conn, txn_id)
             if row.state == TxnState.OPEN
             else store.partitions_of(conn, txn_id)
         )

@@ -76,6 +76,7 @@ class Op(enum.IntEnum):
     TXN_SHOW = 65
     TXN_COMMIT_OFFSETS = 66
     TXN_KEEPALIVE = 67
+    TXN_BEGIN_PRODUCE = 68
 
 
 @dataclass(frozen=True, slots=True)

@@ -21,7 +21,7 @@ server wakes once the operation has written.
 from __future__ import annotations
 
 import enum
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, Generic, ParamSpec, TypeVar
 
@@ -30,6 +30,9 @@ from broker.protocol.codec import field, non_negative, txn_id_from_wire
 from broker.protocol.messages import Op
 from broker.rows import GroupOffsetRow, OffsetRow, SnapshotRow
 from broker.types import (
+    AppendResult,
+    Fence,
+    NewRecord,
     ProducerEntry,
     Record,
     SessionInfo,
@@ -703,6 +706,60 @@ TXN_KEEPALIVE: Final = Operation(
     retry_safe=True,  # moving the deadline again is harmless
 )
 
+
+def _txn_begin_produce(
+    group: str,
+    topic: str,
+    records: Sequence[NewRecord],
+    timeout_ms: int | None = None,
+    fences: Sequence[Fence] = (),
+) -> Payload:
+    return {
+        "group": group,
+        "topic": topic,
+        "records": codec.new_records_to_wire(records),
+        "timeout_ms": timeout_ms,
+        "fences": codec.fences_to_wire(fences),
+    }
+
+
+def _of_txn_begin_produce(payload: Payload) -> Payload:
+    return {
+        "group": field(payload, "group", str),
+        "topic": field(payload, "topic", str),
+        "records": codec.new_records_from_wire(payload.get("records")),
+        "timeout_ms": field(payload, "timeout_ms", int, optional=True),
+        "fences": codec.fences_from_wire(payload.get("fences")),
+    }
+
+
+def _begun_to_wire(begun: tuple[TxnInfo, Sequence[AppendResult]]) -> Payload:
+    info, results = begun
+    topic = results[0].topic if results else ""
+    return {
+        "txn": codec.txn_to_wire(info),
+        "topic": topic,
+        "results": codec.results_to_wire(results),
+    }
+
+
+def _begun_from_wire(payload: Payload) -> tuple[TxnInfo, list[AppendResult]]:
+    topic = payload["topic"]
+    return codec.txn_from_wire(payload["txn"]), codec.results_from_wire(topic, payload["results"])
+
+
+# A transaction begun by its first produce: one request (and one write) fewer than
+# TXN_BEGIN then PRODUCE. Not retry-safe: a repeat would begin a second transaction.
+TXN_BEGIN_PRODUCE: Final = Operation(
+    Op.TXN_BEGIN_PRODUCE,
+    "txn_begin_produce",
+    Side.WRITE,
+    _txn_begin_produce,
+    _of_txn_begin_produce,
+    _begun_to_wire,
+    _begun_from_wire,
+)
+
 OPERATIONS: Final[tuple[Operation[Any, Any], ...]] = (
     CREATE_TOPIC,
     ALTER_TOPIC,
@@ -730,5 +787,6 @@ OPERATIONS: Final[tuple[Operation[Any, Any], ...]] = (
     TXN_SHOW,
     TXN_COMMIT_OFFSETS,
     TXN_KEEPALIVE,
+    TXN_BEGIN_PRODUCE,
 )
 BY_OP: Final[dict[Op, Operation[Any, Any]]] = {entry.op: entry for entry in OPERATIONS}

@@ -605,7 +605,8 @@ class Server:
                 for topic in entry.wakes(args, result):
                     self._wake(topic)
             if entry.op in _LOGGED_TXN_OPS:
-                txn_id = getattr(result, "txn_id", None)
+                info = result[0] if entry.op is Op.TXN_BEGIN_PRODUCE else result
+                txn_id = getattr(info, "txn_id", None)
                 event = _LOGGED_TXN_OPS[entry.op]
                 log.info(
                     "transaction %s: %s",
@@ -911,6 +912,7 @@ class Server:
 
 _LOGGED_TXN_OPS: Final = {
     Op.TXN_BEGIN: "txn_begin",
+    Op.TXN_BEGIN_PRODUCE: "txn_begin",
     Op.TXN_COMMIT: "txn_commit",
     Op.TXN_ABORT: "txn_abort",
 }

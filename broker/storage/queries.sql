@@ -419,6 +419,17 @@ ORDER BY position;
 INSERT INTO txn_partitions (txn_id, topic_id, partition) VALUES (?, ?, ?)
 ON CONFLICT (txn_id, topic_id, partition) DO NOTHING;
 
+-- name: txn_partition_add
+-- Records journaled into a partition: its counts grow with them (storage/txns.py).
+INSERT INTO txn_partitions (txn_id, topic_id, partition, records, bytes) VALUES (?, ?, ?, ?, ?)
+ON CONFLICT (txn_id, topic_id, partition)
+DO UPDATE SET records = records + excluded.records, bytes = bytes + excluded.bytes;
+
+-- name: txn_partitions_zero_topic
+-- A deleted topic's journaled records of open transactions are gone: so are their counts.
+UPDATE txn_partitions SET records = 0, bytes = 0
+WHERE topic_id = ? AND txn_id IN (SELECT txn_id FROM txns WHERE state = 'open');
+
 -- name: txn_partitions_of
 SELECT tp.topic_id, t.name, tp.partition, tp.records, tp.bytes, tp.base_offset
 FROM txn_partitions tp LEFT JOIN topics t ON t.topic_id = tp.topic_id
@@ -548,15 +559,6 @@ DELETE FROM txn_journal WHERE txn_id = ?;
 
 -- name: txn_partitions_delete
 DELETE FROM txn_partitions WHERE txn_id = ?;
-
--- name: txn_data_counts
-SELECT d.topic_id, t.name, d.partition, count(*),
-       sum(length(d.value) + coalesce(length(d.key), 0)), NULL
-FROM txn_data d LEFT JOIN topics t ON t.topic_id = d.topic_id
-WHERE d.txn_id = ?
-GROUP BY d.topic_id, d.partition
-ORDER BY d.topic_id, d.partition;
-
 
 -- name: txn_data_writers
 SELECT DISTINCT producer_id, generation FROM txn_data WHERE txn_id = ?;

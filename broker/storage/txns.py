@@ -164,12 +164,14 @@ def journal_records(
     generation: int,
     epoch: int,
 ) -> None:
-    """Append records to one partition's data journal, tagged with the transaction."""
-    conn.execute(Q["txn_partition_touch"], (txn_id, topic_id, partition))
+    """Append records to one partition's data journal, tagged with the transaction, and
+    add them to the partition's counts."""
     start = int(conn.execute(Q["txn_data_end"], (txn_id, topic_id, partition)).fetchone()[0])
     count = len(records)
     if plain_records(records):
         values = list(map(bytearray, map(VALUE, records)))  # bound as is, see logs.Appends
+        size = sum(map(len, values))
+        conn.execute(Q["txn_partition_add"], (txn_id, topic_id, partition, count, size))
         in_runs = count - count % RUN_ROWS
         conn.executemany(
             Q["txn_data_insert_run"],
@@ -203,6 +205,8 @@ def journal_records(
             ),
         )
         return
+    size = sum(len(record.value) + len(record.key or b"") for record in records)
+    conn.execute(Q["txn_partition_add"], (txn_id, topic_id, partition, count, size))
     conn.executemany(
         Q["txn_data_insert"],
         (
@@ -224,9 +228,14 @@ def journal_records(
     )
 
 
-def count_partitions(conn: sqlite3.Connection, txn_id: int) -> None:
-    """Fix each partition's record and byte counts (at PREPARE_COMMIT); drop empty ones."""
+def recount(conn: sqlite3.Connection, txn_id: int) -> None:
+    """Count each partition's records and bytes again, from its data journal: after
+    journaled records were discarded (journaling keeps the counts otherwise)."""
     conn.execute(Q["txn_partition_count"], (txn_id,))
+
+
+def drop_empty(conn: sqlite3.Connection, txn_id: int) -> None:
+    """Forget the partitions left with no record (at PREPARE_COMMIT)."""
     conn.execute(Q["txn_partitions_drop_empty"], (txn_id,))
 
 
@@ -278,7 +287,10 @@ def drop_partitions(conn: sqlite3.Connection, txn_id: int) -> None:
 
 def fence_older(conn: sqlite3.Connection, txn_id: int, producer_id: int, generation: int) -> int:
     """Discard a member's records of older generations; how many."""
-    return conn.execute(Q["txn_data_fence"], (txn_id, producer_id, generation)).rowcount
+    discarded = int(conn.execute(Q["txn_data_fence"], (txn_id, producer_id, generation)).rowcount)
+    if discarded:
+        recount(conn, txn_id)
+    return discarded
 
 
 def member(conn: sqlite3.Connection, txn_id: int, name: str) -> tuple[int, int] | None:
@@ -349,9 +361,9 @@ def prune(conn: sqlite3.Connection, keep: int) -> None:
         conn.execute(Q["txn_partitions_delete"], (txn_id,))
 
 
-def data_counts(conn: sqlite3.Connection, txn_id: int) -> list[TxnPartitionRow]:
-    """An open transaction's partitions, counted from its data journals."""
-    return [TxnPartitionRow(*row) for row in conn.execute(Q["txn_data_counts"], (txn_id,))]
+def journaled(conn: sqlite3.Connection, txn_id: int) -> list[TxnPartitionRow]:
+    """An open transaction's partitions that hold journaled records."""
+    return [p for p in partitions_of(conn, txn_id) if p.records]
 
 
 def keep_writers(conn: sqlite3.Connection, txn_id: int, keep: set[tuple[int, int]]) -> int:
@@ -361,6 +373,8 @@ def keep_writers(conn: sqlite3.Connection, txn_id: int, keep: set[tuple[int, int
         if (producer_id, generation) not in keep:
             cursor = conn.execute(Q["txn_data_delete_writer"], (txn_id, producer_id, generation))
             dropped += cursor.rowcount
+    if dropped:
+        recount(conn, txn_id)
     return dropped
 
 

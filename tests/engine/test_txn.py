@@ -15,7 +15,9 @@ the next commit of the journal, or the next start, finishes it exactly once.
 
 from __future__ import annotations
 
+import collections
 import contextlib
+import sqlite3
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import replace
@@ -25,6 +27,7 @@ import pytest
 
 from broker.client.client import Client, connect
 from broker.client.producer import PartitionState, ProducerState
+from broker.discovery import DB_FILE
 from broker.engine.engine import Engine
 from broker.errors import BrokerError, ErrorCode
 from broker.limits import DEFAULT_LIMITS, Limits
@@ -1110,3 +1113,102 @@ def test_a_commit_naming_members_keeps_only_their_current_records(client: Client
     info = client.txn_commit(txn.txn_id, members={"task-1": 2})
     assert (info.state, info.records) == ("committed", 1)
     assert values(client, "invoices") == ["retry"]
+
+
+# a transaction begun by its first produce (client.transaction) -----------------------------
+
+
+def test_a_transaction_begins_with_its_first_produce(client: Client, clock: FakeClock) -> None:
+    txn = client.transaction("billing", timeout_ms=5_000)
+    assert not txn.begun
+    clock.advance(4_000)  # a timeout counts from the first produce, not from here
+    assert client.txn_list(include_ended=True) == [], "nothing begun before a write"
+    results = txn.produce("ledger", ["a", "b", "c", "d", "e"])
+    assert [r.offset for r in results] == [-1] * 5
+    routed = collections.Counter(r.partition for r in results)  # round robin
+    assert sorted(routed.values()) == [1, 1, 1, 2]
+    assert txn.begun and txn.info.state == "open"
+    assert [(p.topic, p.partition, p.records) for p in txn.info.partitions] == [
+        ("ledger", partition, routed[partition]) for partition in range(4)
+    ]
+    txn.produce("invoices", ["inv"])
+    (listed,) = client.txn_list()
+    assert listed.txn_id == txn.txn_id and listed.group == "billing"
+    assert sum(p.records for p in listed.partitions) == 6
+    clock.advance(4_000)
+    assert txn.commit().state == "committed"
+    assert sorted(values(client, "ledger")) == ["a", "b", "c", "d", "e"]
+    assert values(client, "invoices") == ["inv"]
+
+
+def test_a_first_produce_that_fails_begins_nothing(client: Client) -> None:
+    with pytest.raises(BrokerError) as caught, client.transaction("billing") as txn:
+        txn.produce("missing", ["x"])
+    assert caught.value.code is ErrorCode.UNKNOWN_TOPIC
+    assert client.txn_list(include_ended=True) == [], "the failed first write began nothing"
+    refused(ErrorCode.TXN_NOT_OPEN, lambda: txn.produce("invoices", ["late"]))
+    again = client.transaction("billing")
+    refused(ErrorCode.UNKNOWN_PARTITION, lambda: again.produce("ledger", ["y"], partition=9))
+    assert client.txn_list(include_ended=True) == []
+    again.produce("invoices", ["kept"])
+    assert again.commit().state == "committed"
+    assert values(client, "invoices") == ["kept"]
+
+
+def test_asking_for_its_id_begins_a_transaction_before_any_write(client: Client) -> None:
+    txn = client.transaction("billing")
+    txn_id = txn.txn_id  # e.g. to hand to other processes that join it
+    assert [t.txn_id for t in client.txn_list()] == [txn_id]
+    member = client.join_transaction(txn_id, "task-1")
+    member.produce("invoices", ["from-a-member"])
+    txn.produce("invoices", ["from-the-owner"])
+    assert txn.commit().partitions[0].records == 2
+    assert sorted(values(client, "invoices")) == ["from-a-member", "from-the-owner"]
+
+
+def test_a_transaction_with_no_write_commits_empty_and_one_that_raises_first_leaves_nothing(
+    client: Client,
+) -> None:
+    with client.transaction("billing") as empty:
+        pass
+    assert empty.info.state == "committed" and empty.info.partitions == ()
+    with pytest.raises(RuntimeError), client.transaction("billing"):
+        raise RuntimeError("the body failed before writing")
+    assert [t.txn_id for t in client.txn_list(include_ended=True)] == [empty.txn_id]
+
+
+def test_counts_follow_records_a_retried_member_and_a_commit_by_members_discard(
+    client: Client,
+) -> None:
+    txn = client.txn_begin("billing")
+    first = client.join_transaction(txn.txn_id, "task-1")
+    first.produce("ledger", ["stale-1", "stale-2"], partition=1)
+    retried = client.join_transaction(txn.txn_id, "task-1")  # fences the first attempt
+    retried.produce("ledger", ["kept-1"], partition=1)
+    other = client.join_transaction(txn.txn_id, "task-2")
+    other.produce("ledger", ["dropped"], partition=2)
+    shown = client.txn_show(txn.txn_id).info
+    assert parts(shown) == [("ledger", 1, 1, None), ("ledger", 2, 1, None)]
+    assert [p.bytes for p in shown.partitions] == [len("kept-1"), len("dropped")]
+    committed = client.txn_commit(txn.txn_id, members={"task-1": 2})
+    assert parts(committed) == [("ledger", 1, 1, 0)]
+    assert log(client, "ledger") == [(1, 0, "kept-1")]
+
+
+def test_an_open_transaction_from_before_kept_counts_is_counted_on_upgrade(
+    data_dir: Path, clock: FakeClock
+) -> None:
+    """Schema 011: a transaction journaled by a broker that counted only at PREPARE."""
+    with connect(data_dir, durability="normal", clock=clock) as client:
+        client.create_topic("ledger", partitions=2)
+        txn = client.txn_begin("billing")
+        produce_in(client, txn.txn_id, "ledger", ["a", "b", "c"])
+    conn = sqlite3.connect(data_dir / DB_FILE)
+    with conn:
+        conn.execute("UPDATE txn_partitions SET records = 0, bytes = 0")
+        conn.execute("PRAGMA user_version = 10")
+    conn.close()
+    with connect(data_dir, durability="normal", clock=clock) as client:
+        assert sum(p.records for p in client.txn_show(txn.txn_id).info.partitions) == 3
+        assert client.txn_commit(txn.txn_id).state == "committed"
+        assert sorted(values(client, "ledger")) == ["a", "b", "c"]

@@ -22,7 +22,7 @@ from broker.protocol import ops
 from broker.protocol.frames import NEED_DATA, FrameConnection
 from broker.protocol.messages import Op, Request
 from broker.server.server import Server
-from broker.types import TopicConfig
+from broker.types import Fence, NewRecord, TopicConfig
 
 # One call per operation, with every argument given (positional, then keywords).
 CALLS: dict[Op, tuple[tuple[Any, ...], dict[str, Any]]] = {
@@ -52,6 +52,10 @@ CALLS: dict[Op, tuple[tuple[Any, ...], dict[str, Any]]] = {
     Op.TXN_COMMIT: ((12, "billing", {"writer-1": 3}), {}),
     Op.TXN_ABORT: ((12, "billing"), {}),
     Op.TXN_KEEPALIVE: ((12, "billing", 60_000), {}),
+    Op.TXN_BEGIN_PRODUCE: (
+        ("billing", "orders", [NewRecord(b"v", b"k", (), 1, None)], 30_000),
+        {"fences": (Fence("billing", "orders/1", 3),)},
+    ),
     Op.TXN_LIST: ((True, 50), {}),
     Op.TXN_SHOW: ((12, 10), {}),
     Op.TXN_COMMIT_OFFSETS: ((12, "billing", "orders", {1: 4}, None), {}),
