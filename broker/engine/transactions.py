@@ -10,6 +10,9 @@
              after txn-commit sees the records.
     abort    ABORT(txn); the journaled records, members and pending offsets are dropped
 
+Under durability full every step's write is synced but PREPARE_COMMIT's: the caller is
+answered only after APPLY_COMMIT's first write, whose sync covers it (one WAL, in order).
+
 Every step is its own SQLite transaction, so a broker killed anywhere leaves a state that
 `recover()` finishes: a prepared transaction is applied (skipping the partitions already
 copied, whose base offsets are stored), one that never prepared stays out of the logs and
@@ -294,7 +297,9 @@ class Transactions:
         refused: BrokerError | None = None
         action: CommitAction | None = None
         pending: list[int] = []
-        with self.database.write() as conn:
+        # Not synced on its own: the caller hears of the commit only after _apply's
+        # first write, whose sync makes this PREPARE_COMMIT durable with it.
+        with self.database.write_unsynced() as conn:
             row = self._row(conn, txn_id)
             view = self._current(conn, row, now_ms)
             try:

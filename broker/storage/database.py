@@ -242,6 +242,24 @@ class Database:
         except sqlite3.DatabaseError as exc:
             _raise_translated(exc, "commit", self.data_dir.db_path)
 
+    @contextlib.contextmanager
+    def write_unsynced(self) -> Iterator[sqlite3.Connection]:
+        """A writer transaction whose COMMIT is not synced on its own, whatever the
+        durability: for a step that nothing is told of before a later synced write of
+        this connection makes it durable too (the WAL is one file, written in order, so
+        that write's sync covers every frame before it). A process killed in between
+        loses nothing; a power loss loses this step with what followed it, unanswered."""
+        if self.durability != "full":
+            with self.write() as conn:
+                yield conn
+            return
+        self.conn.execute("PRAGMA synchronous = NORMAL")
+        try:
+            with self.write() as conn:
+                yield conn
+        finally:
+            self.conn.execute("PRAGMA synchronous = FULL")
+
     def data_version(self) -> int:
         """Changes whenever another connection (any process) commits; never for this
         connection's own commits."""

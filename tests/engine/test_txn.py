@@ -26,6 +26,7 @@ from pathlib import Path
 import pytest
 
 from broker.client.client import Client, connect
+from broker.client.embedded import EmbeddedTransport
 from broker.client.producer import PartitionState, ProducerState
 from broker.discovery import DB_FILE
 from broker.engine.engine import Engine
@@ -1212,3 +1213,25 @@ def test_an_open_transaction_from_before_kept_counts_is_counted_on_upgrade(
         assert sum(p.records for p in client.txn_show(txn.txn_id).info.partitions) == 3
         assert client.txn_commit(txn.txn_id).state == "committed"
         assert sorted(values(client, "ledger")) == ["a", "b", "c"]
+
+
+def test_plain_writes_stay_synced_after_commits_whose_prepare_is_not(data_dir: Path) -> None:
+    """Under durability full, PREPARE_COMMIT's write is not synced on its own (the copy
+    after it is, and covers it); the connection must go back to syncing every commit,
+    also after a commit that was refused."""
+    with connect(data_dir) as client, connect(data_dir) as zombie:  # durability full
+        transport = client._transport
+        assert isinstance(transport, EmbeddedTransport)
+        conn = transport.engine.database.conn
+        client.create_topic("invoices")
+        client.create_topic("owned", owner_group="samza")
+        [old] = zombie.own("samza", {"owned/0": 1})
+        with client.transaction("billing") as txn:
+            txn.produce("invoices", ["a"])
+        assert conn.execute("PRAGMA synchronous").fetchone()[0] == 2  # FULL
+        stale = client.txn_begin("billing")
+        zombie.produce("owned", ["b"], partition=0, fences=[old.fence], txn=stale.txn_id)
+        client.own("samza", {"owned/0": 2})
+        refused(ErrorCode.FENCED, lambda: client.txn_commit(stale.txn_id))
+        assert conn.execute("PRAGMA synchronous").fetchone()[0] == 2
+        assert values(client, "invoices") == ["a"] and values(client, "owned") == []
