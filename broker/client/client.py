@@ -605,7 +605,7 @@ class Client:
         from broker.client.transaction import Transaction
 
         if key is None:
-            return Transaction.deferred(self, group, timeout_ms)
+            return Transaction(self, None, group=group, timeout_ms=timeout_ms)
         return Transaction(self, self.txn_begin(group, key=key, timeout_ms=timeout_ms))
 
     def join_transaction(self, txn_id: int, member: str) -> Transaction:

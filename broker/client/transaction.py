@@ -7,8 +7,11 @@ broker side).
         txn.commit_offsets("copier", "input", {0: 42}, producer=state)
     # committed on a clean exit, aborted when the body raises
 
-The transaction lives in the broker: its id can be handed to other processes, which
-`client.join_transaction(txn_id, member)` and produce into it; only its owner commits.
+`client.transaction()` begins it in the broker with its first produce, in the same
+request (as Kafka's beginTransaction is local). From then on the transaction lives in the
+broker: its id (asking for it begins the transaction) can be handed to other processes,
+which `client.join_transaction(txn_id, member)` and produce into it; only its owner
+commits.
 """
 
 from __future__ import annotations
@@ -30,24 +33,29 @@ class Transaction:
     offsets, then commit or abort, once. A joined member (`owner=False`) only writes."""
 
     def __init__(
-        self, client: Client, info: TxnInfo, member: TxnMember | None = None, *, owner: bool = True
+        self,
+        client: Client,
+        info: TxnInfo | None,
+        member: TxnMember | None = None,
+        *,
+        owner: bool = True,
+        group: str | None = None,
+        timeout_ms: int | None = None,
     ) -> None:
+        """info None: a transaction of `group` not begun yet. Its first produce begins it
+        in the same request (with timeout_ms); anything that needs its id before that
+        begins it on its own."""
+        if info is not None:
+            group = info.group
+        elif group is None:
+            raise TypeError("a transaction not begun yet needs its group")
         self.client = client
-        self._info: TxnInfo | None = info
-        self._group = info.group
-        self._timeout_ms: int | None = None
+        self._info = info
+        self._group = group
+        self._timeout_ms = timeout_ms
         self.member = member
         self.owner = owner
         self._ended = False
-
-    @classmethod
-    def deferred(cls, client: Client, group: str, timeout_ms: int | None) -> Transaction:
-        """A transaction of group not begun yet: its first produce begins it, in the same
-        request; anything that needs its id before that begins it on its own."""
-        self = cls.__new__(cls)
-        self.client, self._info, self._group = client, None, group
-        self._timeout_ms, self.member, self.owner, self._ended = timeout_ms, None, True, False
-        return self
 
     @property
     def info(self) -> TxnInfo:
