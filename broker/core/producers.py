@@ -63,6 +63,16 @@ def check_batch_fields(batch: Batch) -> None:
         )
 
 
+def continues(entry: ProducerEntry, batch: Batch, now_ms: int, pid_lease_ms: int) -> bool:
+    """The usual batch, judged in one test: the next sequence of the pid's generation,
+    within its lease. Anything else goes to decide() (which also answers this case)."""
+    return (
+        batch.first_sequence == entry.high_water_sequence + 1
+        and batch.generation == entry.generation
+        and now_ms < entry.first_record_ms + pid_lease_ms
+    )
+
+
 def decide(entry: ProducerEntry | None, batch: Batch, now_ms: int, pid_lease_ms: int) -> Verdict:
     """Append, or a duplicate; anything else raises the BrokerError to answer with."""
     if entry is None:

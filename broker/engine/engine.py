@@ -439,37 +439,41 @@ class Engine:
         An append writes only its records (and, for a pid's first batch on the
         partition, its lease row); the producer state is in memory and in the records."""
         producer, records = request.producer, request.records
-        if len(by_partition) != 1 or None in map(_PARTITION, records):
+        count = len(records)
+        if len(by_partition) != 1 or (
+            records[0][3] is None if count == 1 else None in map(_PARTITION, records)
+        ):
             raise BrokerError(
                 ErrorCode.INVALID_ARGUMENT,
                 "an idempotent batch goes to one named partition (sequences are per partition)",
                 producer_id=producer.producer_id,
             )
         (partition,) = by_partition
-        batch = Batch(
-            producer.producer_id, producer.generation, producer.first_sequence, len(records)
-        )
-        producer_rules.check_batch_fields(batch)
+        batch = Batch(producer.producer_id, producer.generation, producer.first_sequence, count)
         topic_id = row.topic_id
         end = self._hot.end(conn, row, partition)
         key = (topic_id, partition, batch.producer_id)
         entry = staged.entry(conn, key, end)
-        judged = entry
-        if entry is None:  # never wrote here, or evicted from memory: ask the log
-            entry = judged = self.producers.entry_from_log(conn, topic_id, partition, key[2])
-            if entry is None:  # its first batch here: judged against the pid as issued
-                judged = self.producers.first_batch(conn, batch.producer_id, now_ms)
-        verdict = producer_rules.decide(judged, batch, now_ms, self.limits.pid_lease_ms)
-        if verdict is _DUPLICATE:
-            assert entry is not None, "only a pid with state has duplicates"
-            return self._duplicates(conn, row, partition, entry, batch, appends)
+        lease_ms = self.limits.pid_lease_ms
+        if entry is None or not producer_rules.continues(entry, batch, now_ms, lease_ms):
+            producer_rules.check_batch_fields(batch)
+            judged = entry
+            if entry is None:  # never wrote here, or evicted from memory: ask the log
+                entry = judged = self.producers.entry_from_log(conn, topic_id, partition, key[2])
+                if entry is None:  # its first batch here: judged against the pid as issued
+                    judged = self.producers.first_batch(conn, batch.producer_id, now_ms)
+            verdict = producer_rules.decide(judged, batch, now_ms, lease_ms)
+            if verdict is _DUPLICATE:
+                assert entry is not None, "only a pid with state has duplicates"
+                return self._duplicates(conn, row, partition, entry, batch, appends)
         appends.add(topic_id, partition, end, records, now_ms, producer)
         if entry is None:
             appends.add_lease(topic_id, partition, batch.producer_id, end, now_ms)
-        count = batch.record_count
         self._hot.appended(topic_id, partition, end + count)
         staged.appended(key, entry, batch, end, now_ms)
         name = row.name
+        if count == 1:
+            return [AppendResult(name, partition, end)]
         return [AppendResult(name, partition, offset) for offset in range(end, end + count)]
 
     def _duplicates(

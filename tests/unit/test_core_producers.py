@@ -18,6 +18,7 @@ from broker.core.producers import (
     Verdict,
     after_append,
     check_batch_fields,
+    continues,
     decide,
     latest_offset,
 )
@@ -253,3 +254,19 @@ def test_decide_agrees_with_the_rules_written_out(
 def test_a_logged_sequence_is_no_later_than_its_distance_below_the_high_water_mark() -> None:
     entry = stored(high_water=10)  # sequence 10 at offset 99
     assert [latest_offset(entry, s) for s in (10, 9, 1)] == [99, 98, 90]
+
+
+@settings(max_examples=300)
+@given(entries, batches, st.integers(0, 4 * LEASE_MS))
+def test_the_fast_test_for_the_usual_batch_is_an_append_by_the_rules(
+    entry: ProducerEntry | None, sent: Batch, now_ms: int
+) -> None:
+    """The engine skips check_batch_fields and decide when continues() holds: it must
+    hold only where the rules say APPEND, and for every append of the same generation."""
+    if entry is None:
+        return
+    fast = continues(entry, sent, now_ms, LEASE_MS)
+    appended = reference(entry, sent, now_ms) is Verdict.APPEND
+    assert not fast or appended
+    if appended and sent.generation == entry.generation:
+        assert fast
