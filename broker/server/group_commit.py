@@ -51,7 +51,7 @@ class GroupCommit:
 
     def enqueue(self, request: ProduceRequest, session: Session) -> PendingProduce:
         """The produce joins the next group; its COMMIT answers it."""
-        pending = PendingProduce(request, _value_bytes(request.records), session)
+        pending = PendingProduce(request, value_bytes(request.records), session)
         self._pending.append(pending)
         self._ready.set()
         return pending
@@ -59,7 +59,7 @@ class GroupCommit:
     def submit(self, request: ProduceRequest) -> asyncio.Future[ProduceOutcome]:
         """The produce joins the next group; the future is its outcome (the Kafka
         listener's produces, which have no native session)."""
-        pending = _Submitted(request, _value_bytes(request.records))
+        pending = _Submitted(request, value_bytes(request.records))
         self._pending.append(pending)
         self._ready.set()
         return pending.future
@@ -138,7 +138,8 @@ class _Submitted:
         self.future: asyncio.Future[ProduceOutcome] = asyncio.get_running_loop().create_future()
 
 
-def _value_bytes(records: Sequence[NewRecord]) -> int:
+def value_bytes(records: Sequence[NewRecord]) -> int:
+    """The bytes of the records' values (what the produce metrics count)."""
     if len(records) == 1:  # the usual produce, without the passes
         return len(records[0].value)
     return sum(map(len, map(_VALUE, records)))

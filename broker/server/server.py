@@ -72,7 +72,7 @@ from broker.server.connection import (
     failed,
     peer_of,
 )
-from broker.server.group_commit import GroupCommit
+from broker.server.group_commit import GroupCommit, value_bytes
 from broker.server.http import HEAD_BYTES_MAX, HttpEndpoints
 from broker.server.metrics import Metrics, State
 from broker.types import Clock, Durability, check_durability
@@ -604,6 +604,9 @@ class Server:
             if entry.wakes is not None:
                 for topic in entry.wakes(args, result):
                     self._wake(topic)
+            if entry.op is Op.TXN_BEGIN_PRODUCE:  # a produce, as the group commit counts it
+                records = call_args["records"]
+                self.metrics.produced(call_args["topic"], len(records), value_bytes(records))
             if entry.op in _LOGGED_TXN_OPS:
                 info = result[0] if entry.op is Op.TXN_BEGIN_PRODUCE else result
                 txn_id = getattr(info, "txn_id", None)

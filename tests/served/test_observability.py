@@ -55,6 +55,9 @@ def test_probes_and_metrics_tell_what_the_broker_did(tmp_path: Path) -> None:
             assert len(client.fetch("orders", {1: 0})) == 3
             client.commit_offsets("billing", "orders", {1: 1})
             open_txn = client.txn_begin("copier")
+            with client.transaction("copier") as txn:  # begun by its first produce
+                txn.produce("orders", [b"eeeee"], partition=0)
+                txn.produce("orders", [b"f"], partition=0)
         producer = Producer({"bootstrap.servers": server.kafka})
         producer.produce("orders", value=b"dddd", partition=0)
         assert producer.flush(STEP_S) == 0
@@ -62,14 +65,14 @@ def test_probes_and_metrics_tell_what_the_broker_did(tmp_path: Path) -> None:
         status, text = get(f"{http}/metrics")
         assert status == 200
         found = samples(text)
-        assert found[("fencelog_records_in_total", (("topic", "orders"),))] == 4
-        assert found[("fencelog_bytes_in_total", (("topic", "orders"),))] == 10
+        assert found[("fencelog_records_in_total", (("topic", "orders"),))] == 6
+        assert found[("fencelog_bytes_in_total", (("topic", "orders"),))] == 16
         assert found[("fencelog_records_out_total", (("topic", "orders"),))] == 3
-        assert found[("fencelog_requests_total", (("operation", "produce"),))] == 1
+        assert found[("fencelog_requests_total", (("operation", "produce"),))] == 2
         assert found[("fencelog_requests_total", (("operation", "kafka_produce"),))] >= 1
         assert found[("fencelog_request_duration_seconds_count", (("operation", "fetch"),))] == 1
         end = "fencelog_partition_end_offset"
-        assert found[(end, (("partition", "0"), ("topic", "orders")))] == 1
+        assert found[(end, (("partition", "0"), ("topic", "orders")))] == 3
         assert found[(end, (("partition", "1"), ("topic", "orders")))] == 3
         assert found[("fencelog_transactions", (("state", "open"),))] == 1
         assert found[("fencelog_group_commit_requests_count", ())] >= 2
@@ -156,7 +159,15 @@ def test_json_logs_are_one_object_per_event_and_never_hold_values_or_tokens(
     events = [json.loads(line) for line in lines]
     assert all({"time", "level", "logger", "event", "message"} <= set(e) for e in events)
     names = [e["event"] for e in events]
-    for expected in ("start", "connection_open", "txn_commit", "claim", "connection_close", "stop"):
+    for expected in (
+        "start",
+        "connection_open",
+        "txn_begin",
+        "txn_commit",
+        "claim",
+        "connection_close",
+        "stop",
+    ):
         assert expected in names, names
     claim = next(e for e in events if e["event"] == "claim")
     assert (claim["group"], claim["resource"], claim["generation"]) == ("leaders", "logged/0", 1)
