@@ -36,8 +36,8 @@ def create(
     """Take a producer-state snapshot, or with --out a one-file copy of everything.
 
     The one-file copy holds logs, producer state, ownership generations and offsets; it
-    is written with SQLite's VACUUM INTO while producers keep writing, and never
-    overwrites a file.
+    is written with SQLite's online backup, as of one moment, while producers keep
+    writing, and never overwrites a file.
     """
     client = state().client()
     out = Output(as_json)

@@ -163,6 +163,10 @@ def test_snapshot_create_out_writes_a_copy_that_restores_everything(
     with contextlib.closing(sqlite3.connect(f"file:{fixture}?mode=ro", uri=True)) as conn:
         assert conn.execute("PRAGMA application_id").fetchone()[0] == APPLICATION_ID
         assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+        assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "delete"  # one file
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith("fixture")) == [
+        "fixture.db"
+    ], "no -wal or -shm beside a copy"
     sandbox = tmp_path / "sandbox"
     (restored,) = json_lines(
         expect(fencelog(runner, sandbox, "snapshot", "restore", str(fixture), "--json"), 0).stdout
@@ -449,3 +453,22 @@ def test_relative_paths_mean_the_users_directory_even_through_a_server(
     assert (work / "fixture.db").is_file()
     expect(fencelog(runner, "./sandbox", "snapshot", "restore", "fixture.db"), 0)
     assert records_of(work / "sandbox") == records_of(data_dir)
+
+
+def test_a_copy_leaves_out_the_space_a_deleted_topic_freed(data_dir: Path, tmp_path: Path) -> None:
+    with connect(data_dir, durability="normal") as client:
+        client.create_topic("scratch")
+        client.create_topic("kept")
+        client.produce("scratch", [bytes(1000)] * 5_000)
+        client.produce("kept", [b"small"] * 10)
+        client.delete_topic("scratch")  # its pages go to SQLite's free list
+        client.backup(tmp_path / "compact.db")
+        client.produce("kept", [bytes(1000)] * 5_000)  # fills the freed pages again
+        client.backup(tmp_path / "paged.db")
+    database = (data_dir / DB_FILE).stat().st_size
+    assert (tmp_path / "compact.db").stat().st_size < database / 2
+    assert (tmp_path / "paged.db").stat().st_size > database / 2
+    for copy in ("compact.db", "paged.db"):
+        with contextlib.closing(sqlite3.connect(tmp_path / copy)) as conn:
+            assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+            assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "delete"
