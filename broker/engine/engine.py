@@ -441,7 +441,7 @@ class Engine:
         producer, records = request.producer, request.records
         count = len(records)
         if len(by_partition) != 1 or (
-            records[0][3] is None if count == 1 else None in map(_PARTITION, records)
+            _PARTITION(records[0]) is None if count == 1 else None in map(_PARTITION, records)
         ):
             raise BrokerError(
                 ErrorCode.INVALID_ARGUMENT,

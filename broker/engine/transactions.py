@@ -121,9 +121,9 @@ class Transactions:
                 if found is not None:
                     view = self._current(conn, found, now_ms)
                     if view.state is not TxnState.ABORTED:
-                        return self._info(conn, found.txn_id, now_ms, existing=True)
+                        return self.info(conn, found.txn_id, now_ms, existing=True)
             txn_id = self.begin_in(conn, group, key, timeout, now_ms)
-            info = self._info(conn, txn_id, now_ms)
+            info = self.info(conn, txn_id, now_ms)
         self.begun()
         return info
 
@@ -151,9 +151,6 @@ class Transactions:
         timeout = self.limits.txn_timeout_ms if timeout_ms is None else timeout_ms
         rules.check_timeout(timeout, self.limits.txn_timeout_max_ms)
         return timeout
-
-    def info(self, conn: sqlite3.Connection, txn_id: int, now_ms: int) -> TxnInfo:
-        return self._info(conn, txn_id, now_ms)
 
     def join(self, txn_id: int, member: str) -> TxnMember:
         """Join a transaction as a named member: a pid and generation to produce with.
@@ -325,7 +322,7 @@ class Transactions:
                 assert row.prepare_position is not None
                 position = row.prepare_position
             elif action is CommitAction.DONE:
-                return self._info(conn, txn_id, now_ms)
+                return self.info(conn, txn_id, now_ms)
             if action is not None:  # this one and, first, the earlier ones of its journal
                 pending = store.prepared(conn, row.journal, position)
         if refused is not None:
@@ -347,7 +344,7 @@ class Transactions:
             rules.check_group_matches(view, group)
             rules.check_alive(view)
             store.set_deadline(conn, txn_id, now_ms + timeout_ms)
-            return self._info(conn, txn_id, now_ms)
+            return self.info(conn, txn_id, now_ms)
 
     def abort(self, txn_id: int, group: str | None = None) -> TxnInfo:
         """Discard an open transaction (aborting an aborted one answers it again)."""
@@ -357,7 +354,7 @@ class Transactions:
             view = self._current(conn, row, now_ms)
             if rules.abort_allowed(view, group):
                 self._abort_in(conn, row, now_ms, rules.BY_REQUEST)
-            return self._info(conn, txn_id, now_ms)
+            return self.info(conn, txn_id, now_ms)
 
     def expire(self) -> list[int]:
         """Abort every open transaction past its deadline; their ids."""
@@ -389,14 +386,14 @@ class Transactions:
         now_ms = self.clock()
         with self.database.read() as conn:
             rows = store.recent(conn, limit) if include_ended else store.live(conn)[:limit]
-            return [self._info(conn, row.txn_id, now_ms) for row in rows]
+            return [self.info(conn, row.txn_id, now_ms) for row in rows]
 
     def show(self, txn_id: int, records_max: int | None = None) -> TxnDetail:
         self.expire()
         limit = self.limits.txn_show_records_max if records_max is None else records_max
         now_ms = self.clock()
         with self.database.read() as conn:
-            info = self._info(conn, txn_id, now_ms)
+            info = self.info(conn, txn_id, now_ms)
             journal = tuple(
                 JournalEntryInfo(e.journal, e.position, e.kind, e.at_ms, e.body)
                 for e in store.journal_of(conn, txn_id)
@@ -425,7 +422,7 @@ class Transactions:
             with self.database.write() as conn:
                 row = self._row(conn, txn_id)
                 if row.state != TxnState.PREPARED:  # completed already, here or elsewhere
-                    return self._info(conn, txn_id, self.clock())
+                    return self.info(conn, txn_id, self.clock())
                 parts = [p for p in store.partitions_of(conn, txn_id) if p.base_offset is None]
                 chunk: list[store.TxnPartitionRow] = []
                 records = 0
@@ -440,7 +437,7 @@ class Transactions:
                 if len(chunk) == len(parts):
                     self.failpoints.reached("complete")
                     self._complete(conn, row)
-                    return self._info(conn, txn_id, self.clock())
+                    return self.info(conn, txn_id, self.clock())
 
     def _copy(self, conn: sqlite3.Connection, txn_id: int, part: store.TxnPartitionRow) -> None:
         """Copy one partition not yet copied (read in this same SQLite transaction)."""
@@ -488,7 +485,7 @@ class Transactions:
             raise rules.unknown(txn_id)
         return row
 
-    def _info(
+    def info(
         self, conn: sqlite3.Connection, txn_id: int, now_ms: int, *, existing: bool = False
     ) -> TxnInfo:
         row = self._row(conn, txn_id)
