@@ -104,8 +104,15 @@ def test_decoded_arguments_are_the_calls_by_the_engines_names(
         (ops.LEASE_PID, {"topic": "orders", "partition": 0, "pid": "seven"}, "pid"),
         (ops.TXN_LIST, {"all": False, "limit": -1}, "limit"),
         (ops.COMMIT_OFFSETS, {"group": "g", "topic": "t", "offsets": [[0]]}, "[partition, offset]"),
+        (ops.TXN_BEGIN_PRODUCE, {"group": "g", "topic": "t", "records": "x"}, "records"),
     ],
-    ids=["partitions as text", "pid as text", "negative limit", "offsets of one field"],
+    ids=[
+        "partitions as text",
+        "pid as text",
+        "negative limit",
+        "offsets of one field",
+        "records not an array",
+    ],
 )
 def test_a_malformed_payload_is_an_error_that_names_the_field(
     entry: ops.Operation[Any, Any], payload: dict[str, Any], complaint: str
