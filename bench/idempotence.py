@@ -20,7 +20,6 @@ Rules:
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import itertools
 import random
 import time
@@ -28,6 +27,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
+
+import msgspec.structs
 
 from bench import served
 from bench.append import timed_steps
@@ -242,7 +243,7 @@ def _fill(data_dir: Path, records: int, tail: int) -> tuple[list[_Pid], int]:
     """The log: records - tail in batches of 1000, a producer snapshot, then tail
     one-record batches; every batch from one of RESTART_PRODUCERS pids in turn. The pids
     and the number of batches written after the snapshot."""
-    no_automatic_snapshots = dataclasses.replace(
+    no_automatic_snapshots = msgspec.structs.replace(
         DEFAULT_LIMITS, producer_snapshot_every_records=records * 10
     )
     rng = random.Random(61)

@@ -13,9 +13,11 @@ import fcntl
 import json
 import os
 import time
-from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Final
+
+from msgspec import Struct
+from msgspec.structs import asdict
 
 from broker.errors import BrokerError, ErrorCode
 
@@ -26,8 +28,7 @@ SOCKET_FILE: Final = "fencelog.sock"
 _STARTING_WAIT_S: Final = 5.0
 
 
-@dataclass(frozen=True, slots=True)
-class ServerInfo:
+class ServerInfo(Struct, frozen=True):
     pid: int
     tcp: str | None
     unix: str | None

@@ -7,11 +7,11 @@ fencelog is unbounded: names, values, batches, frames and waits all stop somewhe
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from msgspec import Struct
+from msgspec.structs import replace
 
 
-@dataclass(frozen=True, slots=True)
-class Limits:
+class Limits(Struct, frozen=True):
     topic_name_chars_max: int = 249
     topic_partitions_max: int = 1024
     record_key_bytes_max: int = 64 * 1024

@@ -41,11 +41,11 @@ import subprocess
 import sys
 import time
 from collections.abc import Generator, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, TypeVar
 
 import pytest
+from msgspec import Struct, field
 
 if TYPE_CHECKING:
     from broker.client.client import Client, Value
@@ -103,8 +103,7 @@ def pytest_configure(config: pytest.Config) -> None:
     )
 
 
-@dataclass(frozen=True)
-class Options:
+class Options(Struct, frozen=True):
     """What a fixture's broker is made with."""
 
     durability: Durability = "normal"

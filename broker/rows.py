@@ -11,11 +11,11 @@ from __future__ import annotations
 import contextlib
 import gc
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass
 from itertools import accumulate, repeat
 from typing import Final, NamedTuple
 
 import msgpack
+from msgspec import Struct
 
 from broker.types import Record
 
@@ -194,8 +194,7 @@ def _split_keys(data: bytes, lengths: int | bytes, count: int) -> list[bytes | N
     return found
 
 
-@dataclass(frozen=True, slots=True)
-class AuditRow:
+class AuditRow(Struct, frozen=True):
     audit_id: int
     at_ms: int
     group: str
@@ -207,8 +206,7 @@ class AuditRow:
     other: str | None
 
 
-@dataclass(frozen=True, slots=True)
-class SnapshotRow:
+class SnapshotRow(Struct, frozen=True):
     snapshot_id: int
     created_ms: int
     producers: int
@@ -216,16 +214,14 @@ class SnapshotRow:
     bytes: int
 
 
-@dataclass(frozen=True, slots=True)
-class OffsetRow:
+class OffsetRow(Struct, frozen=True):
     partition: int
     next_offset: int
     producer_state: bytes | None
     committed_ms: int
 
 
-@dataclass(frozen=True, slots=True)
-class GroupOffsetRow:
+class GroupOffsetRow(Struct, frozen=True):
     """A consumer group's next offset on one partition of a topic (Client.consumer_groups)."""
 
     group: str

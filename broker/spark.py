@@ -50,6 +50,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, ParamSpec, TypeVar
 
 import pyarrow as pa
+from msgspec import Struct
 from pyspark import TaskContext
 from pyspark.sql.datasource import (
     DataSource,
@@ -183,8 +184,7 @@ def _option_error(message: str, **details: Any) -> BrokerError:
 # options --------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
-class Options:
+class Options(Struct, frozen=True):
     broker: str
     token: str | None
     topic: str | None
@@ -276,8 +276,7 @@ def check_known(lowered: Mapping[str, str], known: Sequence[str]) -> None:
 # what a read subscribes to ----------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
-class Subscription:
+class Subscription(Struct, frozen=True):
     """topic (one name), subscribe (a comma list) or subscribePattern (a regular
     expression that must match a whole topic name), as Kafka's source has them."""
 

@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final, Literal, NamedTuple, get_args
+
+from msgspec import Struct, field
 
 from broker.errors import BrokerError, ErrorCode
 
@@ -74,8 +75,7 @@ class AppendResult(NamedTuple):
     duplicate: bool = False
 
 
-@dataclass(frozen=True, slots=True)
-class PartitionInfo:
+class PartitionInfo(Struct, frozen=True):
     partition: int
     start_offset: int
     end_offset: int
@@ -86,8 +86,7 @@ class PartitionInfo:
 CLEANUP_POLICIES: Final = ("delete", "compact")
 
 
-@dataclass(frozen=True, slots=True)
-class TopicConfig:
+class TopicConfig(Struct, frozen=True):
     """A topic's retention and cleanup (schema 010). None: no limit."""
 
     retention_ms: int | None = None  # records older than this (by timestamp) are deleted
@@ -95,8 +94,7 @@ class TopicConfig:
     cleanup: str = "delete"  # or "compact": the newest record of each key stays
 
 
-@dataclass(frozen=True, slots=True)
-class TopicInfo:
+class TopicInfo(Struct, frozen=True):
     name: str
     partitions: int
     created_ms: int
@@ -113,8 +111,7 @@ class TopicInfo:
         return sum(p.bytes for p in self.partition_details)
 
 
-@dataclass(frozen=True, slots=True)
-class BrokerStatus:
+class BrokerStatus(Struct, frozen=True):
     data_dir: str
     schema_version: int
     durability: str
@@ -125,8 +122,7 @@ class BrokerStatus:
     producer_evictions: int = 0
 
 
-@dataclass(frozen=True, slots=True)
-class Fence:
+class Fence(Struct, frozen=True):
     group: str
     resource: str
     generation: int
@@ -149,8 +145,7 @@ class Mode(enum.StrEnum):
     WAITING = "waiting"
 
 
-@dataclass(frozen=True, slots=True)
-class Attached:
+class Attached(Struct, frozen=True):
     attachment_id: int
     session_id: str
     name: str
@@ -189,8 +184,7 @@ def check_durability(durability: object) -> Durability:
     )
 
 
-@dataclass(frozen=True, slots=True)
-class Claimed:
+class Claimed(Struct, frozen=True):
     group: str
     resource: str
     generation: int
@@ -201,20 +195,17 @@ class Claimed:
         return Fence(self.group, self.resource, self.generation)
 
 
-@dataclass(frozen=True, slots=True)
-class OwnResult:
+class OwnResult(Struct, frozen=True):
     claimed: tuple[Claimed, ...]
     severed: tuple[str, ...]  # sessions this claim severed
 
 
-@dataclass(frozen=True, slots=True)
-class ReleaseResult:
+class ReleaseResult(Struct, frozen=True):
     released: tuple[str, ...]
     severed: tuple[str, ...]
 
 
-@dataclass(frozen=True, slots=True)
-class OwnershipInfo:
+class OwnershipInfo(Struct, frozen=True):
     group: str
     resource: str
     generation: int
@@ -223,8 +214,7 @@ class OwnershipInfo:
     claimed_ms: int
 
 
-@dataclass(frozen=True, slots=True)
-class SessionInfo:
+class SessionInfo(Struct, frozen=True):
     """A client session: a connection to the server (conn-...: no pid, no heartbeat
     row) or a process that opened the data directory and claimed something (proc-...)."""
 
@@ -237,8 +227,7 @@ class SessionInfo:
     live: bool
 
 
-@dataclass(frozen=True, slots=True)
-class Lease:
+class Lease(Struct, frozen=True):
     producer_id: int
     generation: int
     sequence: int  # the high-water mark: the next record carries sequence + 1
@@ -246,8 +235,7 @@ class Lease:
     now_ms: int = 0  # the broker's clock when it answered: expiry is judged against it
 
 
-@dataclass(frozen=True, slots=True)
-class Attachment:
+class Attachment(Struct, frozen=True):
     attachment_id: int
     topic: str
     name: str
@@ -255,8 +243,7 @@ class Attachment:
     epoch: int
 
 
-@dataclass(frozen=True, slots=True)
-class AccessInfo:
+class AccessInfo(Struct, frozen=True):
     epoch: int
     exclusive: Attached | None
     shared: tuple[Attached, ...]
@@ -269,8 +256,7 @@ class AccessInfo:
         return "shared" if self.shared else "free"
 
 
-@dataclass(frozen=True, slots=True)
-class TxnPartition:
+class TxnPartition(Struct, frozen=True):
     topic: str | None  # None: deleted after the transaction wrote to it
     partition: int
     records: int
@@ -278,8 +264,7 @@ class TxnPartition:
     base_offset: int | None  # where APPLY_COMMIT put the first record; None before
 
 
-@dataclass(frozen=True, slots=True)
-class TxnInfo:
+class TxnInfo(Struct, frozen=True):
     txn_id: int
     group: str
     key: str | None
@@ -298,8 +283,7 @@ class TxnInfo:
         return sum(p.records for p in self.partitions)
 
 
-@dataclass(frozen=True, slots=True)
-class TxnMember:
+class TxnMember(Struct, frozen=True):
     """A producer's place in a transaction: its pid and generation there. Joining again
     under the same member name bumps the generation and discards the older records."""
 
@@ -314,8 +298,7 @@ class TxnMember:
         return ProducerFields(self.producer_id, self.generation, txn_id=self.txn_id)
 
 
-@dataclass(frozen=True, slots=True)
-class JournalEntryInfo:
+class JournalEntryInfo(Struct, frozen=True):
     journal: int
     position: int
     kind: str
@@ -323,15 +306,13 @@ class JournalEntryInfo:
     body: object
 
 
-@dataclass(frozen=True, slots=True)
-class TxnDetail:
+class TxnDetail(Struct, frozen=True):
     info: TxnInfo
     journal: tuple[JournalEntryInfo, ...]
     records: tuple[Record, ...]  # still in the data journals (offset: journal position)
 
 
-@dataclass(frozen=True, slots=True)
-class Inspection:
+class Inspection(Struct, frozen=True):
     """What SQLite's integrity check found in a data directory's database."""
 
     db_path: Path

@@ -13,12 +13,13 @@ are `NAME:N`; an owner writes with its fence and a header `generation`.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import sqlite3
 import sys
 import threading
 import time
 from pathlib import Path
+
+import msgspec.structs
 
 from broker.client.client import connect
 from broker.client.producer import ProducerFenced
@@ -66,7 +67,7 @@ def main() -> int:
     rest = sys.argv[5:]
     generation = int(rest.pop(0)) if role == "owner" else 0
     pace_s, deadline_s = float(rest[0]), float(rest[1])
-    limits = dataclasses.replace(DEFAULT_LIMITS, session_timeout_ms=SESSION_TIMEOUT_MS)
+    limits = msgspec.structs.replace(DEFAULT_LIMITS, session_timeout_ms=SESSION_TIMEOUT_MS)
     deadline = time.monotonic() + deadline_s
     threading.Thread(target=_commands, args=(data_dir,), daemon=True).start()
     try:

@@ -8,7 +8,9 @@ offsets are committed into that open transaction instead and take effect at its 
 a consume-transform-produce loop that produces into the same transaction is exactly once.
 """
 
-from __future__ import annotations
+# Annotations stay objects here (no `from __future__ import annotations`): Typer reads
+# this module's signatures as a one-shot command starts, and string ones it evaluates
+# twice over.
 
 import signal
 from collections.abc import Sequence

@@ -13,8 +13,9 @@ from __future__ import annotations
 import datetime
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Literal
+
+from msgspec import Struct
 
 from broker.client.client import Client
 from broker.errors import BrokerError, ErrorCode
@@ -29,8 +30,7 @@ _NAMES: dict[str, Kind] = {
 }
 
 
-@dataclass(frozen=True, slots=True)
-class Where:
+class Where(Struct, frozen=True):
     kind: Kind
     value: int = 0  # the offset, the N of -N, or the time in ms since the epoch
 

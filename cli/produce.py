@@ -1,6 +1,8 @@
 """fencelog produce: append records from --value options or stdin lines."""
 
-from __future__ import annotations
+# Annotations stay objects here (no `from __future__ import annotations`): Typer reads
+# this module's signatures as a one-shot command starts, and string ones it evaluates
+# twice over.
 
 import contextlib
 import signal
@@ -227,7 +229,7 @@ def _attach(
     idempotent: bool,
     name: str | None,
     wait_timeout: str,
-) -> Producer:
+) -> "Producer":
     """A producer attached with an access mode, detached when the command ends."""
     parse_access(access)  # a clear error before anything else
     wait_s = parse_duration(wait_timeout)

@@ -179,7 +179,8 @@ def serve(
     http = _host_port(http_listen, "--http-listen") if http_listen is not None else None
     logs.configure(log_format, verbose)
     import asyncio
-    from dataclasses import replace
+
+    from msgspec.structs import replace
 
     from broker.limits import DEFAULT_LIMITS
     from broker.server.server import Server  # asyncio and the server: only for serve

@@ -29,11 +29,11 @@ import termios
 import time
 import tty
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
 from types import FrameType
 from typing import TYPE_CHECKING, Annotated, Any, Final, NamedTuple, TextIO
 
 import typer
+from msgspec import Struct
 
 from broker.client.client import Client
 from broker.errors import BrokerError, ErrorCode
@@ -58,8 +58,7 @@ ROWS_SHOWN_MAX: Final = 200  # rows of one table on the screen (rich crops to it
 # snapshots and rates ------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
-class Snapshot:
+class Snapshot(Struct, frozen=True):
     taken_s: float  # time.monotonic() when it was taken
     time_ms: int  # the wall clock then
     status: BrokerStatus

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
 from typing import Annotated, Any
 
 import typer
+from msgspec.structs import replace
 
 from broker.errors import BrokerError, ErrorCode
 from broker.types import AccessInfo, Attached, TopicConfig, TopicInfo

@@ -22,7 +22,9 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+
+from msgspec import Struct
+from msgspec.structs import asdict
 
 from broker.client.client import Client, connect
 from broker.errors import BrokerError, ErrorCode
@@ -35,8 +37,7 @@ MIN_INTERVAL_S = 0.05
 MAX_INTERVAL_S = 60.0
 
 
-@dataclass(frozen=True, slots=True)
-class Keeping:
+class Keeping(Struct, frozen=True):
     """What to keep alive, where, and while which process lives."""
 
     broker: str

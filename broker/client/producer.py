@@ -43,6 +43,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Final
 
 import msgpack
+from msgspec import Struct
 
 from broker.core import records as record_rules
 from broker.errors import BrokerError, ErrorCode
@@ -75,15 +76,13 @@ _BACKOFF_FIRST_S: Final = 0.02
 _BACKOFF_MAX_S: Final = 1.0
 
 
-@dataclass(frozen=True, slots=True)
-class PartitionState:
+class PartitionState(Struct, frozen=True):
     producer_id: int
     generation: int
     sequence: int  # the last acknowledged sequence
 
 
-@dataclass(frozen=True, slots=True)
-class ProducerState:
+class ProducerState(Struct, frozen=True):
     """What a producer needs to resume: save it together with your input offsets."""
 
     topic: str

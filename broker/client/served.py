@@ -21,8 +21,9 @@ import itertools
 import os
 import threading
 from collections.abc import Callable, Coroutine, Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final, ParamSpec, TypeVar, cast
+
+from msgspec import Struct
 
 from broker import __version__
 from broker.errors import BrokerError, ErrorCode
@@ -69,8 +70,7 @@ RETRY_SAFE: Final = frozenset(
 _ENDED: Final = frozenset({ErrorCode.CONNECTION_FAILED, ErrorCode.SEVERED})
 
 
-@dataclass(frozen=True, slots=True)
-class Address:
+class Address(Struct, frozen=True):
     """tcp://HOST:PORT or unix://PATH."""
 
     scheme: str

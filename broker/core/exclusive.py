@@ -24,14 +24,14 @@ or Waiting (for exclusivity, first come first served).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+
+from msgspec import Struct
 
 from broker.errors import BrokerError, ErrorCode
 from broker.types import Access, Attached, Mode
 
 
-@dataclass(frozen=True, slots=True)
-class AttachDecision:
+class AttachDecision(Struct, frozen=True):
     mode: Mode
     epoch: int  # the epoch the attachment holds (the topic's, once granted)
     topic_epoch: int  # the topic's epoch after this decision
@@ -145,23 +145,20 @@ def check_wait_ms(wait_ms: int) -> None:
         raise BrokerError(ErrorCode.INVALID_ARGUMENT, f"wait_ms must be >= 0, not {wait_ms}")
 
 
-@dataclass(frozen=True, slots=True)
-class KeepWaiting:
+class KeepWaiting(Struct, frozen=True):
     """Wait for a change to the topic's attachments for at most timeout_s, then look at
     the attachment again."""
 
     timeout_s: float
 
 
-@dataclass(frozen=True, slots=True)
-class GiveUp:
+class GiveUp(Struct, frozen=True):
     """Detach the waiting attachment (it leaves the queue), then raise error."""
 
     error: BrokerError
 
 
-@dataclass(frozen=True, slots=True)
-class ExclusiveWait:
+class ExclusiveWait(Struct, frozen=True):
     """The wait of one attach for exclusive access. Times are seconds on the driver's
     monotonic clock. The driver: build it (wait_ms is checked), attach, take
     deadline(now), then until step() says None (done: the attachment no longer waits):

@@ -24,7 +24,8 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+
+from msgspec import Struct
 
 from broker.errors import BrokerError, ErrorCode
 from broker.types import Fence
@@ -44,8 +45,7 @@ class Event(enum.StrEnum):
     RELEASED = "released"
 
 
-@dataclass(frozen=True, slots=True)
-class Holding:
+class Holding(Struct, frozen=True):
     """What is stored for one (group, resource); generation 0: never owned."""
 
     generation: int = 0
@@ -53,8 +53,7 @@ class Holding:
     holder_live: bool = False
 
 
-@dataclass(frozen=True, slots=True)
-class Grant:
+class Grant(Struct, frozen=True):
     resource: str
     generation: int
     previous_generation: int
@@ -62,8 +61,7 @@ class Grant:
     severed: str | None  # the other live or dead holder this claim displaced
 
 
-@dataclass(frozen=True, slots=True)
-class Refusal:
+class Refusal(Struct, frozen=True):
     resource: str
     requested_generation: int
     current_generation: int
@@ -100,8 +98,7 @@ def check_claims(group: str, claims: Sequence[tuple[str, int]]) -> None:
         seen.add(resource)
 
 
-@dataclass(frozen=True, slots=True)
-class Decision:
+class Decision(Struct, frozen=True):
     """Either every resource granted, or the refusals and nothing granted."""
 
     grants: tuple[Grant, ...]

@@ -15,7 +15,8 @@ import enum
 import re
 import zlib
 from collections.abc import Mapping
-from dataclasses import dataclass
+
+from msgspec import Struct
 
 from broker.core.ownership import check_name
 from broker.errors import BrokerError, ErrorCode
@@ -48,8 +49,7 @@ TIMED_OUT = "timed out"
 BY_REQUEST = "by request"
 
 
-@dataclass(frozen=True, slots=True)
-class TxnView:
+class TxnView(Struct, frozen=True):
     """What the rules need to know of a transaction."""
 
     txn_id: int

@@ -34,6 +34,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal
 
+from msgspec import Struct
+
 from broker.types import PartitionInfo, Record, TxnInfo
 
 KINDS: Final = (
@@ -58,8 +60,7 @@ def sha256(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-@dataclass(frozen=True, slots=True)
-class Ack:
+class Ack(Struct, frozen=True):
     """One acknowledged record: where it landed and, when known, its value's digest.
 
     `source` names the ack file, `line` the line in it (for messages); acks of one source
@@ -76,8 +77,7 @@ class Ack:
         return f"{self.source}:{self.line}" if self.source else f"ack {self.line}"
 
 
-@dataclass(frozen=True, slots=True)
-class Finding:
+class Finding(Struct, frozen=True):
     kind: str
     partition: int | None  # None: the whole topic (an expected value nowhere, a txn)
     message: str

@@ -22,7 +22,8 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Callable
-from dataclasses import dataclass
+
+from msgspec import Struct
 
 from broker.core import retention as rules
 from broker.engine.producer_table import ProducerTable
@@ -32,8 +33,7 @@ from broker.storage.database import Database
 from broker.types import Clock, PartitionInfo
 
 
-@dataclass(frozen=True, slots=True)
-class Step:
+class Step(Struct, frozen=True):
     deleted: int  # records deleted by this step
     more: bool  # another step of this partition may find more
 

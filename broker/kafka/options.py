@@ -4,11 +4,10 @@ a Kafka listener never pays it)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from msgspec import Struct
 
 
-@dataclass(frozen=True, slots=True)
-class KafkaListen:
+class KafkaListen(Struct, frozen=True):
     """`serve --kafka-listen HOST:PORT` and the options that go with it."""
 
     host: str

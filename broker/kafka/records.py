@@ -18,12 +18,12 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Final
 
 from crc32c import crc32c
 from kafka import codec as codecs
 from kafka.errors import CorruptRecordError, UnsupportedCodecError
+from msgspec import Struct
 
 from broker import rows
 from broker.types import NewRecord
@@ -49,8 +49,7 @@ class BadRecords(Exception):
         self.code = code
 
 
-@dataclass(frozen=True, slots=True)
-class ProducedBatch:
+class ProducedBatch(Struct, frozen=True):
     producer_id: int  # -1: none
     producer_epoch: int
     base_sequence: int

@@ -15,14 +15,13 @@ fields; ApiVersions always answers with v0), then the body.
 from __future__ import annotations
 
 import struct
-from dataclasses import dataclass
 from typing import Any, Final
 
 from kafka.protocol import admin, consumer, metadata, producer, sasl
+from msgspec import Struct
 
 
-@dataclass(frozen=True, slots=True)
-class Api:
+class Api(Struct, frozen=True):
     """One Kafka API fencelog answers: its classes and the versions it implements."""
 
     key: int
@@ -78,16 +77,14 @@ class MalformedRequest(Exception):
     """A request that cannot be read: its connection is closed after the answer, if any."""
 
 
-@dataclass(frozen=True, slots=True)
-class Header:
+class Header(Struct, frozen=True):
     api_key: int
     api_version: int
     correlation_id: int
     client_id: str | None
 
 
-@dataclass(frozen=True, slots=True)
-class Request:
+class Request(Struct, frozen=True):
     header: Header
     api: Api | None  # None: an API fencelog does not answer
     body: Any  # the decoded request; None when the api or its version is not answered

@@ -18,8 +18,9 @@ page it, {"rows": [...]}. Without it (a client before pages) it is answered {"ro
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass, field
 from typing import Any, Final
+
+from msgspec import Struct, field
 
 PROTOCOL_VERSION: Final = 2  # 2: fetch replies carry rows without the topic
 
@@ -79,21 +80,18 @@ class Op(enum.IntEnum):
     TXN_BEGIN_PRODUCE = 68
 
 
-@dataclass(frozen=True, slots=True)
-class Request:
+class Request(Struct, frozen=True):
     request_id: int
     op: Op
     args: dict[str, Any] = field(default_factory=dict)
 
 
-@dataclass(frozen=True, slots=True)
-class Reply:
+class Reply(Struct, frozen=True):
     request_id: int
     result: dict[str, Any] = field(default_factory=dict)
 
 
-@dataclass(frozen=True, slots=True)
-class ErrorReply:
+class ErrorReply(Struct, frozen=True):
     """A failed request (request_id > 0) or a connection-level error (request_id 0)."""
 
     request_id: int
@@ -102,8 +100,7 @@ class ErrorReply:
     details: dict[str, Any] = field(default_factory=dict)
 
 
-@dataclass(frozen=True, slots=True)
-class Push:
+class Push(Struct, frozen=True):
     """Something the server tells a client unasked, e.g. that its session was severed."""
 
     event: str

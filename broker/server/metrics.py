@@ -21,6 +21,8 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Final
 
+from msgspec import Struct
+
 from broker.engine.engine import Engine
 
 if TYPE_CHECKING:  # prometheus-client loads at the first scrape, not with the server
@@ -121,8 +123,7 @@ class Metrics:
         return self._state()
 
 
-@dataclass(frozen=True, slots=True)
-class State:
+class State(Struct, frozen=True):
     """The broker's state at a scrape."""
 
     sessions: int

@@ -21,9 +21,10 @@ import re
 import sqlite3
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Final, NoReturn
+
+from msgspec import Struct
 
 from broker.discovery import DB_FILE
 from broker.errors import BrokerError, ErrorCode
@@ -69,8 +70,7 @@ def _statements(script: str) -> Iterator[str]:
     assert not pending.strip(), "schema script ends mid-statement"
 
 
-@dataclass(frozen=True, slots=True)
-class DataDir:
+class DataDir(Struct, frozen=True):
     path: Path
 
     @property

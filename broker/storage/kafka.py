@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import sqlite3
-from dataclasses import dataclass
+
+from msgspec import Struct
 
 from broker.storage.queries import Q
 
 
-@dataclass(frozen=True, slots=True)
-class KafkaProducerRow:
+class KafkaProducerRow(Struct, frozen=True):
     transactional_id: str
     producer_id: int
     epoch: int

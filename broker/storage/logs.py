@@ -10,8 +10,9 @@ from __future__ import annotations
 import operator
 import sqlite3
 from collections.abc import Sequence
-from dataclasses import dataclass
 from itertools import repeat
+
+from msgspec import Struct
 
 from broker.rows import (
     EMPTY_HEADERS,
@@ -24,8 +25,7 @@ from broker.storage.queries import RUN_ROWS, Q
 from broker.types import NewRecord, PartitionInfo, ProducerFields, Record, TopicConfig
 
 
-@dataclass(frozen=True, slots=True)
-class TopicRow:
+class TopicRow(Struct, frozen=True):
     topic_id: int
     name: str
     partitions: int

@@ -3,22 +3,21 @@
 from __future__ import annotations
 
 import sqlite3
-from dataclasses import dataclass
+
+from msgspec import Struct
 
 from broker.rows import AuditRow
 from broker.storage.queries import Q
 
 
-@dataclass(frozen=True, slots=True)
-class SessionRow:
+class SessionRow(Struct, frozen=True):
     session_id: str
     pid: int
     heartbeat_ms: int
     severed_ms: int | None
 
 
-@dataclass(frozen=True, slots=True)
-class HoldingRow:
+class HoldingRow(Struct, frozen=True):
     group: str
     resource: str
     generation: int

@@ -4,22 +4,21 @@ consumer offsets: rows."""
 from __future__ import annotations
 
 import sqlite3
-from dataclasses import dataclass
+
+from msgspec import Struct
 
 from broker.rows import GroupOffsetRow, OffsetRow, SnapshotRow
 from broker.storage.queries import Q
 
 
-@dataclass(frozen=True, slots=True)
-class LeaseRow:
+class LeaseRow(Struct, frozen=True):
     """Where and when a pid's first record on a partition was appended."""
 
     first_offset: int
     first_ms: int
 
 
-@dataclass(frozen=True, slots=True)
-class LastRecord:
+class LastRecord(Struct, frozen=True):
     """A pid's newest record in a stretch of a partition's log."""
 
     producer_id: int
@@ -77,8 +76,7 @@ def lease_of(
     return None if row is None else LeaseRow(*row)
 
 
-@dataclass(frozen=True, slots=True)
-class IssuedPid:
+class IssuedPid(Struct, frozen=True):
     """A pid the broker handed out: at which generation (None: issued before schema 8,
     whose first batch on a partition sets it) and when."""
 

@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
 from itertools import repeat
 
 import msgpack
+from msgspec import Struct
 
 from broker.rows import EMPTY_HEADERS, encode_headers
 from broker.storage.logs import VALUE, plain_records
@@ -21,8 +21,7 @@ from broker.types import NewRecord, Record
 TXN_COUNTER = "next_txn_id"
 
 
-@dataclass(frozen=True, slots=True)
-class TxnRow:
+class TxnRow(Struct, frozen=True):
     txn_id: int
     group: str
     key: str | None
@@ -35,8 +34,7 @@ class TxnRow:
     prepare_position: int | None
 
 
-@dataclass(frozen=True, slots=True)
-class TxnPartitionRow:
+class TxnPartitionRow(Struct, frozen=True):
     topic_id: int
     topic: str | None  # None: the topic was deleted since
     partition: int
@@ -45,8 +43,7 @@ class TxnPartitionRow:
     base_offset: int | None  # None until APPLY_COMMIT copied it into the log
 
 
-@dataclass(frozen=True, slots=True)
-class JournalEntry:
+class JournalEntry(Struct, frozen=True):
     journal: int
     position: int
     kind: str

@@ -19,7 +19,6 @@ Exclusive access instead of a waiter being promoted.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import signal
 import sys
 import time
@@ -27,6 +26,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import msgspec.structs
 import pytest
 
 from broker.client.client import Client, connect
@@ -45,7 +45,7 @@ FENCED_EXIT = 3
 PAUSE_ATTEMPTS = 4  # embedded: a writer paused holding the write lock is paused again
 
 WRITER = """
-import dataclasses, sys, threading, time
+import msgspec.structs, sys, threading, time
 from broker.client.client import connect
 from broker.limits import DEFAULT_LIMITS
 from broker.client.producer import ProducerFenced
@@ -68,7 +68,7 @@ def values():
             number += 1
             time.sleep(float(pace))  # pacing: a steady stream for the test to cut into
 
-limits = dataclasses.replace(DEFAULT_LIMITS, session_timeout_ms=int(timeout_ms))
+limits = msgspec.structs.replace(DEFAULT_LIMITS, session_timeout_ms=int(timeout_ms))
 client = connect(target, durability="normal", limits=limits)
 client.on_severed(lambda reason: say("severed"))  # served: the server ended the session
 producer = client.producer(topic, idempotent=False, access=access, name=name, wait_timeout_s=60)
@@ -287,7 +287,7 @@ def test_a_paused_holder_is_fenced_after_a_new_exclusive_producer_took_over(
     closed before it tries again, and the write goes out on a new connection."""
     kind, url = target
     chain = Chain(kind, url)
-    limits = dataclasses.replace(
+    limits = msgspec.structs.replace(
         DEFAULT_LIMITS, session_timeout_ms=SESSION_TIMEOUT_MS[kind], busy_timeout_ms=2000
     )
     with contextlib.closing(chain), connect(url, durability="normal", limits=limits) as client:

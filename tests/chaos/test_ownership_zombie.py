@@ -41,7 +41,7 @@ STEP_S = 20.0
 
 WRITER = """
 import sys, threading
-from dataclasses import replace
+from msgspec.structs import replace
 from broker.client.client import connect
 from broker.errors import BrokerError, ErrorCode
 from broker.limits import DEFAULT_LIMITS

@@ -7,12 +7,12 @@ from __future__ import annotations
 import hashlib
 import time
 from collections.abc import Iterator
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pytest
 from click.testing import CliRunner, Result
+from msgspec.structs import replace
 
 import broker
 from broker.errors import ErrorCode

@@ -9,13 +9,14 @@ import json
 import signal
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 
 import pexpect
 import pyte
 import pytest
 from click.testing import CliRunner, Result
+from msgspec.structs import replace
 
 from broker.client import Client, connect
 from broker.client.producer import Producer

@@ -27,6 +27,7 @@ import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+import msgspec.structs
 import pytest
 from hypothesis import HealthCheck, Phase, settings
 from hypothesis import strategies as st
@@ -401,7 +402,7 @@ def test_closing_a_producer_that_already_lost_its_access_leaves_the_new_holder_a
 def test_a_served_session_that_misses_its_heartbeats_loses_exclusive_access(
     data_dir: Path,
 ) -> None:
-    limits = dataclasses.replace(DEFAULT_LIMITS, session_timeout_ms=600)
+    limits = msgspec.structs.replace(DEFAULT_LIMITS, session_timeout_ms=600)
     with served(data_dir, limits=limits) as server, connect(server.address) as client:
         client.create_topic(TOPIC)
         with RawSession(server.address) as silent:

@@ -13,11 +13,11 @@ import sqlite3
 import threading
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import replace
 from functools import partial
 from pathlib import Path
 
 import pytest
+from msgspec.structs import replace
 
 from broker.client.client import Client, connect
 from broker.discovery import DB_FILE

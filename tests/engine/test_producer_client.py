@@ -12,10 +12,10 @@ import gc
 import json
 import time
 from collections.abc import Iterator
-from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from msgspec.structs import replace
 
 from broker.client.client import Client, connect
 from broker.client.producer import PartitionState, Producer, ProducerState

@@ -12,11 +12,11 @@ and its duplicates intact.
 from __future__ import annotations
 
 import sqlite3
-from dataclasses import replace
 from pathlib import Path
 
 import msgpack
 import pytest
+from msgspec.structs import replace
 
 from broker.discovery import DB_FILE
 from broker.engine import backup

@@ -18,7 +18,7 @@ import sqlite3
 import tempfile
 from collections import OrderedDict
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +26,7 @@ import pytest
 from hypothesis import Phase, event, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
+from msgspec.structs import replace
 
 from broker.discovery import DB_FILE
 from broker.engine.engine import Engine, ProduceRequest

@@ -4,10 +4,10 @@ start offset says, and what the seeds' rules keep relying on afterwards."""
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from msgspec.structs import replace
 
 from broker.engine.engine import Engine
 from broker.errors import BrokerError, ErrorCode

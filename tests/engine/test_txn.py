@@ -20,10 +20,10 @@ import contextlib
 import sqlite3
 import threading
 from collections.abc import Callable, Iterator
-from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from msgspec.structs import replace
 
 from broker.client.client import Client, connect
 from broker.client.embedded import EmbeddedTransport

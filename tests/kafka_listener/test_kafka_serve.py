@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import json
 import socket
-from dataclasses import replace
 from pathlib import Path
 
 import pytest
 from confluent_kafka import KafkaException, Producer
 from confluent_kafka.admin import AdminClient
 from kafka.protocol.metadata import ApiVersionsRequest
+from msgspec.structs import replace
 
 from broker.errors import ErrorCode
 from broker.limits import DEFAULT_LIMITS

@@ -18,11 +18,11 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import replace
 from functools import partial
 from pathlib import Path
 
 import pytest
+from msgspec.structs import replace
 
 from broker.client.client import Client, connect
 from broker.limits import DEFAULT_LIMITS

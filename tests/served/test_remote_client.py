@@ -10,12 +10,13 @@ import socket
 import threading
 import time
 from collections.abc import Callable, Coroutine, Iterator
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
 from click.testing import CliRunner
+from msgspec.structs import replace
 
 from broker.client.client import Client, connect
 from broker.client.embedded import EmbeddedTransport

@@ -13,12 +13,12 @@ import struct
 import threading
 import tracemalloc
 from collections.abc import Coroutine, Iterator, Sequence
-from dataclasses import replace
 from pathlib import Path
 from typing import Any, TypeVar
 
 import msgpack
 import pytest
+from msgspec.structs import replace
 
 from broker.client.client import Client, connect
 from broker.client.served import Address, AsyncConnection

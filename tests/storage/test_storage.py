@@ -9,12 +9,12 @@ from __future__ import annotations
 import contextlib
 import sqlite3
 import stat
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pytest
 import sqlite_utils
+from msgspec.structs import replace
 
 import broker
 from broker.discovery import DB_FILE

@@ -5,9 +5,8 @@ Pure rules: no SQLite, no clock. Small custom Limits make the bounds cheap to re
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 import pytest
+from msgspec.structs import replace
 
 from broker.core.records import (
     check_partition,
