@@ -214,7 +214,8 @@ def _rss_mb(pid: int) -> float:
 
 
 async def _crowd_produces(url: str, topics: int, sessions: int) -> list[float]:
-    from broker.client.served import Address, AsyncClient
+    from broker.client.async_client import AsyncClient
+    from broker.client.served import Address
 
     clients = [AsyncClient(Address.parse(url)) for _ in range(sessions)]
     try:

@@ -35,8 +35,8 @@ from bench.append import timed_steps
 from bench.measures import interleaved, median
 from bench.processes import fencelog_server
 from bench.sections import Row, Section, rate, series, verdict
+from broker.client.async_client import AsyncClient
 from broker.client.client import Client, connect
-from broker.client.served import AsyncClient
 from broker.engine.engine import Engine
 from broker.event_loop import new_event_loop
 from broker.limits import DEFAULT_LIMITS

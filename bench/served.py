@@ -1,4 +1,4 @@
-"""Load patterns against a served broker, through `broker.client.served.AsyncClient`.
+"""Load patterns against a served broker, through `broker.client.async_client.AsyncClient`.
 
 Rules:
 - One AsyncClient (one TCP connection, one session) per pattern; everything runs on the
@@ -20,7 +20,8 @@ import time
 from collections.abc import Sequence
 from typing import Final
 
-from broker.client.served import Address, AsyncClient
+from broker.client.async_client import AsyncClient
+from broker.client.served import Address
 from broker.protocol import ops
 from broker.protocol.messages import Op
 from broker.types import NO_PRODUCER, NewRecord, ProducerFields

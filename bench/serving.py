@@ -38,8 +38,8 @@ from bench.processes import (
     nats_server_version,
 )
 from bench.sections import SKIPPED, Row, Section, rate, series, verdict
+from broker.client.async_client import AsyncClient
 from broker.client.client import Client, connect
-from broker.client.served import AsyncClient
 from broker.engine.engine import Engine
 from broker.event_loop import new_event_loop
 from broker.protocol import ops

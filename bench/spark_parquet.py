@@ -14,6 +14,11 @@ Rules:
   `spark.read.parquet(DIR)` -> noop of a Parquet copy of that read (the same rows,
   the same 12 columns). Rounds
   alternate which goes first; a figure is the median of the rounds.
+- PySpark's own ceiling, in the same rounds as the embedded reads and writes:
+  `bench_memory` (bench/spark.py), a Python data source re-yielding one pre-built
+  10,000-row Arrow batch of the connector's 12 columns, -> noop; and `bench_count`, a
+  Python Arrow sink that only counts the rows it is given. No Python data source can
+  read or write faster than these in this session.
 - Restart: a stream (maxRecordsPerTrigger, availableNow, -> noop) reads half of a
   topic into a checkpoint; the other half is produced; then the stream starts again
   from its checkpoint: in the same warm session (a query restart), and in a new
@@ -91,6 +96,8 @@ class Results:
     parquet_write: tuple[float, ...]
     reads: dict[str, tuple[float, ...]]  # deployment -> rows/s per round
     writes: dict[str, tuple[float, ...]]
+    ceiling_read: tuple[float, ...]  # PySpark's Python data source path, nothing behind it
+    ceiling_write: tuple[float, ...]
     restarts: tuple[Restart, ...]
     versions: str
 
@@ -248,11 +255,18 @@ def measure(work_dir: Path, sizes: Sizes) -> Results:
 
         read_parquet(), read_fencelog(str(embedded))  # warm
         _write_parquet(jobs)
-        pq_read, emb_read = interleaved(
-            sizes.rounds, read_parquet, lambda: read_fencelog(str(embedded))
+        base.read_memory(jobs, "fencelog"), base.write_count(jobs)  # warm
+        pq_read, emb_read, ceiling_read = interleaved(
+            sizes.rounds,
+            read_parquet,
+            lambda: read_fencelog(str(embedded)),
+            lambda: base.read_memory(jobs, "fencelog"),
         )
-        pq_write, emb_write = interleaved(
-            sizes.rounds, lambda: _write_parquet(jobs), lambda: base.write_fencelog(jobs)
+        pq_write, emb_write, ceiling_write = interleaved(
+            sizes.rounds,
+            lambda: _write_parquet(jobs),
+            lambda: base.write_fencelog(jobs),
+            lambda: base.write_count(jobs),
         )
         reads["embedded"], writes["embedded"] = emb_read, emb_write
         restarts.append(restart_in_process(spark, str(embedded), scratch, sizes))
@@ -268,14 +282,37 @@ def measure(work_dir: Path, sizes: Sizes) -> Results:
             reads["served"], writes["served"] = srv_read, srv_write
     restarts.append(restart_new_process(str(embedded), scratch, sizes))
     restarts.append(control_new_process(scratch, sizes))
-    return Results(sizes, pq_read, pq_write, reads, writes, tuple(restarts), versions)
+    return Results(
+        sizes,
+        pq_read,
+        pq_write,
+        reads,
+        writes,
+        ceiling_read,
+        ceiling_write,
+        tuple(restarts),
+        versions,
+    )
 
 
 def section(results: Results) -> Section:
     pq_read, pq_write = median(results.parquet_read), median(results.parquet_write)
+    ceiling_read, ceiling_write = median(results.ceiling_read), median(results.ceiling_write)
     rows = [
         Row("Parquet: read -> noop", rate(pq_read, "rows/s")),
         Row("Parquet: write", rate(pq_write, "rows/s")),
+        Row(
+            "PySpark ceiling: Python source of 12 columns -> noop",
+            rate(ceiling_read, "rows/s"),
+            f"Parquet {rate(pq_read, 'rows/s')}",
+            f"{ceiling_read / pq_read:.2f}",
+        ),
+        Row(
+            "PySpark ceiling: Python sink that counts",
+            rate(ceiling_write, "rows/s"),
+            f"Parquet {rate(pq_write, 'rows/s')}",
+            f"{ceiling_write / pq_write:.2f}",
+        ),
     ]
     for name in ("embedded", "served"):
         read, write = median(results.reads[name]), median(results.writes[name])
@@ -346,6 +383,8 @@ def section(results: Results) -> Section:
         raw=(
             series("Parquet read rows/s", results.parquet_read),
             series("Parquet write rows/s", results.parquet_write),
+            series("PySpark ceiling read rows/s", results.ceiling_read),
+            series("PySpark ceiling write rows/s", results.ceiling_write),
             *(series(f"{n} read rows/s", v) for n, v in results.reads.items()),
             *(series(f"{n} write rows/s", v) for n, v in results.writes.items()),
             *(series(f"{r.where}: micro-batch s", r.batches, 2) for r in results.restarts),

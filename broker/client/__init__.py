@@ -6,7 +6,9 @@
 
 - client.py: `connect` and `Client`, the one interface over both transports;
 - embedded.py: the transport that opens the data directory in this process;
-- served.py: the transport that talks to `fencelog serve` (and `AsyncClient`);
+- served.py: the transport that talks to `fencelog serve`, over remote.py's blocking
+  connection, or async_client.py's event loop (and `AsyncClient`) when a session must
+  be kept alive;
 - producer.py: the idempotent, pipelining `Producer`;
 - transaction.py: `Transaction`, a context manager over txn-begin / commit / abort;
 - wal_watch.py: wakes an embedded `consume --follow` when the WAL changes.

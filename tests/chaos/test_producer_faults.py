@@ -138,16 +138,34 @@ def test_fencelog_produce_idempotent_survives_lost_acknowledgements(
 # pipelining: M1, M2, M3 in flight, M2 fails ---------------------------------------------------
 
 
+class FirstToCarry:
+    """Which connection a rule applies to: the first to carry a request of `op` (the
+    client's first connection may carry only plain requests, before its producer moves
+    it to the event loop's)."""
+
+    def __init__(self, op: Op) -> None:
+        self.op = op
+        self.connection: int | None = None
+
+    def applies(self, connection: int, direction: Direction, message: Message) -> bool:
+        first = self.connection is None and direction == "to_server"
+        if first and isinstance(message, Request) and message.op is self.op:
+            self.connection = connection
+        return connection == self.connection
+
+
 class CutAtSecondProduce:
-    """On the first connection: lose M2 (its request, or its acknowledgement), then cut
-    the connection when the answer to M3 comes back. Later connections pass."""
+    """On the first connection to carry a produce: lose M2 (its request, or its
+    acknowledgement), then cut the connection when the answer to M3 comes back. Later
+    connections pass."""
 
     def __init__(self, lose: str) -> None:
         self.lose = lose
         self.produce_ids: list[int] = []
+        self.first = FirstToCarry(Op.PRODUCE)
 
     def __call__(self, connection: int, direction: Direction, message: Message) -> Action:
-        if connection != 1:
+        if not self.first.applies(connection, direction, message):
             return "forward"
         if direction == "to_server":
             if isinstance(message, Request) and message.op is Op.PRODUCE:
@@ -182,7 +200,9 @@ def test_pipelined_batches_land_in_order_when_the_middle_one_fails(
     m3_answer = [
         m
         for n, m in proxy.messages("to_client")
-        if n == 1 and isinstance(m, Reply | ErrorReply) and m.request_id == rule.produce_ids[2]
+        if n == rule.first.connection
+        and isinstance(m, Reply | ErrorReply)
+        and m.request_id == rule.produce_ids[2]
     ]
     assert len(m3_answer) == 1
     if lose == "request":
@@ -201,15 +221,17 @@ def test_pipelined_batches_land_in_order_when_the_middle_one_fails(
 
 
 class CutReplyMidFrame:
-    """On the first connection, the answer to the Nth request of `op` arrives cut in
-    the middle of its frame, and the connection ends there. Later connections pass."""
+    """On the first connection to carry `op`, the answer to its Nth request of `op`
+    arrives cut in the middle of its frame, and the connection ends there. Later
+    connections pass."""
 
     def __init__(self, op: Op, nth: int) -> None:
         self.op, self.nth = op, nth
         self.ids: list[int] = []
+        self.first = FirstToCarry(op)
 
     def __call__(self, connection: int, direction: Direction, message: Message) -> Action:
-        if connection != 1:
+        if not self.first.applies(connection, direction, message):
             return "forward"
         if direction == "to_server":
             if isinstance(message, Request) and message.op is self.op:

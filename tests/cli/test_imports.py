@@ -13,11 +13,12 @@ from pathlib import Path
 import pytest
 
 from support.helpers import user_env
+from support.servers import served
 
-# Neither a one-shot produce nor consume needs any of these.
+# Neither a one-shot produce nor consume needs any of these, embedded or served.
 NEVER = (
-    "asyncio",  # the served transport's
-    "broker.client.served",
+    "asyncio",  # the event loop transport's, for sessions kept alive
+    "broker.client.async_client",
     "broker.server",
     "broker.kafka",
     "broker.engine.kafka_producers",  # made when first used
@@ -50,9 +51,9 @@ print(json.dumps(sorted(sys.modules)))
 """
 
 
-def imported(data_dir: Path, *args: str) -> set[str]:
+def imported(broker: Path | str, *args: str) -> set[str]:
     done = subprocess.run(
-        [sys.executable, "-c", RUN, "--broker", str(data_dir), *args],
+        [sys.executable, "-c", RUN, "--broker", str(broker), *args],
         capture_output=True,
         text=True,
         timeout=60,
@@ -79,3 +80,18 @@ def test_a_one_shot_command_imports_only_what_it_uses(data_dir: Path, args: tupl
     assert "broker.engine.engine" in modules  # embedded: it did open the directory
     assert f"cli.{args[0]}" in modules
     assert [name for name in NEVER if loaded(modules, name)] == []
+
+
+@pytest.mark.parametrize(
+    "args",
+    [("produce", "orders", "--value", "x"), ("consume", "orders", "--max", "1")],
+    ids=["produce", "consume"],
+)
+def test_a_served_one_shot_command_imports_no_event_loop_and_no_engine(
+    data_dir: Path, args: tuple[str]
+) -> None:
+    with served(data_dir) as server:
+        imported(server.address, "topic", "create", "orders")
+        modules = imported(server.address, *args)
+    assert "broker.client.served" in modules  # it did go through the server
+    assert [name for name in (*NEVER, "broker.engine") if loaded(modules, name)] == []

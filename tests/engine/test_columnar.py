@@ -10,7 +10,6 @@ columnar fetch; a clear error where pyarrow is missing.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import multiprocessing
 import random
@@ -314,7 +313,7 @@ def test_a_served_fetch_arrow_long_polls_for_new_records(data_dir: Path) -> None
         transport = remote._transport
         assert isinstance(transport, ServedTransport)
         work = transport.client.fetch_arrow(TOPIC, 0, 0, 10, wait_ms=10_000)
-        waiting = asyncio.run_coroutine_threadsafe(work, transport._loop)
+        waiting = transport.run_async(work)
         with connect(server.address) as producer:
             producer.produce(TOPIC, [b"late"])
         ipc = waiting.result(timeout=10)
@@ -379,7 +378,7 @@ def test_fetch_arrow_asked_of_a_server_without_pyarrow_says_what_to_install(
         assert isinstance(transport, ServedTransport)
         args = {"topic": TOPIC, "partition": 0, "offset": 0, "max_records": 10, "wait_ms": 0}
         with pytest.raises(BrokerError) as refused:
-            transport._call(transport.client.request(Op.FETCH_ARROW, args))
+            transport._request(Op.FETCH_ARROW, args)
         assert refused.value.code is ErrorCode.INVALID_ARGUMENT
         assert "pyarrow is not installed" in refused.value.message
         assert "spark extra" in (refused.value.hint or "")

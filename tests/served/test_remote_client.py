@@ -18,9 +18,10 @@ import pytest
 from click.testing import CliRunner
 from msgspec.structs import replace
 
+from broker.client.async_client import AsyncClient
 from broker.client.client import Client, connect
 from broker.client.embedded import EmbeddedTransport
-from broker.client.served import Address, AsyncClient, ServedTransport
+from broker.client.served import Address, ServedTransport
 from broker.discovery import find_server
 from broker.errors import BrokerError, ErrorCode
 from broker.limits import BUSY_POLL_US_MAX, DEFAULT_LIMITS
@@ -352,6 +353,118 @@ def test_a_fetch_that_waits_longer_than_the_session_timeout_keeps_its_session(
         assert fetched == [[]]
         assert transport.session_id() == session
         assert server.session_ids() == {session}
+
+
+# the blocking connection, and what moves a client to the event loop -----------------------
+
+
+def test_plain_requests_go_over_a_blocking_connection_without_a_loop_thread(
+    server: ServerThread,
+) -> None:
+    before = len(client_threads())
+    with connect(server.address) as client:
+        client.create_topic("plain", partitions=2)
+        client.produce("plain", [b"a", b"b"], partition=1)
+        assert values_of(client, "plain") == [b"a", b"b"]
+        assert client.describe_topic("plain").records == 2
+        transport = client._transport
+        assert isinstance(transport, ServedTransport)
+        assert transport._loop is None
+        assert len(client_threads()) == before
+        assert len(server.session_ids()) == 1
+
+
+def test_a_client_idle_past_the_session_timeout_goes_on_with_a_new_connection(
+    data_dir: Path,
+) -> None:
+    limits = replace(DEFAULT_LIMITS, session_timeout_ms=600)
+    with served(data_dir, limits=limits) as server, connect(server.address) as client:
+        client.create_topic("idle")
+        client.produce("idle", [b"before"])
+        first = server.session_ids()
+        # on purpose: longer than the session timeout, which the server then enforces
+        wait_until(lambda: not server.session_ids(), 10, message="the idle session closed")
+        client.produce("idle", [b"after"])  # not a lost connection: a new one
+        assert values_of(client, "idle") == [b"before", b"after"]
+        assert server.session_ids().isdisjoint(first)
+
+
+def test_a_blocking_fetch_in_flight_when_the_session_is_severed_is_asked_again(
+    server: ServerThread,
+) -> None:
+    with connect(server.address) as client, connect(server.address) as producer:
+        client.create_topic("sev")
+        transport = client._transport
+        assert isinstance(transport, ServedTransport)
+        session = transport._connection.hello.session_id
+        fetched: list[list[Record]] = []
+        fetching = threading.Thread(
+            target=lambda: fetched.append(client.fetch("sev", {0: 0}, wait_ms=20_000))
+        )
+        fetching.start()
+        try:
+            server.wait_fetch_parked("sev")
+            server.call(lambda: server.server.sever(session, "test says so"))
+            wait_until(
+                lambda: server.session_ids() - {session, *producer_sessions(producer)},
+                message="the waiting fetch's new session",
+            )
+            producer.produce("sev", [b"after"])
+        finally:
+            fetching.join(timeout=30)
+        assert [[r.value for r in records] for records in fetched] == [[b"after"]]
+        assert transport._loop is None
+
+
+def producer_sessions(client: Client) -> set[str]:
+    transport = client._transport
+    assert isinstance(transport, ServedTransport)
+    return {transport._connection.hello.session_id}
+
+
+def test_a_second_thread_is_not_held_behind_a_waiting_fetch(server: ServerThread) -> None:
+    """While one thread waits on a long poll, another's produce goes out at once (the
+    client moves to the event loop, where both are in flight together): the waiting
+    fetch is woken by that very record, not ended by its wait."""
+    with connect(server.address) as client:
+        client.create_topic("both")
+        fetched: list[list[Record]] = []
+        fetching = threading.Thread(
+            target=lambda: fetched.append(client.fetch("both", {0: 0}, wait_ms=20_000))
+        )
+        fetching.start()
+        try:
+            server.wait_fetch_parked("both")
+            client.produce("both", [b"woke it"])
+        finally:
+            fetching.join(timeout=30)
+        assert [[r.value for r in records] for records in fetched] == [[b"woke it"]]
+        client.produce("both", [b"later"])
+        assert values_of(client, "both") == [b"woke it", b"later"]
+
+
+def test_what_needs_a_live_session_moves_the_client_to_the_event_loop(
+    server: ServerThread,
+) -> None:
+    before = len(client_threads())
+    with connect(server.address) as client:
+        client.create_topic("kept")
+        client.produce("kept", [b"blocking"])
+        transport = client._transport
+        assert isinstance(transport, ServedTransport)
+        severed: list[str] = []
+        client.on_severed(severed.append)  # a callback needs the session kept alive
+        assert transport._loop is not None
+        assert len(client_threads()) == before + 1
+        session = transport.session_id()
+        client.produce("kept", [b"on the loop"])
+        assert values_of(client, "kept") == [b"blocking", b"on the loop"]
+        assert transport.session_id() == session
+        assert server.session_ids() == {session}  # the blocking connection is gone
+        server.call(lambda: server.server.sever(session, "test says so"))
+        wait_until(lambda: severed, 10, message="the severed callback")
+        assert severed == ["test says so"]
+    wait_until(lambda: len(client_threads()) <= before, 10, message="the loop thread ended")
 
 
 # AsyncClient: pipelining, reconnecting, dropped connections -------------------------------

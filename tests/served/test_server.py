@@ -20,8 +20,9 @@ import msgpack
 import pytest
 from msgspec.structs import replace
 
+from broker.client.async_client import AsyncConnection
 from broker.client.client import Client, connect
-from broker.client.served import Address, AsyncConnection
+from broker.client.served import Address
 from broker.discovery import DB_FILE, find_server
 from broker.engine.engine import Engine, ProduceOutcome, ProduceRequest
 from broker.errors import BrokerError, ErrorCode
