@@ -5,11 +5,11 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final
 
 import click
+from msgspec import Struct
 
 from broker.client.client import Client, address_of, connect
 from broker.limits import DEFAULT_LIMITS
@@ -23,16 +23,15 @@ _FRESH_FILES: Final = frozenset(
 )
 
 
-@dataclass
-class State:
+class State(Struct):
     broker: str
     durability: Durability
     token: str | None = None
     explicit_broker: bool = True  # --broker or FENCELOG_BROKER named it
     explicit_durability: bool = False  # --durability on the command line
     request_timeout_s: float = DEFAULT_LIMITS.request_timeout_ms / 1000
-    _client: Client | None = field(default=None, repr=False)
-    _created: Path | None = field(default=None, repr=False)
+    _client: Client | None = None
+    _created: Path | None = None
 
     def address(self) -> str | None:
         """The broker's URL when --broker names a server rather than a directory."""

@@ -22,8 +22,9 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any, Final, Generic, ParamSpec, TypeVar
+
+from msgspec import Struct
 
 from broker.protocol import codec
 from broker.protocol.codec import field, non_negative, txn_id_from_wire
@@ -53,8 +54,7 @@ class Side(enum.Enum):
     WRITE = "write"
 
 
-@dataclass(frozen=True, slots=True)
-class Operation(Generic[P, R]):
+class Operation(Struct, Generic[P, R], frozen=True):
     op: Op
     method: str  # the Engine method that answers it, called with decode_args' keywords
     side: Side
