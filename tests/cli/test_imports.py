@@ -42,7 +42,7 @@ NEVER = (
 RUN = """
 import json, sys
 sys.argv = ["fencelog", *sys.argv[1:]]
-from cli.main import run
+from cli.start import run  # the console script's entry
 try:
     run()
 except SystemExit as exit:
