@@ -62,8 +62,8 @@ CONTROL: Final = (
 FINDINGS: Final = (
     "- PySpark is not what misses the goals: in the same session its own ceiling, a "
     "Python source re-yielding one pre-built 10,000-row batch of the connector's 12 "
-    "columns, reads at 0.73-0.89 of Parquet, and a sink that only counts writes at "
-    "1.06-1.13 of it (two runs of session 14). The connector's own cost per record is "
+    "columns, reads at 0.73-0.99 of Parquet, and a sink that only counts writes at "
+    "1.06-1.25 of it (three runs in session 14). The connector's own cost per record is "
     "what the ratios measure.",
     "- Where a read's time goes (one partition of 300,000 records of 100 bytes, in one "
     "process, no Spark): a 10,000-record page costs 0.62 us of CPU per record embedded, "
