@@ -47,8 +47,8 @@ from broker.client.remote import (
     lost,
     no_reply,
     produce_args,
+    request_frame,
     severed,
-    unencodable,
     wait_s_of,
 )
 from broker.errors import BrokerError, ErrorCode
@@ -152,10 +152,7 @@ class AsyncConnection(asyncio.Protocol):
         if self._closed is not None:
             raise self._closed
         request_id = next(self._ids)
-        try:
-            frame = self._frames.send_request(request_id, op, args)
-        except (OverflowError, TypeError, ValueError) as exc:
-            raise unencodable(op, exc) from exc
+        frame = request_frame(self._frames, request_id, op, args)
         loop = asyncio.get_running_loop()
         future: asyncio.Future[dict[str, Any]] = loop.create_future()
         # a long poll's deadline is its own wait plus the request timeout

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import contextlib
 import itertools
-import select
 import socket
 import time
 from collections.abc import Callable, Sequence
@@ -158,8 +157,14 @@ def no_reply(op: Op, request_timeout_s: float) -> BrokerError:
     )
 
 
-def unencodable(op: Op, exc: Exception) -> BrokerError:
-    return BrokerError(ErrorCode.INVALID_ARGUMENT, f"{op.name} request cannot be encoded: {exc}")
+def request_frame(frames: FrameConnection, request_id: int, op: Op, args: dict[str, Any]) -> bytes:
+    """A request's frame; arguments msgpack cannot encode fail that request alone."""
+    try:
+        return frames.send_request(request_id, op, args)
+    except (OverflowError, TypeError, ValueError) as exc:
+        raise BrokerError(
+            ErrorCode.INVALID_ARGUMENT, f"{op.name} request cannot be encoded: {exc}"
+        ) from exc
 
 
 def error_of(message: ErrorReply) -> BrokerError:
@@ -338,10 +343,7 @@ class BlockingConnection:
         if self._closed is not None:
             raise self._closed
         request_id = next(self._ids)
-        try:
-            frame = self._frames.send_request(request_id, op, args)
-        except (OverflowError, TypeError, ValueError) as exc:
-            raise unencodable(op, exc) from exc
+        frame = request_frame(self._frames, request_id, op, args)
         now = time.monotonic()
         self._pending[request_id] = (op, now + self._request_timeout_s + wait_s_of(args))
         try:
@@ -413,11 +415,14 @@ class BlockingConnection:
             return True
         if self._pending:
             return False
+        self._sock.settimeout(0)  # a look, not a wait
         try:
-            readable, _, _ = select.select([self._sock], [], [], 0)
-        except (OSError, ValueError):
+            self._sock.recv(1, socket.MSG_PEEK)  # b"": closed; a byte: a push unasked for
+        except BlockingIOError:
+            return False
+        except OSError:
             return True
-        return bool(readable)
+        return True
 
     def _fail(self, error: BrokerError) -> None:
         if self._closed is None:

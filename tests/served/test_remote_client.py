@@ -6,6 +6,7 @@ after a restart; a request in flight when the connection drops fails, never rese
 from __future__ import annotations
 
 import asyncio
+import signal
 import socket
 import threading
 import time
@@ -414,6 +415,33 @@ def test_a_blocking_fetch_in_flight_when_the_session_is_severed_is_asked_again(
             fetching.join(timeout=30)
         assert [[r.value for r in records] for records in fetched] == [[b"after"]]
         assert transport._loop is None
+
+
+def test_a_request_interrupted_in_the_callers_thread_leaves_the_client_usable(
+    server: ServerThread,
+) -> None:
+    """Ctrl-C while a blocking fetch waits (here a timer's signal raises instead): the
+    reply it abandoned cannot be told from the next one's, so that connection is given
+    up, and the next request goes out on a new one."""
+
+    class Interrupted(Exception):
+        pass
+
+    def interrupt(signum: int, frame: object) -> None:
+        raise Interrupted
+
+    with connect(server.address) as client:
+        client.create_topic("cut")
+        previous = signal.signal(signal.SIGALRM, interrupt)
+        try:
+            signal.setitimer(signal.ITIMER_REAL, 0.3)
+            with pytest.raises(Interrupted):
+                client.fetch("cut", {0: 0}, wait_ms=10_000)
+        finally:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, previous)
+        client.produce("cut", [b"after"])
+        assert values_of(client, "cut") == [b"after"]
 
 
 def producer_sessions(client: Client) -> set[str]:
