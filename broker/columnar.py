@@ -54,6 +54,19 @@ def empty_batch() -> pa.RecordBatch:
     )
 
 
+def chunks_to_arrow(topic: str, chunks: Sequence[rows.Chunk]) -> pa.RecordBatch:
+    """A fetch of one partition (its page, or its rows where SQLite could not page it)
+    as one batch; an empty fetch as an empty batch."""
+    if not chunks:
+        return empty_batch()
+    if len(chunks) > 1:
+        raise ValueError(f"a fetch of one partition gave {len(chunks)} pages")
+    (chunk,) = chunks
+    if isinstance(chunk, rows.Page):
+        return page_to_arrow(topic, chunk)
+    return rows_to_arrow(topic, chunk)
+
+
 def page_to_arrow(topic: str, page: rows.Page) -> pa.RecordBatch:
     """A page (broker/storage/pages.py) as one batch, column by column."""
     count = page.record_count
@@ -109,7 +122,8 @@ def _ints(column: int | bytes, count: int) -> pa.Array:
         convert_options=_INTS,
     )
     numbers = table.column(0).combine_chunks()
-    assert len(numbers) == count, "one line per record of the page"
+    if len(numbers) != count:
+        raise ValueError(f"a page column has {len(numbers)} numbers for {count} records")
     return numbers
 
 

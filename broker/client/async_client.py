@@ -34,13 +34,13 @@ from broker.client.remote import (
     LOST_EVENT,
     RETRY_SAFE,
     Address,
-    arrow_batch,
     arrow_of,
     cannot_connect,
     cut_short,
     error_of,
     fetch_args,
     fetch_arrow_args,
+    fetched_arrow,
     fetched_records,
     hello_args,
     hello_of,
@@ -603,20 +603,11 @@ class LoopTransport:
         max_records: int,
         fences: Sequence[Fence],
     ) -> Callable[[], pa.RecordBatch]:
-        """fetch_arrow() begun now; the returned call waits for its batch."""
-        work = self.client.fetch_arrow(topic, partition, offset, max_records, 0, fences)
-        asked = asyncio.run_coroutine_threadsafe(work, self._loop)
-
-        def batch() -> pa.RecordBatch:
-            from broker import columnar  # pyarrow: only for columnar readers
-
-            ipc = asked.result()
-            if ipc is None:  # the server has no pyarrow: rows, converted here
-                rows = self.fetch_rows(topic, {partition: offset}, max_records, fences)
-                return columnar.rows_to_arrow(topic, rows)
-            return arrow_batch(ipc)
-
-        return batch
+        """fetch_arrow() begun now; the returned call waits for its batch (built here
+        from the fetched page, as served.py's transport builds it)."""
+        args = fetch_args(topic, {partition: offset}, max_records, 0, fences, pages=True)
+        asked = asyncio.run_coroutine_threadsafe(self.client.request(Op.FETCH, args), self._loop)
+        return lambda: fetched_arrow(topic, asked.result())
 
     def fetch_ahead(
         self,

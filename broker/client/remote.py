@@ -251,13 +251,21 @@ def arrow_of(reply: dict[str, Any]) -> bytes:
     return ipc
 
 
-def arrow_batch(ipc: bytes) -> pa.RecordBatch:
+def fetched_arrow(topic: str, reply: dict[str, Any]) -> pa.RecordBatch:
+    """A FETCH reply of one partition as one Arrow batch, built here from its page (or
+    its rows): the server sends the page's few values rather than twelve columns, and
+    each reader builds its own batches (bench/RESULTS.md, "PySpark connector against
+    Parquet")."""
     from broker import columnar  # pyarrow: only for columnar readers
 
+    if "pages" in reply:
+        chunks = codec.chunks_from_wire(reply["pages"])
+    else:  # a server before pages
+        chunks = [codec.rows_of_reply(reply)]
     try:
-        return columnar.batch_from_ipc(ipc)
-    except ValueError as exc:
-        raise BrokerError(ErrorCode.PROTOCOL_ERROR, f"a FETCH_ARROW reply: {exc}") from exc
+        return columnar.chunks_to_arrow(topic, chunks)
+    except (TypeError, ValueError) as exc:  # pyarrow's ArrowInvalid is a ValueError
+        raise BrokerError(ErrorCode.PROTOCOL_ERROR, f"a fetched page is malformed: {exc}") from exc
 
 
 def connect_with_backoff(open_once: Callable[[float], T], connect_timeout_s: float) -> T:

@@ -26,18 +26,16 @@ from broker.client.remote import (
     RETRY_SAFE,
     Address,
     BlockingConnection,
-    arrow_batch,
-    arrow_of,
     connect_with_backoff,
     fetch_args,
-    fetch_arrow_args,
+    fetched_arrow,
     fetched_records,
     produce_args,
 )
 from broker.errors import BrokerError, ErrorCode
 from broker.limits import DEFAULT_LIMITS
 from broker.protocol import codec
-from broker.protocol.messages import ARROW_FEATURE, Op
+from broker.protocol.messages import Op
 from broker.protocol.ops import Operation
 from broker.rows import AuditRow, Row
 from broker.types import (
@@ -243,23 +241,9 @@ class ServedTransport:
         fences: Sequence[Fence],
     ) -> Callable[[], pa.RecordBatch]:
         """fetch_arrow() sent now; the returned call reads its batch."""
-        if ARROW_FEATURE not in self._features():
-            rows = self._later(
-                Op.FETCH, fetch_args(topic, {partition: offset}, max_records, 0, fences)
-            )
-
-            def converted() -> pa.RecordBatch:
-                from broker import columnar  # the server has no pyarrow: converted here
-
-                return columnar.rows_to_arrow(topic, codec.rows_of_reply(rows()))
-
-            return converted
-        args = fetch_arrow_args(topic, partition, offset, max_records, 0, fences)
-        reply = self._later(Op.FETCH_ARROW, args)
-        return lambda: arrow_batch(arrow_of(reply()))
-
-    def _features(self) -> frozenset[str]:
-        return self._connection.hello.features
+        args = fetch_args(topic, {partition: offset}, max_records, 0, fences, pages=True)
+        reply = self._later(Op.FETCH, args)
+        return lambda: fetched_arrow(topic, reply())
 
     def ownership(self, group: str | None) -> list[OwnershipInfo]:
         reply = self._request(Op.OWNERSHIP, {"group": group})

@@ -729,12 +729,7 @@ class Engine:
         from broker import columnar  # pyarrow: only for columnar readers
 
         chunks = self.fetch_pages(topic, {partition: offset}, max_records, fences)
-        if not chunks:
-            return columnar.empty_batch()
-        (chunk,) = chunks
-        if isinstance(chunk, rows.Page):
-            return columnar.page_to_arrow(topic, chunk)
-        return columnar.rows_to_arrow(topic, chunk)
+        return columnar.chunks_to_arrow(topic, chunks)
 
     # transactions -------------------------------------------------------------------
 

@@ -322,12 +322,18 @@ def records_from_chunks(topic: str, wire: object) -> list[Record]:
     """A FETCH reply's pages and rows as Records of the topic; anything malformed (a
     page whose columns disagree with its count, a field of the wrong type) is a
     ProtocolError."""
-    if not isinstance(wire, tuple | list):
-        raise ProtocolError("field 'pages' must be an array of pages and rows")
+    chunks = chunks_from_wire(wire)
     try:
-        return records_of_chunks(topic, [_chunk_from_wire(chunk) for chunk in wire])
+        return records_of_chunks(topic, chunks)
     except (TypeError, ValueError, msgpack.UnpackException) as exc:
         raise ProtocolError(f"a fetched page is malformed: {exc}") from exc
+
+
+def chunks_from_wire(wire: object) -> list[Chunk]:
+    """A FETCH reply's pages and rows, each checked for its shape."""
+    if not isinstance(wire, tuple | list):
+        raise ProtocolError("field 'pages' must be an array of pages and rows")
+    return [_chunk_from_wire(chunk) for chunk in wire]
 
 
 _PAGE_FIELDS: Final = (

@@ -26,10 +26,12 @@ from hypothesis import strategies as st
 from broker import columnar
 from broker.client.client import Client, connect
 from broker.client.embedded import EmbeddedTransport
+from broker.client.remote import fetched_arrow
 from broker.client.served import ServedTransport
 from broker.engine.engine import Engine
 from broker.errors import BrokerError, ErrorCode
 from broker.limits import DEFAULT_LIMITS, Limits
+from broker.protocol import codec
 from broker.protocol.messages import Op
 from broker.server import server as server_module
 from broker.storage import logs, pages
@@ -319,6 +321,34 @@ def test_a_served_fetch_arrow_long_polls_for_new_records(data_dir: Path) -> None
         ipc = waiting.result(timeout=10)
     assert ipc is not None
     assert columnar.batch_from_ipc(ipc).column("value").to_pylist() == [b"late"]
+
+
+@pytest.mark.parametrize(
+    "page",
+    [
+        [0, 0, 2, b"ab", b"1\n", 0, b"", -1, [], [0, 0, 0, 0, None]],  # 1 length, 2 records
+        [0, 0, 2, b"ab", 1, b"7\nx\n", b"", -1, [], [0, 0, 0, 0, None]],  # not a number
+        [0, 0, 1, b"a", 1, 0, b"", -1, [], [0, 0]],  # 2 producer columns
+    ],
+    ids=["lengths short", "timestamp not a number", "producer columns"],
+)
+def test_a_malformed_fetched_page_is_a_protocol_error(page: list[object]) -> None:
+    """A served reader builds its batch from the page a FETCH returns: a page that does
+    not add up is the server's fault, said as such, not a crash of the reader."""
+    with pytest.raises(BrokerError) as refused:
+        fetched_arrow(TOPIC, {"pages": [{"page": page}]})
+    assert refused.value.code is ErrorCode.PROTOCOL_ERROR
+
+
+def test_a_fetched_page_becomes_the_batch_the_engine_builds(client: Client) -> None:
+    client.produce(TOPIC, [b"v%d" % i for i in range(30)], key=b"k", headers=(("h", b"1"),))
+    engine_batch = client.fetch_arrow(TOPIC, 0, 5)
+    if isinstance(client._transport, EmbeddedTransport):
+        engine = client._transport.engine
+        chunks = engine.fetch_pages(TOPIC, {0: 5}, 100)
+        reply = {"pages": codec.chunks_to_wire(chunks)}
+        assert fetched_arrow(TOPIC, reply).equals(engine_batch)
+    assert engine_batch.column("offset").to_pylist() == list(range(5, 30))
 
 
 @pytest.mark.parametrize(
