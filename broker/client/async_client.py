@@ -591,8 +591,8 @@ class LoopTransport:
         max_records: int,
         fences: Sequence[Fence],
     ) -> pa.RecordBatch:
-        """The server builds the batch when it can (FETCH_ARROW); otherwise rows are
-        fetched and converted here."""
+        """One partition's page from offset as an Arrow batch, built here from the
+        page the server sends (remote.fetched_arrow)."""
         return self.fetch_arrow_ahead(topic, partition, offset, max_records, fences)()
 
     def fetch_arrow_ahead(
