@@ -31,15 +31,13 @@ from broker.client.remote import (
     BACKOFF_FIRST_S,
     BACKOFF_MAX_S,
     ENDED,
-    LOST_EVENT,
     RETRY_SAFE,
     Address,
-    arrow_of,
     cannot_connect,
+    checked_request_timeout,
     cut_short,
     error_of,
     fetch_args,
-    fetch_arrow_args,
     fetched_arrow,
     fetched_records,
     hello_args,
@@ -320,6 +318,8 @@ class AsyncConnection(asyncio.Protocol):
 
 
 _Pending = tuple[int, "asyncio.Future[dict[str, Any]]", float, Op]
+# The push a connection gives itself when it is lost with its session (see _fail_all).
+LOST_EVENT: Final = "connection_lost"
 _WATCH_MAX_S: Final = 1.0  # a pending request's deadline is checked at least this often
 
 
@@ -341,13 +341,8 @@ class AsyncClient:
         busy_poll_us: int = 0,
         request_timeout_s: float = DEFAULT_LIMITS.request_timeout_ms / 1000,
     ) -> None:
-        if not request_timeout_s > 0:
-            raise BrokerError(
-                ErrorCode.INVALID_ARGUMENT,
-                f"the request timeout must be positive, not {request_timeout_s}",
-            )
         self.address = address
-        self._request_timeout_s = request_timeout_s
+        self._request_timeout_s = checked_request_timeout(request_timeout_s)
         self._busy_poll = BusyPoll(busy_poll_us)  # shared by its connections, one at a time
         self._token = token
         self._connect_timeout_s = connect_timeout_s
@@ -464,8 +459,18 @@ class AsyncClient:
         answer FETCH_ARROW (it has no pyarrow), fetch rows instead."""
         if ARROW_FEATURE not in (await self.connection()).features:
             return None
-        args = fetch_arrow_args(topic, partition, offset, max_records, wait_ms, fences)
-        return arrow_of(await self.request(Op.FETCH_ARROW, args))
+        args = {
+            "topic": topic,
+            "partition": partition,
+            "offset": offset,
+            "max_records": max_records,
+            "wait_ms": wait_ms,
+            "fences": codec.fences_to_wire(fences),
+        }
+        ipc = (await self.request(Op.FETCH_ARROW, args)).get("arrow")
+        if not isinstance(ipc, bytes):
+            raise BrokerError(ErrorCode.PROTOCOL_ERROR, "a FETCH_ARROW reply without its batch")
+        return ipc
 
     async def own(self, group: str, claims: Sequence[tuple[str, int]]) -> list[Claimed]:
         reply = await self.request(Op.OWN, {"group": group, "claims": list(claims)})

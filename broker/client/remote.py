@@ -56,8 +56,6 @@ RETRY_SAFE: Final = frozenset(
     | {entry.op for entry in OPERATIONS if entry.retry_safe}
 )
 ENDED: Final = frozenset({ErrorCode.CONNECTION_FAILED, ErrorCode.SEVERED})
-# The push a connection gives itself when it is lost with its session (async_client.py).
-LOST_EVENT: Final = "connection_lost"
 _READ_BYTES: Final = 256 * 1024
 
 
@@ -100,6 +98,16 @@ class Hello(Struct, frozen=True):
     session_id: str
     limits: Limits
     features: frozenset[str]
+
+
+def checked_request_timeout(request_timeout_s: float) -> float:
+    """A request's deadline in seconds, refused unless positive."""
+    if not request_timeout_s > 0:
+        raise BrokerError(
+            ErrorCode.INVALID_ARGUMENT,
+            f"the request timeout must be positive, not {request_timeout_s}",
+        )
+    return request_timeout_s
 
 
 def hello_args(token: str | None) -> dict[str, Any]:
@@ -226,31 +234,6 @@ def fetched_records(topic: str, reply: dict[str, Any]) -> list[Record]:
     return codec.rows_from_wire(topic, reply.get("rows"))  # a server before pages
 
 
-def fetch_arrow_args(
-    topic: str,
-    partition: int,
-    offset: int,
-    max_records: int,
-    wait_ms: int,
-    fences: Sequence[Fence],
-) -> dict[str, Any]:
-    return {
-        "topic": topic,
-        "partition": partition,
-        "offset": offset,
-        "max_records": max_records,
-        "wait_ms": wait_ms,
-        "fences": codec.fences_to_wire(fences),
-    }
-
-
-def arrow_of(reply: dict[str, Any]) -> bytes:
-    ipc = reply.get("arrow")
-    if not isinstance(ipc, bytes):
-        raise BrokerError(ErrorCode.PROTOCOL_ERROR, "a FETCH_ARROW reply without its batch")
-    return ipc
-
-
 def fetched_arrow(topic: str, reply: dict[str, Any]) -> pa.RecordBatch:
     """A FETCH reply of one partition as one Arrow batch, built here from its page (or
     its rows): the server sends the page's few values rather than twelve columns, and
@@ -357,9 +340,13 @@ class BlockingConnection:
         try:
             self._sock.settimeout(self._request_timeout_s)
             self._sock.sendall(frame)
-        except BaseException as exc:
-            self._fail(lost(exc) if isinstance(exc, OSError) else _interrupted())
-            raise self._failure(exc) from exc
+        except OSError as exc:
+            error = lost(exc)
+            self._fail(error)
+            raise error from exc
+        except BaseException:  # interrupted mid-frame: what follows cannot be read
+            self._fail(_interrupted())
+            raise
         self.last_sent = now
         return request_id
 
@@ -370,9 +357,12 @@ class BlockingConnection:
                 raise self._closed
             try:
                 self._read(request_id)
-            except BaseException as exc:
-                self._fail(exc if isinstance(exc, BrokerError) else _interrupted())
-                raise self._failure(exc) from exc
+            except BrokerError as error:
+                self._fail(error)
+                raise
+            except BaseException:  # interrupted mid-reply: its rest cannot be told apart
+                self._fail(_interrupted())
+                raise
         reply = self._replies.pop(request_id)
         if isinstance(reply, BrokerError):
             raise reply
@@ -440,9 +430,6 @@ class BlockingConnection:
         self._pending.clear()
         with contextlib.suppress(OSError):
             self._sock.close()
-
-    def _failure(self, exc: BaseException) -> BaseException:
-        return exc if not isinstance(exc, OSError) else (self._closed or lost(exc))
 
     def abort(self) -> None:
         """End the connection under whoever is reading it (another thread)."""

@@ -26,6 +26,7 @@ from broker.client.remote import (
     RETRY_SAFE,
     Address,
     BlockingConnection,
+    checked_request_timeout,
     connect_with_backoff,
     fetch_args,
     fetched_arrow,
@@ -81,14 +82,9 @@ class ServedTransport:
         request_timeout_s: float = DEFAULT_LIMITS.request_timeout_ms / 1000,
         connect_timeout_s: float = DEFAULT_LIMITS.connect_timeout_ms / 1000,
     ) -> None:
-        if not request_timeout_s > 0:
-            raise BrokerError(
-                ErrorCode.INVALID_ARGUMENT,
-                f"the request timeout must be positive, not {request_timeout_s}",
-            )
         self.address = address
         self._token = token
-        self._request_timeout_s = request_timeout_s
+        self._request_timeout_s = checked_request_timeout(request_timeout_s)
         self._connect_timeout_s = connect_timeout_s
         self._using = threading.Lock()  # held by the thread using the connection
         self._loop: LoopTransport | None = None
@@ -120,8 +116,8 @@ class ServedTransport:
                 return self._send(op, args)
             finally:
                 self._using.release()
-        future = self._looped().run_async(self._looped().client.request(op, args))
-        return future.result
+        loop = self._looped()
+        return loop.run_async(loop.client.request(op, args)).result
 
     def _send(self, op: Op, args: dict[str, Any]) -> Callable[[], dict[str, Any]]:
         """Send on the connection (the caller holds it); the call that reads the reply."""

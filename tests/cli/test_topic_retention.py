@@ -114,6 +114,7 @@ def test_a_read_below_the_log_start_is_offset_out_of_range(invoke: Invoke, data_
         (("serve", "--clean-interval", "0s"), "--clean-interval must be positive"),
         (("serve", "--http-listen", "nowhere"), "--http-listen 'nowhere' is not HOST:PORT"),
         (("wait-ready", "--timeout", "0s"), "--timeout must be positive"),
+        (("--request-timeout", "0s", "topic", "list"), "--request-timeout must be positive"),
     ],
 )
 def test_bad_operator_options_are_one_line_errors(

@@ -375,6 +375,19 @@ def test_plain_requests_go_over_a_blocking_connection_without_a_loop_thread(
         assert len(server.session_ids()) == 1
 
 
+@pytest.mark.parametrize("timeout_s", [0, -1.5])
+def test_a_request_timeout_that_is_not_positive_is_refused(
+    server: ServerThread, timeout_s: float
+) -> None:
+    before = len(client_threads())
+    with pytest.raises(BrokerError) as refused:
+        connect(server.address, request_timeout_s=timeout_s)
+    assert refused.value.code is ErrorCode.INVALID_ARGUMENT
+    assert f"the request timeout must be positive, not {timeout_s}" in refused.value.message
+    assert server.session_ids() == set()  # refused before connecting
+    assert len(client_threads()) == before
+
+
 def test_a_client_idle_past_the_session_timeout_goes_on_with_a_new_connection(
     data_dir: Path,
 ) -> None:
