@@ -559,10 +559,10 @@ _PARTS: Final = {
     ("broker/spark.py", "records_of"): "records_of",
     ("broker/client/client.py", "Client.produce"): "client.produce",
     ("broker/core/records.py", "check_records"): CHECK_RECORDS,
-    ("broker/storage/txns.py", "journal_records"): "executemany into txn_data",
+    ("broker/storage/txns.py", "journal_records"): "journal batch insert",
     ("broker/client/client.py", "Client.txn_commit"): "txn_commit",
-    ("broker/storage/txns.py", "copy_partition"): "INSERT ... SELECT copy",
-    ("broker/storage/txns.py", "mark_applied"): "mark_applied (delete journal rows)",
+    ("broker/storage/txns.py", "copy_partition"): "copy into the log",
+    ("broker/storage/txns.py", "mark_applied"): "mark_applied (drop journal batches)",
     ("broker/storage/database.py", "Database.write"): "BEGIN IMMEDIATE/COMMIT",
 }
 _PER_ROWS: Final = 10_000
@@ -1148,10 +1148,10 @@ def _write_finding(d: DeploymentResults, records: int) -> str:
         f"(per 10,000 rows under cProfile, client.produce "
         f"{parts.get('client.produce', 0):.0f} ms, of which check_records "
         f"{parts.get(CHECK_RECORDS, 0):.0f} ms and "
-        f"the executemany into txn_data {parts.get('executemany into txn_data', 0):.0f} ms); "
+        f"the journal's batch insert {parts.get('journal batch insert', 0):.0f} ms); "
         f"then the commit copies every row again, {_us(st['txn_commit']):.1f} us per row "
-        f"(INSERT ... SELECT {parts.get('INSERT ... SELECT copy', 0):.0f} ms, deleting the "
-        f"journal {parts.get('mark_applied (delete journal rows)', 0):.0f} ms per 10,000), "
+        f"(the copy {parts.get('copy into the log', 0):.0f} ms, dropping the journal "
+        f"{parts.get('mark_applied (drop journal batches)', 0):.0f} ms per 10,000), "
         f"one call after all tasks: about {commit_s:.1f} s of the {job_s:.1f} s batch write "
         f"of {records:,} rows."
     )

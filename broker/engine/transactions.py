@@ -4,7 +4,7 @@
     produce  records go to their partitions' data journals, tagged with the txn id
     commit   PREPARE_COMMIT(txn, partitions) is appended to J(G) and COMMITted: the
              commit point. Then APPLY_COMMIT copies each partition's journaled records
-             into its log (one INSERT ... SELECT per partition; up to
+             into its log (its batches unpacked in journal order; up to
              txn_apply_records_max records per SQLite transaction, the last one with
              COMPLETE), and only then is the commit answered, so a caller that reads
              after txn-commit sees the records.
@@ -448,7 +448,7 @@ class Transactions:
         base_offset = logs.end_offset(conn, row, part.partition)
         epoch = self.exclusives.epoch(conn, part.topic_id)
         copied = store.copy_partition(
-            conn, txn_id, part.topic_id, part.partition, base_offset, epoch, part.records
+            conn, txn_id, part.topic_id, part.partition, base_offset, epoch
         )
         logs.advance(conn, row, part.partition, copied, part.bytes)
         store.mark_applied(conn, txn_id, part.topic_id, part.partition, base_offset)

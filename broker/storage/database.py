@@ -5,8 +5,9 @@ Rules this module keeps:
 - WAL mode, `isolation_level=None`, and an explicit `BEGIN IMMEDIATE` for every write, so
   several processes sharing a data directory serialise their writes in SQLite itself.
 - The schema is the numbered files in schema/, applied in order inside one writer
-  transaction; `PRAGMA user_version` records how many have been applied and
-  `PRAGMA application_id` marks the file as fencelog's.
+  transaction (schema 012 with a Python step: storage/txns.move_record_journal);
+  `PRAGMA user_version` records how many have been applied and `PRAGMA application_id`
+  marks the file as fencelog's.
 - A directory or file that is not fencelog's is refused before anything is written to it.
 - The data directory is 0700 and the database files 0600.
 - storage never decides: it persists what the engine tells it and translates SQLite's
@@ -215,6 +216,10 @@ class Database:
             for number, script in SCHEMA_SCRIPTS[version:]:
                 for statement in _statements(script):
                     conn.execute(statement)
+                if number == 12:  # what SQL cannot do: pack the old journal's records
+                    from broker.storage.txns import move_record_journal  # this upgrade only
+
+                    move_record_journal(conn)
                 conn.execute(f"PRAGMA user_version = {number}")
             conn.execute(f"PRAGMA application_id = {APPLICATION_ID}")
 

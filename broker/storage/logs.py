@@ -64,7 +64,7 @@ def all_topics(conn: sqlite3.Connection) -> list[TopicRow]:
 
 def delete_topic(conn: sqlite3.Connection, topic: TopicRow) -> None:
     conn.execute(Q["records_delete_topic"], (topic.topic_id,))
-    conn.execute(Q["txn_data_delete_topic"], (topic.topic_id,))
+    conn.execute(Q["txn_batches_delete_topic"], (topic.topic_id,))
     conn.execute(Q["txn_partitions_zero_topic"], (topic.topic_id,))
     conn.execute(Q["leases_delete_topic"], (topic.topic_id,))
     conn.execute(Q["offsets_delete_topic"], (topic.topic_id,))

@@ -438,12 +438,10 @@ ORDER BY tp.topic_id, tp.partition;
 
 -- name: txn_partition_count
 UPDATE txn_partitions
-SET records = (SELECT count(*) FROM txn_data d
-               WHERE d.txn_id = ?1 AND d.topic_id = txn_partitions.topic_id
-                 AND d.partition = txn_partitions.partition),
-    bytes = (SELECT coalesce(sum(length(value) + coalesce(length(key), 0)), 0) FROM txn_data d
-             WHERE d.txn_id = ?1 AND d.topic_id = txn_partitions.topic_id
-               AND d.partition = txn_partitions.partition)
+SET (records, bytes) = (SELECT coalesce(sum(b.records), 0), coalesce(sum(b.bytes), 0)
+                        FROM txn_batches b
+                        WHERE b.txn_id = ?1 AND b.topic_id = txn_partitions.topic_id
+                          AND b.partition = txn_partitions.partition)
 WHERE txn_id = ?1;
 
 -- name: txn_partitions_drop_empty
@@ -452,65 +450,64 @@ DELETE FROM txn_partitions WHERE txn_id = ? AND records = 0;
 -- name: txn_partition_applied
 UPDATE txn_partitions SET base_offset = ? WHERE txn_id = ? AND topic_id = ? AND partition = ?;
 
--- name: txn_data_end
-SELECT coalesce(max(position) + 1, 0) FROM txn_data
-WHERE txn_id = ? AND topic_id = ? AND partition = ?;
+-- name: txn_batch_end
+-- The position after a partition's last journaled batch (0: none).
+SELECT position + records FROM txn_batches
+WHERE txn_id = ? AND topic_id = ? AND partition = ?
+ORDER BY position DESC LIMIT 1;
 
--- name: txn_data_insert
-INSERT INTO txn_data (txn_id, topic_id, partition, position, timestamp_ms, key, value, headers,
-                      producer_id, generation, epoch)
+-- name: txn_batch_insert
+INSERT INTO txn_batches (txn_id, topic_id, partition, position, records, bytes, timestamp_ms,
+                         producer_id, generation, epoch, body)
 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?);
 
--- name: txn_data_insert_plain
--- Records without key or headers (as record_insert_plain): nothing for sqlite3 to adapt.
-INSERT INTO txn_data (txn_id, topic_id, partition, position, timestamp_ms, key, value, headers,
-                      producer_id, generation, epoch)
-VALUES (?, ?, ?, ?, ?, NULL, ?, X'90', ?, ?, ?);
+-- name: txn_batches_of_partition
+-- APPLY_COMMIT's copy reads a partition's batches in journal order, ?5 at a time from
+-- position ?4 (read whole, each time: a statement left open while the copy inserts
+-- would make SQLite keep a statement journal of every insert).
+SELECT position, records, timestamp_ms, producer_id, generation, body FROM txn_batches
+WHERE txn_id = ?1 AND topic_id = ?2 AND partition = ?3 AND position >= ?4
+ORDER BY position LIMIT ?5;
 
--- name: txn_data_insert_run
--- RUN_ROWS consecutive plain records of a data journal. ?1-?8: transaction, topic,
--- partition, first position, timestamp, pid, generation, epoch.
-INSERT INTO txn_data (txn_id, topic_id, partition, position, timestamp_ms, key, value, headers,
-                      producer_id, generation, epoch)
-VALUES (?1, ?2, ?3, ?4 + {i}, ?5, NULL, {value}, X'90', ?6, ?7, ?8);
+-- name: txn_batches_read
+SELECT coalesce(t.name, ''), b.partition, b.position, b.records, b.timestamp_ms,
+       b.producer_id, b.generation, b.epoch, b.body
+FROM txn_batches b LEFT JOIN topics t ON t.topic_id = b.topic_id
+WHERE b.txn_id = ?
+ORDER BY b.topic_id, b.partition, b.position;
 
--- name: txn_data_copy
+-- name: txn_batches_delete_partition
+DELETE FROM txn_batches WHERE txn_id = ? AND topic_id = ? AND partition = ?;
+
+-- name: txn_batches_delete
+DELETE FROM txn_batches WHERE txn_id = ?;
+
+-- name: txn_batches_older
+-- A member's records of generations before ?3, counted, then deleted by txn_batches_fence.
+SELECT coalesce(sum(records), 0) FROM txn_batches
+WHERE txn_id = ?1 AND producer_id = ?2 AND generation < ?3;
+
+-- name: txn_batches_fence
+DELETE FROM txn_batches WHERE txn_id = ?1 AND producer_id = ?2 AND generation < ?3;
+
+-- name: txn_batches_delete_topic
+DELETE FROM txn_batches WHERE topic_id = ?;
+
+-- name: record_insert_txn_run
+-- RUN_ROWS consecutive records of a journaled plain batch, copied into the log by
+-- APPLY_COMMIT. ?1-?8: topic, partition, first offset, timestamp, pid, generation,
+-- epoch, transaction.
 INSERT INTO records (topic_id, partition, offset, timestamp_ms, key, value, headers,
                      producer_id, generation, sequence, epoch, txn_id)
-SELECT topic_id, partition, ?4 + position, timestamp_ms, key, value, headers, producer_id,
-       generation, 0, ?5, txn_id
-FROM txn_data
-WHERE txn_id = ?1 AND topic_id = ?2 AND partition = ?3;
+VALUES (?1, ?2, ?3 + {i}, ?4, NULL, {value}, X'90', ?5, ?6, 0, ?7, ?8);
 
--- name: txn_data_copy_numbered
+-- name: record_insert_txn_stamped_run
+-- record_insert_txn_run with the producer's timestamp per row (a Kafka client's batch).
+-- ?1-?7: topic, partition, first offset, pid, generation, epoch, transaction; then the
+-- RUN_ROWS values, then the RUN_ROWS timestamps.
 INSERT INTO records (topic_id, partition, offset, timestamp_ms, key, value, headers,
                      producer_id, generation, sequence, epoch, txn_id)
-SELECT topic_id, partition, ?4 + row_number() OVER (ORDER BY position) - 1, timestamp_ms, key,
-       value, headers, producer_id, generation, 0, ?5, txn_id
-FROM txn_data
-WHERE txn_id = ?1 AND topic_id = ?2 AND partition = ?3
-ORDER BY position;
-
--- name: txn_data_read
-SELECT coalesce(t.name, ''), d.partition, d.position, d.timestamp_ms, d.key, d.value,
-       d.headers AS "headers [fencelog_headers]", d.producer_id, d.generation, 0, d.epoch,
-       d.txn_id
-FROM txn_data d LEFT JOIN topics t ON t.topic_id = d.topic_id
-WHERE d.txn_id = ?
-ORDER BY d.topic_id, d.partition, d.position
-LIMIT ?;
-
--- name: txn_data_delete_partition
-DELETE FROM txn_data WHERE txn_id = ? AND topic_id = ? AND partition = ?;
-
--- name: txn_data_delete
-DELETE FROM txn_data WHERE txn_id = ?;
-
--- name: txn_data_fence
-DELETE FROM txn_data WHERE txn_id = ? AND producer_id = ? AND generation < ?;
-
--- name: txn_data_delete_topic
-DELETE FROM txn_data WHERE topic_id = ?;
+VALUES (?1, ?2, ?3 + {i}, {stamp}, NULL, {value}, X'90', ?4, ?5, 0, ?6, ?7);
 
 -- name: txn_member_get
 SELECT producer_id, generation FROM txn_members WHERE txn_id = ? AND member = ?;
@@ -560,11 +557,12 @@ DELETE FROM txn_journal WHERE txn_id = ?;
 -- name: txn_partitions_delete
 DELETE FROM txn_partitions WHERE txn_id = ?;
 
--- name: txn_data_writers
-SELECT DISTINCT producer_id, generation FROM txn_data WHERE txn_id = ?;
+-- name: txn_batch_writers
+SELECT producer_id, generation, sum(records) FROM txn_batches WHERE txn_id = ?
+GROUP BY producer_id, generation;
 
--- name: txn_data_delete_writer
-DELETE FROM txn_data WHERE txn_id = ? AND producer_id = ? AND generation = ?;
+-- name: txn_batches_delete_writer
+DELETE FROM txn_batches WHERE txn_id = ? AND producer_id = ? AND generation = ?;
 
 -- name: txn_members_all
 SELECT member, producer_id, generation FROM txn_members WHERE txn_id = ?;

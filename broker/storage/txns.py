@@ -1,19 +1,22 @@
 """Transactions, their journal entries and their data journals in SQLite: rows, never rules.
 
-The copy of a partition's journaled records into its log is one INSERT ... SELECT: the
-records never pass through Python on their way from the data journal to the log.
+A data journal keeps each produce into a transaction as one row of txn_batches, its
+records packed (schema/012_txn_batches.sql). APPLY_COMMIT's copy unpacks a partition's
+batches in journal order and inserts their records into the log as a plain produce
+does, RUN_ROWS to a statement; the journal is then dropped one row per batch.
 """
 
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Iterable, Sequence
-from itertools import repeat
+from collections.abc import Iterable, Iterator, Sequence
+from typing import Final
 
 import msgpack
+import msgspec
 from msgspec import Struct
 
-from broker.rows import EMPTY_HEADERS, encode_headers
+from broker.rows import EMPTY_HEADERS, decode_headers, encode_headers
 from broker.storage.logs import VALUE, plain_records
 from broker.storage.queries import RUN_ROWS, Q
 from broker.types import NewRecord, Record
@@ -140,14 +143,29 @@ def journal_sequence(
     number of records journaled there."""
     conn.execute(Q["txn_partition_touch"], (txn_id, topic_id, partition))
     row = conn.execute(Q["txn_first_sequence"], (txn_id, topic_id, partition)).fetchone()
-    end = conn.execute(Q["txn_data_end"], (txn_id, topic_id, partition)).fetchone()
-    return (None if row is None else row[0]), int(end[0])
+    return (None if row is None else row[0]), _journal_end(conn, txn_id, topic_id, partition)
+
+
+def _journal_end(conn: sqlite3.Connection, txn_id: int, topic_id: int, partition: int) -> int:
+    """The position after a partition's last journaled record (0: none yet)."""
+    row = conn.execute(Q["txn_batch_end"], (txn_id, topic_id, partition)).fetchone()
+    return 0 if row is None else int(row[0])
 
 
 def set_first_sequence(
     conn: sqlite3.Connection, txn_id: int, topic_id: int, partition: int, sequence: int
 ) -> None:
     conn.execute(Q["txn_first_sequence_set"], (txn_id, topic_id, partition, sequence))
+
+
+# A batch's body: values, then keys, encoded headers and timestamps, each None when no
+# record of the batch has one of its own.
+Body = tuple[list[bytes], list[bytes | None] | None, list[bytes] | None, list[int] | None]
+# The copy's: values as bytearrays, which sqlite3 binds without its adapter lookup.
+CopiedBody = tuple[list[bytearray], list[bytes | None] | None, list[bytes] | None, list[int] | None]
+_encode_body = msgspec.msgpack.Encoder().encode
+_decode_body = msgspec.msgpack.Decoder(Body).decode
+_decode_copied = msgspec.msgpack.Decoder(CopiedBody).decode
 
 
 def journal_records(
@@ -161,66 +179,42 @@ def journal_records(
     generation: int,
     epoch: int,
 ) -> None:
-    """Append records to one partition's data journal, tagged with the transaction, and
-    add them to the partition's counts."""
-    start = int(conn.execute(Q["txn_data_end"], (txn_id, topic_id, partition)).fetchone()[0])
+    """Append records to one partition's data journal as one batch, tagged with the
+    transaction, and add them to the partition's counts."""
+    start = _journal_end(conn, txn_id, topic_id, partition)
     count = len(records)
+    values = list(map(VALUE, records))
+    size = sum(map(len, values))
     if plain_records(records):
-        values = list(map(bytearray, map(VALUE, records)))  # bound as is, see logs.Appends
-        size = sum(map(len, values))
-        conn.execute(Q["txn_partition_add"], (txn_id, topic_id, partition, count, size))
-        in_runs = count - count % RUN_ROWS
-        conn.executemany(
-            Q["txn_data_insert_run"],
+        body = _encode_body((values, None, None, None))
+    else:
+        keys = [record.key for record in records]
+        size += sum(len(key) for key in keys if key)
+        headers = [encode_headers(r.headers) if r.headers else EMPTY_HEADERS for r in records]
+        stamps = [now_ms if r.timestamp_ms is None else r.timestamp_ms for r in records]
+        body = _encode_body(
             (
-                (
-                    txn_id,
-                    topic_id,
-                    partition,
-                    start + first,
-                    now_ms,
-                    producer_id,
-                    generation,
-                    epoch,
-                    *values[first : first + RUN_ROWS],
-                )
-                for first in range(0, in_runs, RUN_ROWS)
-            ),
-        )
-        conn.executemany(
-            Q["txn_data_insert_plain"],
-            zip(
-                repeat(txn_id),
-                repeat(topic_id),
-                repeat(partition),
-                range(start + in_runs, start + count),
-                repeat(now_ms),
-                values[in_runs:],
-                repeat(producer_id),
-                repeat(generation),
-                repeat(epoch),
-            ),
-        )
-        return
-    size = sum(len(record.value) + len(record.key or b"") for record in records)
-    conn.execute(Q["txn_partition_add"], (txn_id, topic_id, partition, count, size))
-    conn.executemany(
-        Q["txn_data_insert"],
-        (
-            (
-                txn_id,
-                topic_id,
-                partition,
-                start + index,
-                now_ms if record.timestamp_ms is None else record.timestamp_ms,
-                record.key,
-                record.value,
-                encode_headers(record.headers) if record.headers else EMPTY_HEADERS,
-                producer_id,
-                generation,
-                epoch,
+                values,
+                None if keys.count(None) == count else keys,
+                None if headers.count(EMPTY_HEADERS) == count else headers,
+                None if stamps.count(now_ms) == count else stamps,
             )
-            for index, record in enumerate(records)
+        )
+    conn.execute(Q["txn_partition_add"], (txn_id, topic_id, partition, count, size))
+    conn.execute(
+        Q["txn_batch_insert"],
+        (
+            txn_id,
+            topic_id,
+            partition,
+            start,
+            count,
+            size,
+            now_ms,
+            producer_id,
+            generation,
+            epoch,
+            body,
         ),
     )
 
@@ -243,17 +237,91 @@ def copy_partition(
     partition: int,
     base_offset: int,
     epoch: int,
-    records: int,
 ) -> int:
-    """APPLY_COMMIT of one partition: copy its journaled records (`records` of them)
-    into the log from base_offset, stamped with the topic's epoch now, inside SQLite;
-    how many were copied. Positions without gaps (nothing fenced or dropped) map
-    straight to offsets; otherwise the records are numbered in position order."""
-    args = (txn_id, topic_id, partition, base_offset, epoch)
-    end = conn.execute(Q["txn_data_end"], args[:3]).fetchone()[0]
-    contiguous = end == records
-    cursor = conn.execute(Q["txn_data_copy" if contiguous else "txn_data_copy_numbered"], args)
-    return cursor.rowcount
+    """APPLY_COMMIT of one partition: copy its journaled records into the log from
+    base_offset, batch after batch in journal order (the offsets contiguous, whatever
+    was fenced or dropped), stamped with the topic's epoch now; how many were copied."""
+    offset = base_offset
+    for count, timestamp_ms, producer_id, generation, body in _journaled(
+        conn, txn_id, topic_id, partition
+    ):
+        values, keys, headers, stamps = _decode_copied(body)
+        head = (topic_id, partition)
+        runs = count - count % RUN_ROWS if keys is None and headers is None else 0
+        if runs and stamps is None:
+            conn.executemany(
+                Q["record_insert_txn_run"],
+                (
+                    (
+                        *head,
+                        offset + first,
+                        timestamp_ms,
+                        producer_id,
+                        generation,
+                        epoch,
+                        txn_id,
+                        *values[first : first + RUN_ROWS],
+                    )
+                    for first in range(0, runs, RUN_ROWS)
+                ),
+            )
+        elif runs and stamps is not None:
+            conn.executemany(
+                Q["record_insert_txn_stamped_run"],
+                (
+                    (
+                        *head,
+                        offset + first,
+                        producer_id,
+                        generation,
+                        epoch,
+                        txn_id,
+                        *values[first : first + RUN_ROWS],
+                        *stamps[first : first + RUN_ROWS],
+                    )
+                    for first in range(0, runs, RUN_ROWS)
+                ),
+            )
+        conn.executemany(
+            Q["record_insert"],
+            (
+                (
+                    *head,
+                    offset + index,
+                    timestamp_ms if stamps is None else stamps[index],
+                    None if keys is None else keys[index],
+                    values[index],
+                    EMPTY_HEADERS if headers is None else headers[index],
+                    producer_id,
+                    generation,
+                    0,
+                    epoch,
+                    txn_id,
+                )
+                for index in range(runs, count)
+            ),
+        )
+        offset += count
+    return offset - base_offset
+
+
+def _journaled(
+    conn: sqlite3.Connection, txn_id: int, topic_id: int, partition: int
+) -> Iterator[tuple[int, int, int, int, bytes]]:
+    """A partition's batches in journal order: records, timestamp, pid, generation, body."""
+    position = 0
+    while True:
+        page = conn.execute(
+            Q["txn_batches_of_partition"], (txn_id, topic_id, partition, position, _COPY_PAGE)
+        ).fetchall()
+        for row in page:
+            yield row[1:]
+        if len(page) < _COPY_PAGE:
+            return
+        position = page[-1][0] + 1
+
+
+_COPY_PAGE: Final = 16  # batches read at a time by the copy
 
 
 def mark_applied(
@@ -262,17 +330,41 @@ def mark_applied(
     """Record that a partition was copied (base_offset -1: its topic was deleted) and
     drop its data journal."""
     conn.execute(Q["txn_partition_applied"], (base_offset, txn_id, topic_id, partition))
-    conn.execute(Q["txn_data_delete_partition"], (txn_id, topic_id, partition))
+    conn.execute(Q["txn_batches_delete_partition"], (txn_id, topic_id, partition))
 
 
 def data_records(conn: sqlite3.Connection, txn_id: int, limit: int) -> list[Record]:
-    """The data journal's records of a transaction (offset: position in its journal)."""
-    return list(map(Record._make, conn.execute(Q["txn_data_read"], (txn_id, limit))))
+    """The data journal's first `limit` records of a transaction (offset: position in
+    its partition's journal)."""
+    found: list[Record] = []
+    cursor = conn.execute(Q["txn_batches_read"], (txn_id,))
+    for topic, partition, position, count, at_ms, producer_id, generation, epoch, body in cursor:
+        if len(found) >= limit:
+            break
+        values, keys, headers, stamps = _decode_body(body)
+        for index in range(min(count, limit - len(found))):
+            found.append(
+                Record(
+                    topic,
+                    partition,
+                    position + index,
+                    at_ms if stamps is None else stamps[index],
+                    None if keys is None else keys[index],
+                    values[index],
+                    () if headers is None else decode_headers(headers[index]),
+                    producer_id,
+                    generation,
+                    0,
+                    epoch,
+                    txn_id,
+                )
+            )
+    return found
 
 
 def discard(conn: sqlite3.Connection, txn_id: int) -> None:
     """Drop everything a transaction journaled: its data, members and pending offsets."""
-    conn.execute(Q["txn_data_delete"], (txn_id,))
+    conn.execute(Q["txn_batches_delete"], (txn_id,))
     conn.execute(Q["txn_members_delete"], (txn_id,))
     conn.execute(Q["txn_offsets_delete"], (txn_id,))
     conn.execute(Q["txn_fences_delete"], (txn_id,))
@@ -284,8 +376,10 @@ def drop_partitions(conn: sqlite3.Connection, txn_id: int) -> None:
 
 def fence_older(conn: sqlite3.Connection, txn_id: int, producer_id: int, generation: int) -> int:
     """Discard a member's records of older generations; how many."""
-    discarded = int(conn.execute(Q["txn_data_fence"], (txn_id, producer_id, generation)).rowcount)
+    args = (txn_id, producer_id, generation)
+    discarded = int(conn.execute(Q["txn_batches_older"], args).fetchone()[0])
     if discarded:
+        conn.execute(Q["txn_batches_fence"], args)
         recount(conn, txn_id)
     return discarded
 
@@ -347,7 +441,7 @@ def topics_of(conn: sqlite3.Connection, txn_id: int) -> list[int]:
 
 
 def delete_topic(conn: sqlite3.Connection, topic_id: int) -> None:
-    conn.execute(Q["txn_data_delete_topic"], (topic_id,))
+    conn.execute(Q["txn_batches_delete_topic"], (topic_id,))
 
 
 def prune(conn: sqlite3.Connection, keep: int) -> None:
@@ -366,10 +460,11 @@ def journaled(conn: sqlite3.Connection, txn_id: int) -> list[TxnPartitionRow]:
 def keep_writers(conn: sqlite3.Connection, txn_id: int, keep: set[tuple[int, int]]) -> int:
     """Discard the journaled records of every (pid, generation) not in keep; how many."""
     dropped = 0
-    for producer_id, generation in conn.execute(Q["txn_data_writers"], (txn_id,)).fetchall():
+    writers = conn.execute(Q["txn_batch_writers"], (txn_id,)).fetchall()
+    for producer_id, generation, records in writers:
         if (producer_id, generation) not in keep:
-            cursor = conn.execute(Q["txn_data_delete_writer"], (txn_id, producer_id, generation))
-            dropped += cursor.rowcount
+            conn.execute(Q["txn_batches_delete_writer"], (txn_id, producer_id, generation))
+            dropped += records
     if dropped:
         recount(conn, txn_id)
     return dropped
@@ -378,3 +473,52 @@ def keep_writers(conn: sqlite3.Connection, txn_id: int, keep: set[tuple[int, int
 def members_of(conn: sqlite3.Connection, txn_id: int) -> dict[str, tuple[int, int]]:
     """member -> (pid, generation)."""
     return {m: (p, g) for m, p, g in conn.execute(Q["txn_members_all"], (txn_id,))}
+
+
+def move_record_journal(conn: sqlite3.Connection) -> None:
+    """Schema 012's move, inside its migration: every record of the old one-row-per-record
+    data journal (txn_data) becomes a batch of one at the same position, then txn_data
+    goes. Only transactions open or prepared at the upgrade have records there."""
+    rows = conn.execute(
+        "SELECT txn_id, topic_id, partition, position, timestamp_ms, key, value, headers,"
+        " producer_id, generation, epoch FROM txn_data"
+    )
+    conn.executemany(
+        Q["txn_batch_insert"],
+        (
+            (
+                txn_id,
+                topic_id,
+                partition,
+                position,
+                1,
+                len(value) + len(key or b""),
+                at_ms,
+                producer_id,
+                generation,
+                epoch,
+                _encode_body(
+                    (
+                        [value],
+                        None if key is None else [key],
+                        None if headers == EMPTY_HEADERS else [headers],
+                        None,
+                    )
+                ),
+            )
+            for (
+                txn_id,
+                topic_id,
+                partition,
+                position,
+                at_ms,
+                key,
+                value,
+                headers,
+                producer_id,
+                generation,
+                epoch,
+            ) in rows.fetchall()
+        ),
+    )
+    conn.execute("DROP TABLE txn_data")

@@ -185,9 +185,9 @@ def stored(data_dir: Path) -> dict[str, list[tuple[Any, ...]]]:
                 conn, "SELECT journal, position, txn_id, kind FROM txn_journal ORDER BY 1, 2"
             ),
             "txn_partitions": table(conn, "SELECT * FROM txn_partitions ORDER BY 1, 2, 3"),
-            "txn_data": table(
+            "txn_batches": table(
                 conn,
-                "SELECT txn_id, topic_id, partition, position, value FROM txn_data "
+                "SELECT txn_id, topic_id, partition, position, records FROM txn_batches "
                 "ORDER BY 1, 2, 3, 4",
             ),
             "offsets": table(
@@ -309,7 +309,7 @@ class Scene:
         snapshot = stored(self.data_dir)
         assert_contiguous(snapshot)
         assert_wholly_absent(snapshot, victim, self.victim)
-        assert not [d for d in snapshot["txn_data"] if d[0] == victim], "journal data kept"
+        assert not [d for d in snapshot["txn_batches"] if d[0] == victim], "journal data kept"
 
     def finish_present(self, processes: Processes, victim: int) -> None:
         """A committed victim: committing again answers it again and changes nothing."""
@@ -318,7 +318,7 @@ class Scene:
         assert info["state"] == "committed", info
         assert info["records"] == 8
         assert stored(self.data_dir) == before
-        assert not [d for d in before["txn_data"] if d[0] == victim], "journal data kept"
+        assert not [d for d in before["txn_batches"] if d[0] == victim], "journal data kept"
 
 
 def step_name(spec: str) -> str:
@@ -378,8 +378,8 @@ def test_an_embedded_fencelog_killed_at_a_failure_point_leaves_whole_transaction
         scene.finish_present(processes, victim)
     else:
         assert txn_states(data_dir)[victim] == "open"
-        journaled = [d for d in snapshot["txn_data"] if d[0] == victim]
-        assert len(journaled) == (0 if step == "begin" else 6)  # data:2's 2nd batch is there
+        journaled = sum(d[4] for d in snapshot["txn_batches"] if d[0] == victim)
+        assert journaled == (0 if step == "begin" else 6)  # data:2's 2nd batch is there
         scene.finish_absent(processes, victim, wait_timeout=step == "begin")
 
 
@@ -457,8 +457,8 @@ def test_a_served_broker_killed_at_a_failure_point_leaves_whole_transactions(
     if step in COMMITTED_STEPS:
         scene.finish_present(processes, txn_id)
     else:
-        journaled = [d for d in snapshot["txn_data"] if d[0] == txn_id]
-        assert len(journaled) == (0 if step == "begin" else 8)
+        journaled = sum(d[4] for d in snapshot["txn_batches"] if d[0] == txn_id)
+        assert journaled == (0 if step == "begin" else 8)
         scene.finish_absent(processes, txn_id, wait_timeout=step == "begin")
 
 
@@ -602,7 +602,7 @@ def test_followers_never_read_a_record_of_a_transaction_that_ended_aborted(
     for label in labels:
         check = assert_wholly_present if label in committed else assert_wholly_absent
         check(snapshot, txn[label], sent[label])
-    assert snapshot["txn_data"] == [], "ended transactions left journal data behind"
+    assert snapshot["txn_batches"] == [], "ended transactions left journal data behind"
 
 
 # the consume-transform-produce copier -------------------------------------------------------
@@ -750,7 +750,7 @@ def check_copied_logs(data_dir: Path, copiers: Copiers) -> None:
     # every commit a copier reported is in the output
     reported = {e["committed"] for e in copiers.events if "committed" in e}
     assert reported <= {r[11] for r in output}
-    assert snapshot["txn_data"] == [], "ended transactions left journal data behind"
+    assert snapshot["txn_batches"] == [], "ended transactions left journal data behind"
 
 
 @pytest.mark.slow

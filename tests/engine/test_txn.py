@@ -210,6 +210,42 @@ def test_keys_headers_and_timestamps_survive_the_journal(client: Client, clock: 
     assert [r.timestamp_ms for r in found] == [journaled_at, journaled_at, 42]
 
 
+def test_every_shape_of_batch_lands_whole_and_in_order(client: Client, clock: FakeClock) -> None:
+    """Batches long enough to be copied many rows to a statement (plain, and with the
+    producer's timestamps), keyed ones with headers, a mixed one, and more small batches
+    than the copy reads at a time: every record lands with its fields, at contiguous
+    offsets, in the order produced."""
+    txn = client.txn_begin("billing")
+    now = clock.now_ms
+    sent: list[NewRecord] = []
+
+    def produce(records: list[NewRecord]) -> None:
+        client.produce("invoices", records, txn=txn.txn_id)
+        sent.extend(records)
+
+    produce([NewRecord(b"plain-%d" % i) for i in range(130)])
+    produce([NewRecord(b"stamped-%d" % i, timestamp_ms=7_000 + i) for i in range(130)])
+    produce(
+        [NewRecord(b"keyed-%d" % i, b"k%d" % (i % 3), (("h", b"%d" % i),)) for i in range(70)]
+    )
+    produce([NewRecord(b"mixed-0", timestamp_ms=5), NewRecord(b"mixed-1"), NewRecord(b"m", b"")])
+    for i in range(40):
+        produce([NewRecord(b"small-%d-a" % i), NewRecord(b"small-%d-b" % i)])
+    assert client.txn_show(txn.txn_id, records_max=1).records[0].value == b"plain-0"
+    clock.advance(1_000)
+    committed = client.txn_commit(txn.txn_id)
+    assert parts(committed) == [("invoices", 0, len(sent), 0)]
+    found = list(client.consume("invoices"))
+    assert [r.offset for r in found] == list(range(len(sent)))
+    assert [(r.value, r.key, r.headers) for r in found] == [
+        (s.value, s.key, s.headers) for s in sent
+    ]
+    assert [r.timestamp_ms for r in found] == [
+        now if s.timestamp_ms is None else s.timestamp_ms for s in sent
+    ]
+    assert {r.txn_id for r in found} == {txn.txn_id}
+
+
 def test_a_second_commit_is_answered_committed_and_changes_nothing(client: Client) -> None:
     txn = client.txn_begin("billing")
     produce_in(client, txn.txn_id, "invoices", ["inv-1", "inv-2"])
@@ -1196,23 +1232,75 @@ def test_counts_follow_records_a_retried_member_and_a_commit_by_members_discard(
     assert log(client, "ledger") == [(1, 0, "kept-1")]
 
 
-def test_an_open_transaction_from_before_kept_counts_is_counted_on_upgrade(
+LEGACY_JOURNAL = """
+CREATE TABLE txn_data (
+    txn_id INTEGER NOT NULL, topic_id INTEGER NOT NULL, partition INTEGER NOT NULL,
+    position INTEGER NOT NULL, timestamp_ms INTEGER NOT NULL, key BLOB, value BLOB NOT NULL,
+    headers BLOB NOT NULL, producer_id INTEGER NOT NULL, generation INTEGER NOT NULL,
+    epoch INTEGER NOT NULL, PRIMARY KEY (txn_id, topic_id, partition, position)
+) STRICT, WITHOUT ROWID
+"""
+
+
+def test_a_transaction_journaled_before_schema_011_commits_after_the_upgrade(
     data_dir: Path, clock: FakeClock
 ) -> None:
-    """Schema 011: a transaction journaled by a broker that counted only at PREPARE."""
+    """Schemas 011 and 012: a transaction journaled by a broker that kept one row per
+    journaled record and counted only at PREPARE is counted, packed and committed."""
     with connect(data_dir, durability="normal", clock=clock) as client:
         client.create_topic("ledger", partitions=2)
         txn = client.txn_begin("billing")
-        produce_in(client, txn.txn_id, "ledger", ["a", "b", "c"])
     conn = sqlite3.connect(data_dir / DB_FILE)
     with conn:
-        conn.execute("UPDATE txn_partitions SET records = 0, bytes = 0")
+        conn.execute("DROP TABLE txn_batches")
+        conn.execute(LEGACY_JOURNAL)
+        at = clock() - 5
+        rows = [  # partition, position, key, value, headers (msgpack)
+            (0, 0, None, b"a", b"\x90"),
+            (0, 1, b"k", b"b", b"\x91\x92\xa1h\xc4\x01v"),  # headers (("h", b"v"),)
+            (1, 0, None, b"c", b"\x90"),
+        ]
+        conn.executemany(
+            "INSERT INTO txn_data VALUES (?, 1, ?, ?, ?, ?, ?, ?, 0, 0, 0)",
+            [
+                (txn.txn_id, part, pos, at, key, value, headers)
+                for part, pos, key, value, headers in rows
+            ],
+        )
+        conn.executemany(
+            "INSERT INTO txn_partitions (txn_id, topic_id, partition) VALUES (?, 1, ?)",
+            [(txn.txn_id, 0), (txn.txn_id, 1)],
+        )
         conn.execute("PRAGMA user_version = 10")
     conn.close()
     with connect(data_dir, durability="normal", clock=clock) as client:
-        assert sum(p.records for p in client.txn_show(txn.txn_id).info.partitions) == 3
+        shown = client.txn_show(txn.txn_id)
+        assert parts(shown.info) == [("ledger", 0, 2, None), ("ledger", 1, 1, None)]
+        assert [p.bytes for p in shown.info.partitions] == [3, 1]
+        assert [
+            (r.partition, r.offset, r.key, r.value, r.headers, r.timestamp_ms)
+            for r in shown.records
+        ] == [
+            (0, 0, None, b"a", (), at),
+            (0, 1, b"k", b"b", (("h", b"v"),), at),
+            (1, 0, None, b"c", (), at),
+        ]
         assert client.txn_commit(txn.txn_id).state == "committed"
-        assert sorted(values(client, "ledger")) == ["a", "b", "c"]
+        stored = [
+            (r.partition, r.offset, r.key, r.value, r.headers, r.timestamp_ms, r.txn_id)
+            for r in client.consume("ledger")
+        ]
+        assert sorted(stored) == [
+            (0, 0, None, b"a", (), at, txn.txn_id),
+            (0, 1, b"k", b"b", (("h", b"v"),), at, txn.txn_id),
+            (1, 0, None, b"c", (), at, txn.txn_id),
+        ]
+    conn = sqlite3.connect(data_dir / DB_FILE)
+    try:
+        tables = {name for (name,) in conn.execute("SELECT name FROM sqlite_schema")}
+    finally:
+        conn.close()
+    assert "txn_data" not in tables and "txn_batches" in tables
 
 
 def test_plain_writes_stay_synced_after_commits_whose_prepare_is_not(data_dir: Path) -> None:
