@@ -225,9 +225,7 @@ def test_every_shape_of_batch_lands_whole_and_in_order(client: Client, clock: Fa
 
     produce([NewRecord(b"plain-%d" % i) for i in range(130)])
     produce([NewRecord(b"stamped-%d" % i, timestamp_ms=7_000 + i) for i in range(130)])
-    produce(
-        [NewRecord(b"keyed-%d" % i, b"k%d" % (i % 3), (("h", b"%d" % i),)) for i in range(70)]
-    )
+    produce([NewRecord(b"keyed-%d" % i, b"k%d" % (i % 3), (("h", b"%d" % i),)) for i in range(70)])
     produce([NewRecord(b"mixed-0", timestamp_ms=5), NewRecord(b"mixed-1"), NewRecord(b"m", b"")])
     for i in range(40):
         produce([NewRecord(b"small-%d-a" % i), NewRecord(b"small-%d-b" % i)])
