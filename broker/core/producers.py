@@ -27,6 +27,9 @@ from broker.errors import BrokerError, ErrorCode
 from broker.types import ProducerEntry
 
 
+_tuple_new = tuple.__new__
+
+
 class Verdict(enum.Enum):
     APPEND = "append"
     DUPLICATE = "duplicate"
@@ -70,6 +73,36 @@ def continues(entry: ProducerEntry, batch: Batch, now_ms: int, pid_lease_ms: int
         batch.first_sequence == entry.high_water_sequence + 1
         and batch.generation == entry.generation
         and now_ms < entry.first_record_ms + pid_lease_ms
+    )
+
+
+def next_entry(
+    entry: ProducerEntry,
+    generation: int,
+    first_sequence: int,
+    count: int,
+    now_ms: int,
+    pid_lease_ms: int,
+    last_offset: int,
+) -> ProducerEntry | None:
+    """The usual batch in one step, from its fields: the entry after it (as after_append
+    makes it) when continues() holds, else None (judge the batch with decide()). The
+    engine's path for every batch of a pid that goes on writing: no Batch is built."""
+    if (
+        first_sequence != entry.high_water_sequence + 1
+        or generation != entry.generation
+        or now_ms >= entry.first_record_ms + pid_lease_ms
+    ):
+        return None
+    return _tuple_new(  # ProducerEntry(...) without its Python-level __new__
+        ProducerEntry,
+        (
+            entry.producer_id,
+            generation,
+            first_sequence + count - 1,
+            entry.first_record_ms,
+            last_offset,
+        ),
     )
 
 

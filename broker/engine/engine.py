@@ -449,28 +449,32 @@ class Engine:
                 producer_id=producer.producer_id,
             )
         (partition,) = by_partition
-        batch = Batch(producer.producer_id, producer.generation, producer.first_sequence, count)
+        producer_id, generation, first_sequence = producer[:3]
         topic_id = row.topic_id
         end = self._hot.end(conn, row, partition)
-        key = (topic_id, partition, batch.producer_id)
-        entry = staged.entry(conn, key, end)
+        key = (topic_id, partition, producer_id)
         lease_ms = self.limits.pid_lease_ms
-        if entry is None or not producer_rules.continues(entry, batch, now_ms, lease_ms):
-            producer_rules.check_batch_fields(batch)
-            judged = entry
-            if entry is None:  # never wrote here, or evicted from memory: ask the log
-                entry = judged = self.producers.entry_from_log(conn, topic_id, partition, key[2])
-                if entry is None:  # its first batch here: judged against the pid as issued
-                    judged = self.producers.first_batch(conn, batch.producer_id, now_ms)
-            verdict = producer_rules.decide(judged, batch, now_ms, lease_ms)
-            if verdict is _DUPLICATE:
-                assert entry is not None, "only a pid with state has duplicates"
-                return self._duplicates(conn, row, partition, entry, batch, appends)
+        if not staged.appended_usual(key, generation, first_sequence, count, end, now_ms, lease_ms):
+            batch = Batch(producer_id, generation, first_sequence, count)
+            entry = staged.entry(conn, key, end)
+            if entry is None or not producer_rules.continues(entry, batch, now_ms, lease_ms):
+                producer_rules.check_batch_fields(batch)
+                judged = entry
+                if entry is None:  # never wrote here, or evicted from memory: ask the log
+                    entry = judged = self.producers.entry_from_log(
+                        conn, topic_id, partition, producer_id
+                    )
+                    if entry is None:  # its first batch here: judged against the pid as issued
+                        judged = self.producers.first_batch(conn, producer_id, now_ms)
+                verdict = producer_rules.decide(judged, batch, now_ms, lease_ms)
+                if verdict is _DUPLICATE:
+                    assert entry is not None, "only a pid with state has duplicates"
+                    return self._duplicates(conn, row, partition, entry, batch, appends)
+            if entry is None:
+                appends.add_lease(topic_id, partition, producer_id, end, now_ms)
+            staged.appended(key, entry, batch, end, now_ms)
         appends.add(topic_id, partition, end, records, now_ms, producer)
-        if entry is None:
-            appends.add_lease(topic_id, partition, batch.producer_id, end, now_ms)
         self._hot.appended(topic_id, partition, end + count)
-        staged.appended(key, entry, batch, end, now_ms)
         name = row.name
         if count == 1:
             return [AppendResult(name, partition, end)]

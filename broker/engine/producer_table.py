@@ -35,7 +35,7 @@ from collections.abc import Callable, Iterator
 
 import msgpack
 
-from broker.core.producers import Batch, after_append, latest_offset
+from broker.core.producers import Batch, after_append, latest_offset, next_entry
 from broker.errors import BrokerError, ErrorCode
 from broker.limits import Limits
 from broker.storage import producers as store
@@ -367,6 +367,38 @@ class Staged:
         )
         if key not in self.table.entries:
             self.last_ms.setdefault(key, last.timestamp_ms)  # when it enters the table
+
+    def appended_usual(
+        self,
+        key: Key,
+        generation: int,
+        first_sequence: int,
+        count: int,
+        end: int,
+        now_ms: int,
+        pid_lease_ms: int,
+    ) -> bool:
+        """The usual batch of a pid that goes on writing, staged at end (the log end) in
+        one step: the table holds the pid's state up to end and core's next_entry says
+        the batch continues it. False: nothing staged; judge the batch in full."""
+        part = key[:2]
+        replayed = self.replayed.get(part)
+        if (self.table.replayed.get(part, 0) if replayed is None else replayed) != end:
+            return False
+        entry = self.changes.get(key) or self.table.entries.get(key)
+        if entry is None:
+            return False
+        after = next_entry(
+            entry, generation, first_sequence, count, now_ms, pid_lease_ms, end + count - 1
+        )
+        if after is None:
+            return False
+        self.changes[key] = after
+        if key not in self.table.entries:
+            self.last_ms.setdefault(key, now_ms)
+        self.replayed[part] = end + count
+        self.appended_records += count
+        return True
 
     def appended(
         self, key: Key, entry: ProducerEntry | None, batch: Batch, base_offset: int, now_ms: int

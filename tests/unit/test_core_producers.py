@@ -21,6 +21,7 @@ from broker.core.producers import (
     continues,
     decide,
     latest_offset,
+    next_entry,
 )
 from broker.errors import BrokerError, ErrorCode
 from broker.types import ProducerEntry
@@ -270,3 +271,29 @@ def test_the_fast_test_for_the_usual_batch_is_an_append_by_the_rules(
     assert not fast or appended
     if appended and sent.generation == entry.generation:
         assert fast
+
+
+@settings(max_examples=300)
+@given(entries, batches, st.integers(0, 4 * LEASE_MS), st.integers(0, 10_000))
+def test_the_one_step_append_of_the_usual_batch_is_continues_then_after_append(
+    entry: ProducerEntry | None, sent: Batch, now_ms: int, end: int
+) -> None:
+    """next_entry, the engine's path for a pid that goes on writing, stages exactly what
+    continues() and after_append() would, and nothing where continues() does not hold."""
+    if entry is None:
+        return
+    last_offset = end + sent.record_count - 1
+    found = next_entry(
+        entry,
+        sent.generation,
+        sent.first_sequence,
+        sent.record_count,
+        now_ms,
+        LEASE_MS,
+        last_offset,
+    )
+    if continues(entry, sent, now_ms, LEASE_MS):
+        assert found == after_append(entry, sent, now_ms, last_offset)
+        assert type(found) is ProducerEntry
+    else:
+        assert found is None
