@@ -26,7 +26,6 @@ from typing import NamedTuple
 from broker.errors import BrokerError, ErrorCode
 from broker.types import ProducerEntry
 
-
 _tuple_new = tuple.__new__
 
 

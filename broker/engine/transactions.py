@@ -105,6 +105,7 @@ class Transactions:
         self.failpoints = Failpoints(os.environ.get(FAILPOINT_ENV))
         self._ids = (0, 0)  # this process's block of txn ids: [next, end)
         self._pending_ids = self._ids  # the block once the BEGIN being written commits
+        self.damaged: dict[int, str] = {}  # prepared, left by recover(): id -> why
 
     # begin, join, produce, offsets ------------------------------------------------------
 
@@ -371,12 +372,27 @@ class Transactions:
         return due
 
     def recover(self) -> list[int]:
-        """Finish every prepared transaction (a start after a crash); their ids."""
+        """Finish every prepared transaction (a start after a crash); their ids. One
+        whose journaled data is damaged (DATA_CORRUPT) stays prepared, and so do the
+        later ones of its journal, which land only after it: `damaged` says which and
+        why, and the broker opens."""
         with self.database.read() as conn:
-            pending = store.prepared(conn)
-        for txn_id in pending:
-            self._apply(txn_id)
-        return pending
+            pending = [(txn_id, self._row(conn, txn_id).journal) for txn_id in store.prepared(conn)]
+        applied: list[int] = []
+        blocked: set[int] = set()
+        for txn_id, journal in pending:
+            if journal in blocked:
+                continue
+            try:
+                self._apply(txn_id)
+            except BrokerError as error:
+                if error.code is not ErrorCode.DATA_CORRUPT:
+                    raise
+                self.damaged[txn_id] = error.message
+                blocked.add(journal)
+                continue
+            applied.append(txn_id)
+        return applied
 
     # reading ------------------------------------------------------------------------------
 

@@ -234,6 +234,13 @@ class Server:
                 txn_id,
                 extra={"event": "recovery", "txn_id": txn_id},
             )
+        for txn_id, why in writer.txns.damaged.items():
+            log.error(
+                "recovery: transaction %d stays prepared: %s",
+                txn_id,
+                why,
+                extra={"event": "recovery_failed", "txn_id": txn_id},
+            )
         self._ready = True
         log.info(
             "serving %s on tcp://%s",

@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Iterable, Iterator, Sequence
-from typing import Final
+from typing import Any, Final
 
 import msgpack
 import msgspec
 from msgspec import Struct
 
+from broker.errors import BrokerError, ErrorCode
 from broker.rows import EMPTY_HEADERS, decode_headers, encode_headers
 from broker.storage.logs import VALUE, plain_records
 from broker.storage.queries import RUN_ROWS, Q
@@ -164,8 +165,30 @@ Body = tuple[list[bytes], list[bytes | None] | None, list[bytes] | None, list[in
 # The copy's: values as bytearrays, which sqlite3 binds without its adapter lookup.
 CopiedBody = tuple[list[bytearray], list[bytes | None] | None, list[bytes] | None, list[int] | None]
 _encode_body = msgspec.msgpack.Encoder().encode
-_decode_body = msgspec.msgpack.Decoder(Body).decode
-_decode_copied = msgspec.msgpack.Decoder(CopiedBody).decode
+_BODY = msgspec.msgpack.Decoder(Body)
+_COPIED = msgspec.msgpack.Decoder(CopiedBody)
+
+
+def _unpacked(
+    decoder: msgspec.msgpack.Decoder[Any], body: bytes, count: int, txn_id: int, where: str
+) -> Any:
+    """A batch's body, checked: its columns as the batch's row says, else DATA_CORRUPT
+    (the file was damaged under SQLite's checks; nothing of the batch is used)."""
+    try:
+        columns = decoder.decode(body)
+    except msgspec.MsgspecError as error:
+        problem = str(error)
+    else:
+        if all(column is None or len(column) == count for column in columns):
+            return columns
+        problem = f"its columns do not hold {count} records"
+    raise BrokerError(
+        ErrorCode.DATA_CORRUPT,
+        f"transaction {txn_id}'s journaled batch at {where} is damaged: {problem}",
+        txn_id=txn_id,
+        hint="`fencelog check` tells what is damaged; restore a snapshot "
+        "(`fencelog snapshot restore FILE --force`)",
+    )
 
 
 def journal_records(
@@ -242,10 +265,11 @@ def copy_partition(
     base_offset, batch after batch in journal order (the offsets contiguous, whatever
     was fenced or dropped), stamped with the topic's epoch now; how many were copied."""
     offset = base_offset
-    for count, timestamp_ms, producer_id, generation, body in _journaled(
+    for position, count, timestamp_ms, producer_id, generation, body in _journaled(
         conn, txn_id, topic_id, partition
     ):
-        values, keys, headers, stamps = _decode_copied(body)
+        where = f"topic id {topic_id} partition {partition} position {position}"
+        values, keys, headers, stamps = _unpacked(_COPIED, body, count, txn_id, where)
         head = (topic_id, partition)
         runs = count - count % RUN_ROWS if keys is None and headers is None else 0
         if runs and stamps is None:
@@ -307,15 +331,15 @@ def copy_partition(
 
 def _journaled(
     conn: sqlite3.Connection, txn_id: int, topic_id: int, partition: int
-) -> Iterator[tuple[int, int, int, int, bytes]]:
-    """A partition's batches in journal order: records, timestamp, pid, generation, body."""
+) -> Iterator[tuple[int, int, int, int, int, bytes]]:
+    """A partition's batches in journal order: position, records, timestamp, pid,
+    generation, body."""
     position = 0
     while True:
         page = conn.execute(
             Q["txn_batches_of_partition"], (txn_id, topic_id, partition, position, _COPY_PAGE)
         ).fetchall()
-        for row in page:
-            yield row[1:]
+        yield from page
         if len(page) < _COPY_PAGE:
             return
         position = page[-1][0] + 1
@@ -341,7 +365,8 @@ def data_records(conn: sqlite3.Connection, txn_id: int, limit: int) -> list[Reco
     for topic, partition, position, count, at_ms, producer_id, generation, epoch, body in cursor:
         if len(found) >= limit:
             break
-        values, keys, headers, stamps = _decode_body(body)
+        where = f"{topic or 'a deleted topic'} partition {partition} position {position}"
+        values, keys, headers, stamps = _unpacked(_BODY, body, count, txn_id, where)
         for index in range(min(count, limit - len(found))):
             found.append(
                 Record(

@@ -1301,6 +1301,43 @@ def test_a_transaction_journaled_before_schema_011_commits_after_the_upgrade(
     assert "txn_data" not in tables and "txn_batches" in tables
 
 
+@pytest.mark.parametrize(
+    ("damage", "said"),
+    [
+        ("UPDATE txn_batches SET body = X'c1'", "is damaged"),
+        ("UPDATE txn_batches SET records = 3", "its columns do not hold 3 records"),
+    ],
+)
+def test_a_damaged_journal_batch_is_data_corrupt_and_lands_nothing(
+    data_dir: Path, clock: FakeClock, damage: str, said: str
+) -> None:
+    """A batch whose body does not decode as its row says (the file damaged under
+    SQLite's own checks): the commit is DATA_CORRUPT and lands nothing; the broker still
+    opens (the transaction stays prepared, as do later ones of its journal) and serves."""
+    with connect(data_dir, durability="normal", clock=clock) as client:
+        client.create_topic("ledger", partitions=1)
+        txn = client.txn_begin("billing")
+        produce_in(client, txn.txn_id, "ledger", ["a", "b"])
+    conn = sqlite3.connect(data_dir / DB_FILE)
+    with conn:
+        conn.execute(damage)
+    conn.close()
+    with connect(data_dir, durability="normal", clock=clock) as client:
+        error = refused(ErrorCode.DATA_CORRUPT, lambda: client.txn_commit(txn.txn_id))
+        assert f"transaction {txn.txn_id}'s journaled batch" in error.message
+        assert said in error.message
+        later = client.txn_begin("billing")
+        produce_in(client, later.txn_id, "ledger", ["c"])
+        refused(ErrorCode.DATA_CORRUPT, lambda: client.txn_commit(later.txn_id))
+        assert values(client, "ledger") == []
+    with connect(data_dir, durability="normal", clock=clock) as client:  # recovery skips them
+        assert client.txn_show(later.txn_id, records_max=0).info.state == "prepared"
+        with client.transaction("other-group") as other:
+            other.produce("ledger", ["d"])
+        client.produce("ledger", ["e"])
+        assert values(client, "ledger") == ["d", "e"]
+
+
 def test_plain_writes_stay_synced_after_commits_whose_prepare_is_not(data_dir: Path) -> None:
     """Under durability full, PREPARE_COMMIT's write is not synced on its own (the copy
     after it is, and covers it); the connection must go back to syncing every commit,

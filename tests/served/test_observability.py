@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import socket
+import sqlite3
 import subprocess
 import threading
 import urllib.error
@@ -16,6 +17,7 @@ from confluent_kafka import Producer
 from prometheus_client.parser import text_string_to_metric_families
 
 from broker.client.client import connect
+from broker.discovery import DB_FILE
 from broker.errors import ErrorCode
 from support.helpers import fencelog_script, user_env
 from support.servers import ServeProcess, serving
@@ -262,3 +264,42 @@ def test_a_commit_finished_at_start_is_logged_as_recovery(tmp_path: Path) -> Non
     assert [e["event"] for e in events].index("recovery") < [e["event"] for e in events].index(
         "start"
     )
+
+
+def test_a_prepared_commit_with_damaged_data_is_logged_and_the_server_serves(
+    tmp_path: Path,
+) -> None:
+    data_dir = tmp_path / "data"
+    env = user_env()
+
+    def fencelog(*args: str, **extra: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [str(fencelog_script()), "--broker", str(data_dir), *args],
+            capture_output=True,
+            text=True,
+            timeout=STEP_S,
+            env=env | extra,
+            check=False,
+        )
+
+    assert fencelog("topic", "create", "t").returncode == 0
+    begun = fencelog("txn-begin", "--group", "g", "--json")
+    txn_id = json.loads(begun.stdout)["txn_id"]
+    assert fencelog("produce", "t", "--txn", str(txn_id), "--value", "v").returncode == 0
+    killed = fencelog("txn-commit", str(txn_id), FENCELOG_FAILPOINT="prepare")
+    assert killed.returncode == -9  # prepared, not applied
+    damaged = sqlite3.connect(data_dir / DB_FILE)
+    with damaged:
+        damaged.execute("UPDATE txn_batches SET body = X'c1'")
+    damaged.close()
+    args = ("--no-unix", "--log-format", "json")
+    with serving(data_dir, tmp_path / "ready.json", serve_args=args) as server:
+        with connect(server.address) as client:
+            client.produce("t", ["plain"])
+            assert [r.value for r in client.fetch("t", {0: 0})] == [b"plain"]
+        server.stop()
+        events = [json.loads(line) for line in server.stderr_text().splitlines()]
+    (failed,) = [e for e in events if e["event"] == "recovery_failed"]
+    assert failed["txn_id"] == txn_id and failed["level"] == "error"
+    assert f"transaction {txn_id} stays prepared" in failed["message"]
+    assert not [e for e in events if e["event"] == "recovery"]
