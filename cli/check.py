@@ -1,4 +1,5 @@
-"""fencelog check: SQLite's integrity check of a data directory, and what to do."""
+"""fencelog check: SQLite's integrity check of a data directory and a decode of its
+transactions' journaled batches, and what to do."""
 
 from __future__ import annotations
 
@@ -20,10 +21,12 @@ _WHAT_TO_DO = (
 
 
 def check(as_json: JsonFlag = False) -> None:
-    """Check the data directory's database with SQLite's integrity check.
+    """Check the data directory's database for damage.
 
-    Reads the file only (a running server may keep using it). Exit 0 when it passes,
-    37 (DATA_CORRUPT) with what was found and what to do when it does not.
+    SQLite's integrity check, then every batch journaled into a transaction decoded
+    (SQLite cannot see inside them). Reads the file only (a running server may keep
+    using it). Exit 0 when it passes, 37 (DATA_CORRUPT) with what was found and what
+    to do when it does not.
     """
     current = state()
     if current.address() is not None:
@@ -47,11 +50,11 @@ def check(as_json: JsonFlag = False) -> None:
         )
     elif found.ok:
         out.line(
-            f"ok: {found.db_path} passed SQLite's integrity check "
-            f"(schema {found.schema_version}, {found.bytes} bytes)"
+            f"ok: {found.db_path} passed SQLite's integrity check and the journaled "
+            f"batches' (schema {found.schema_version}, {found.bytes} bytes)"
         )
     else:
-        out.line(f"damaged: {found.db_path} ({found.bytes} bytes) failed SQLite's integrity check:")
+        out.line(f"damaged: {found.db_path} ({found.bytes} bytes) failed its check:")
         for problem in found.problems:
             out.line(f"  {problem}")
         out.line(f"what to do: {_WHAT_TO_DO}")

@@ -58,6 +58,7 @@ def _schema_scripts() -> list[tuple[int, str]]:
 
 SCHEMA_SCRIPTS: Final = _schema_scripts()
 SCHEMA_VERSION: Final = len(SCHEMA_SCRIPTS)
+TXN_BATCHES_SCHEMA: Final = 12  # data journals as packed batches, moved by a Python step
 
 
 def _statements(script: str) -> Iterator[str]:
@@ -216,7 +217,7 @@ class Database:
             for number, script in SCHEMA_SCRIPTS[version:]:
                 for statement in _statements(script):
                     conn.execute(statement)
-                if number == 12:  # what SQL cannot do: pack the old journal's records
+                if number == TXN_BATCHES_SCHEMA:  # what SQL cannot do: pack the old records
                     from broker.storage.txns import move_record_journal  # this upgrade only
 
                     move_record_journal(conn)

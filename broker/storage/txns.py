@@ -547,3 +547,21 @@ def move_record_journal(conn: sqlite3.Connection) -> None:
         ),
     )
     conn.execute("DROP TABLE txn_data")
+
+
+def damaged_batches(conn: sqlite3.Connection, limit: int) -> list[str]:
+    """Up to `limit` journaled batches whose packed records do not match their row,
+    each said as the commit would say it (`fencelog check`)."""
+    problems: list[str] = []
+    rows = conn.execute(
+        "SELECT txn_id, topic_id, partition, position, records, body FROM txn_batches"
+    )
+    for txn_id, topic_id, partition, position, count, body in rows:
+        where = f"topic id {topic_id} partition {partition} position {position}"
+        try:
+            _unpacked(_BODY, body, count, txn_id, where)
+        except BrokerError as error:
+            problems.append(error.message)
+            if len(problems) >= limit:
+                break
+    return problems

@@ -204,6 +204,24 @@ def test_check_names_the_damage_and_what_to_do(
     assert report["ok"] is False and report["problems"]
 
 
+def test_check_finds_a_damaged_transaction_batch(invoke: Invoke, filled: Path) -> None:
+    """A journaled batch whose packed records SQLite's own checks cannot see into."""
+    txn_id = json_lines(expect(invoke("txn-begin", "--group", "g", "--json"), 0).stdout)[0][
+        "txn_id"
+    ]
+    expect(invoke("produce", "t", "--txn", str(txn_id), "--partition", "1", "--value", "a"), 0)
+    damaged = sqlite3.connect(filled / DB_FILE)
+    with damaged:
+        damaged.execute("UPDATE txn_batches SET body = X'c1'")
+    damaged.close()
+    result = expect(invoke("check"), ErrorCode.DATA_CORRUPT)
+    assert result.stdout.startswith(f"damaged: {filled / DB_FILE}")
+    said = f"transaction {txn_id}'s journaled batch at topic id 1 partition 1 position 0"
+    assert said in result.stdout
+    report = json_lines(expect(invoke("check", "--json"), 37).stdout)[0]
+    assert report["ok"] is False and len(report["problems"]) == 1
+
+
 def test_serve_refuses_a_damaged_directory(tmp_path: Path, filled: Path) -> None:
     truncate(filled)
     processes = Processes()
