@@ -233,8 +233,9 @@ def test_wait_ready_gives_up_with_connection_failed(tmp_path: Path) -> None:
     assert f"no server answered at tcp://127.0.0.1:{port} within 300ms" in late.stderr
 
 
-def test_a_commit_finished_at_start_is_logged_as_recovery(tmp_path: Path) -> None:
-    data_dir = tmp_path / "data"
+def prepared_commit(data_dir: Path) -> int:
+    """A transaction of one record in topic t, prepared by a `fencelog txn-commit` that
+    was killed before applying it; its id."""
     env = user_env()
 
     def fencelog(*args: str, **extra: str) -> subprocess.CompletedProcess[str]:
@@ -249,10 +250,16 @@ def test_a_commit_finished_at_start_is_logged_as_recovery(tmp_path: Path) -> Non
 
     assert fencelog("topic", "create", "t").returncode == 0
     begun = fencelog("txn-begin", "--group", "g", "--json")
-    txn_id = json.loads(begun.stdout)["txn_id"]
+    txn_id = int(json.loads(begun.stdout)["txn_id"])
     assert fencelog("produce", "t", "--txn", str(txn_id), "--value", "v").returncode == 0
     killed = fencelog("txn-commit", str(txn_id), FENCELOG_FAILPOINT="prepare")
     assert killed.returncode == -9  # killed after PREPARE_COMMIT, before it was applied
+    return txn_id
+
+
+def test_a_commit_finished_at_start_is_logged_as_recovery(tmp_path: Path) -> None:
+    data_dir = tmp_path / "data"
+    txn_id = prepared_commit(data_dir)
     args = ("--no-unix", "--log-format", "json")
     with serving(data_dir, tmp_path / "ready.json", serve_args=args) as server:
         with connect(server.address) as client:
@@ -270,24 +277,7 @@ def test_a_prepared_commit_with_damaged_data_is_logged_and_the_server_serves(
     tmp_path: Path,
 ) -> None:
     data_dir = tmp_path / "data"
-    env = user_env()
-
-    def fencelog(*args: str, **extra: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [str(fencelog_script()), "--broker", str(data_dir), *args],
-            capture_output=True,
-            text=True,
-            timeout=STEP_S,
-            env=env | extra,
-            check=False,
-        )
-
-    assert fencelog("topic", "create", "t").returncode == 0
-    begun = fencelog("txn-begin", "--group", "g", "--json")
-    txn_id = json.loads(begun.stdout)["txn_id"]
-    assert fencelog("produce", "t", "--txn", str(txn_id), "--value", "v").returncode == 0
-    killed = fencelog("txn-commit", str(txn_id), FENCELOG_FAILPOINT="prepare")
-    assert killed.returncode == -9  # prepared, not applied
+    txn_id = prepared_commit(data_dir)
     damaged = sqlite3.connect(data_dir / DB_FILE)
     with damaged:
         damaged.execute("UPDATE txn_batches SET body = X'c1'")
