@@ -19,8 +19,9 @@ Rules:
 - Restart: opening the directory (the producer table loaded, prepared commits
   checked) and the first idempotent produce of a known pid, ms, in a fresh process.
 - Snapshot: `Client.backup` of the directory to one file and `fencelog snapshot
-  restore` of it into an empty directory, MB/s of the database file; each after
-  `sync`, so that neither waits for the writeback of what came before it.
+  restore` of it into an empty directory, MB/s of the database file.
+- Each size's measures start after `sync`, and so do the snapshot's create and restore,
+  so that no measure waits for the writeback of what was written before it.
 - Topics and sessions: a `fencelog serve` (durability normal) with 10, 100 and 1,000
   topics of 4 partitions and as many idle sessions as the step says (10, 100, 500:
   connections of AsyncClient in one event loop); one-record produces, one at a time,
@@ -186,7 +187,7 @@ def _snapshot(data_dir: Path, work: Path, env: dict[str, str]) -> tuple[float, f
     """(database MB, backup MB/s, restore MB/s)."""
     out = work / "snapshot.db"
     restored = work / "restored"
-    os.sync()  # the fill's dirty pages are written back first: they are not the copy's work
+    os.sync()  # what the measures before it wrote is written back first
     with connect(data_dir) as client:
         start = time.perf_counter()
         client.backup(out)
@@ -262,6 +263,7 @@ def measure(work_dir: Path, sizes: Sizes) -> Results:
         missing = target - (_end(data_dir) - sizes.pids)
         if missing > 0:
             _fill(data_dir, missing, rng)
+        os.sync()  # the measures start once the fill is on disk, not while it is written back
         produce = _produce_rate(data_dir, sizes.sample)
         consume = _consume_rate(data_dir, sizes.sample)
         first = _first_record_ms(data_dir)
