@@ -463,8 +463,8 @@ VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?);
 
 -- name: txn_batches_of_partition
 -- APPLY_COMMIT's copy reads a partition's batches in journal order, ?5 at a time from
--- position ?4 (read whole, each time: a statement left open while the copy inserts
--- would make SQLite keep a statement journal of every insert).
+-- position ?4, each page read whole: with this statement left open, the copy's inserts
+-- ran about 75% slower (bench/RESULTS.md, issue 23).
 SELECT position, records, timestamp_ms, producer_id, generation, body FROM txn_batches
 WHERE txn_id = ?1 AND topic_id = ?2 AND partition = ?3 AND position >= ?4
 ORDER BY position LIMIT ?5;
