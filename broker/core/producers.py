@@ -67,12 +67,10 @@ def check_batch_fields(batch: Batch) -> None:
 
 def continues(entry: ProducerEntry, batch: Batch, now_ms: int, pid_lease_ms: int) -> bool:
     """The usual batch, judged in one test: the next sequence of the pid's generation,
-    within its lease. Anything else goes to decide() (which also answers this case)."""
-    return (
-        batch.first_sequence == entry.high_water_sequence + 1
-        and batch.generation == entry.generation
-        and now_ms < entry.first_record_ms + pid_lease_ms
-    )
+    within its lease (next_entry's test). Anything else goes to decide() (which also
+    answers this case)."""
+    fields = (batch.generation, batch.first_sequence, batch.record_count)
+    return next_entry(entry, *fields, now_ms, pid_lease_ms, 0) is not None
 
 
 def next_entry(
@@ -85,8 +83,9 @@ def next_entry(
     last_offset: int,
 ) -> ProducerEntry | None:
     """The usual batch in one step, from its fields: the entry after it (as after_append
-    makes it) when continues() holds, else None (judge the batch with decide()). The
-    engine's path for every batch of a pid that goes on writing: no Batch is built."""
+    makes it) when it is the next sequence of the pid's generation within its lease,
+    else None (judge the batch with decide()). The engine's path for every batch of a
+    pid that goes on writing: no Batch is built."""
     if (
         first_sequence != entry.high_water_sequence + 1
         or generation != entry.generation
