@@ -261,6 +261,7 @@ class Appends:
                     (first_sequence + start) * step,
                     step,
                     epoch,
+                    None,  # no transaction
                     *values[start : start + RUN_ROWS],
                 )
                 for start in range(0, in_runs, RUN_ROWS)
@@ -296,6 +297,7 @@ class Appends:
                     (first_sequence + start) * step,
                     step,
                     epoch,
+                    None,  # no transaction
                     *values[start : start + RUN_ROWS],
                     *stamps[start : start + RUN_ROWS],
                 )

@@ -58,21 +58,22 @@ INSERT INTO records (topic_id, partition, offset, timestamp_ms, key, value, head
 VALUES (?, ?, ?, ?, NULL, ?, X'90', ?, ?, ?, ?, NULL);
 
 -- name: record_insert_run
--- RUN_ROWS consecutive records of one plain batch (as record_insert_plain). ?1-?9:
--- topic, partition, first offset, timestamp, pid, generation, first sequence, sequence
--- step (1 with a pid, 0 without), epoch.
+-- RUN_ROWS consecutive records of one plain batch (as record_insert_plain), or of a
+-- journaled one that APPLY_COMMIT copies. ?1-?10: topic, partition, first offset,
+-- timestamp, pid, generation, first sequence, sequence step (1 with a pid, 0 without),
+-- epoch, transaction (NULL outside one).
 INSERT INTO records (topic_id, partition, offset, timestamp_ms, key, value, headers,
                      producer_id, generation, sequence, epoch, txn_id)
-VALUES (?1, ?2, ?3 + {i}, ?4, NULL, {value}, X'90', ?5, ?6, ?7 + {i} * ?8, ?9, NULL);
+VALUES (?1, ?2, ?3 + {i}, ?4, NULL, {value}, X'90', ?5, ?6, ?7 + {i} * ?8, ?9, ?10);
 
 -- name: record_insert_stamped_run
 -- RUN_ROWS consecutive records of one batch with the producer's timestamps and no key or
--- headers (what Kafka clients send): record_insert_run with a timestamp per row. ?1-?8:
--- topic, partition, first offset, pid, generation, first sequence, sequence step, epoch;
--- then the RUN_ROWS values, then the RUN_ROWS timestamps.
+-- headers (what Kafka clients send): record_insert_run with a timestamp per row. ?1-?9:
+-- topic, partition, first offset, pid, generation, first sequence, sequence step, epoch,
+-- transaction; then the RUN_ROWS values, then the RUN_ROWS timestamps.
 INSERT INTO records (topic_id, partition, offset, timestamp_ms, key, value, headers,
                      producer_id, generation, sequence, epoch, txn_id)
-VALUES (?1, ?2, ?3 + {i}, {stamp}, NULL, {value}, X'90', ?4, ?5, ?6 + {i} * ?7, ?8, NULL);
+VALUES (?1, ?2, ?3 + {i}, {stamp}, NULL, {value}, X'90', ?4, ?5, ?6 + {i} * ?7, ?8, ?9);
 
 -- name: records_page_first
 -- The first record of a page, which records_page_summary compares every row with.
@@ -493,21 +494,18 @@ DELETE FROM txn_batches WHERE txn_id = ?1 AND producer_id = ?2 AND generation < 
 -- name: txn_batches_delete_topic
 DELETE FROM txn_batches WHERE topic_id = ?;
 
--- name: record_insert_txn_run
--- RUN_ROWS consecutive records of a journaled plain batch, copied into the log by
--- APPLY_COMMIT. ?1-?8: topic, partition, first offset, timestamp, pid, generation,
--- epoch, transaction.
-INSERT INTO records (topic_id, partition, offset, timestamp_ms, key, value, headers,
-                     producer_id, generation, sequence, epoch, txn_id)
-VALUES (?1, ?2, ?3 + {i}, ?4, NULL, {value}, X'90', ?5, ?6, 0, ?7, ?8);
+-- name: txn_batches_all
+-- Every journaled batch, for `fencelog check` to decode.
+SELECT txn_id, topic_id, partition, position, records, body FROM txn_batches;
 
--- name: record_insert_txn_stamped_run
--- record_insert_txn_run with the producer's timestamp per row (a Kafka client's batch).
--- ?1-?7: topic, partition, first offset, pid, generation, epoch, transaction; then the
--- RUN_ROWS values, then the RUN_ROWS timestamps.
-INSERT INTO records (topic_id, partition, offset, timestamp_ms, key, value, headers,
-                     producer_id, generation, sequence, epoch, txn_id)
-VALUES (?1, ?2, ?3 + {i}, {stamp}, NULL, {value}, X'90', ?4, ?5, 0, ?6, ?7);
+-- name: txn_data_legacy
+-- The one-row-per-record data journal of schemas 005 to 011, moved by schema 012.
+SELECT txn_id, topic_id, partition, position, timestamp_ms, key, value, headers,
+       producer_id, generation, epoch
+FROM txn_data;
+
+-- name: txn_data_legacy_drop
+DROP TABLE txn_data;
 
 -- name: txn_member_get
 SELECT producer_id, generation FROM txn_members WHERE txn_id = ? AND member = ?;

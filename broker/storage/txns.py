@@ -274,7 +274,7 @@ def copy_partition(
         runs = count - count % RUN_ROWS if keys is None and headers is None else 0
         if runs and stamps is None:
             conn.executemany(
-                Q["record_insert_txn_run"],
+                Q["record_insert_run"],
                 (
                     (
                         *head,
@@ -282,6 +282,8 @@ def copy_partition(
                         timestamp_ms,
                         producer_id,
                         generation,
+                        0,  # sequence: none in the log for a transaction's records
+                        0,
                         epoch,
                         txn_id,
                         *values[first : first + RUN_ROWS],
@@ -291,13 +293,15 @@ def copy_partition(
             )
         elif runs and stamps is not None:
             conn.executemany(
-                Q["record_insert_txn_stamped_run"],
+                Q["record_insert_stamped_run"],
                 (
                     (
                         *head,
                         offset + first,
                         producer_id,
                         generation,
+                        0,
+                        0,
                         epoch,
                         txn_id,
                         *values[first : first + RUN_ROWS],
@@ -504,10 +508,7 @@ def move_record_journal(conn: sqlite3.Connection) -> None:
     """Schema 012's move, inside its migration: every record of the old one-row-per-record
     data journal (txn_data) becomes a batch of one at the same position, then txn_data
     goes. Only transactions open or prepared at the upgrade have records there."""
-    rows = conn.execute(
-        "SELECT txn_id, topic_id, partition, position, timestamp_ms, key, value, headers,"
-        " producer_id, generation, epoch FROM txn_data"
-    )
+    rows = conn.execute(Q["txn_data_legacy"])
     conn.executemany(
         Q["txn_batch_insert"],
         (
@@ -546,16 +547,14 @@ def move_record_journal(conn: sqlite3.Connection) -> None:
             ) in rows.fetchall()
         ),
     )
-    conn.execute("DROP TABLE txn_data")
+    conn.execute(Q["txn_data_legacy_drop"])
 
 
 def damaged_batches(conn: sqlite3.Connection, limit: int) -> list[str]:
     """Up to `limit` journaled batches whose packed records do not match their row,
     each said as the commit would say it (`fencelog check`)."""
     problems: list[str] = []
-    rows = conn.execute(
-        "SELECT txn_id, topic_id, partition, position, records, body FROM txn_batches"
-    )
+    rows = conn.execute(Q["txn_batches_all"])
     for txn_id, topic_id, partition, position, count, body in rows:
         where = f"topic id {topic_id} partition {partition} position {position}"
         try:
