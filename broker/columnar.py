@@ -91,7 +91,7 @@ def page_to_arrow(topic: str, page: rows.Page) -> pa.RecordBatch:
         pa.nulls(count, kind) if column is None else _ints(column, count).cast(kind)
         for column, kind in zip(page.producer, kinds, strict=True)
     ]
-    if isinstance(page.producer[-1], bytes):
+    if not isinstance(page.producer[-1], int | None):
         txn = producer[-1]
         producer[-1] = pc.if_else(pc.equal(txn, rows.NO_TXN), pa.scalar(None, pa.int64()), txn)
     columns = [
@@ -107,11 +107,13 @@ def page_to_arrow(topic: str, page: rows.Page) -> pa.RecordBatch:
     return pa.RecordBatch.from_arrays(columns, schema=ARROW_SCHEMA)
 
 
-def _ints(column: int | bytes, count: int) -> pa.Array:
-    """A page's column as int64: every record's number, or one a line (parsed in C by
-    Arrow's CSV reader)."""
+def _ints(column: rows.Column, count: int) -> pa.Array:
+    """A page's column as int64: every record's number, runs of them, or one a line
+    (parsed in C by Arrow's CSV reader)."""
     if isinstance(column, int):
         return pa.repeat(pa.scalar(column, pa.int64()), count)
+    if isinstance(column, list):
+        return _runs(column, count)
     table = pa_csv.read_csv(
         pa.py_buffer(column),
         read_options=pa_csv.ReadOptions(
@@ -125,6 +127,18 @@ def _ints(column: int | bytes, count: int) -> pa.Array:
     if len(numbers) != count:
         raise ValueError(f"a page column has {len(numbers)} numbers for {count} records")
     return numbers
+
+
+def _runs(runs: rows.Runs, count: int) -> pa.Array:
+    if sum(records for records, _, _ in runs) != count or min(r for r, _, _ in runs) < 1:
+        raise ValueError(f"a page column's runs do not hold its {count} records")
+    parts = [
+        pa.arange(first, first + records * step, step)
+        if step
+        else pa.repeat(pa.scalar(first, pa.int64()), records)
+        for records, first, step in runs
+    ]
+    return pa.concat_arrays(parts) if len(parts) > 1 else parts[0]
 
 
 def _binary(lengths: pa.Array, data: bytes, count: int) -> pa.Array:

@@ -71,6 +71,7 @@ from pyspark.sql.streaming.datasource import (
 from broker.client import keepalive
 from broker.client.client import Client, connect
 from broker.errors import BrokerError, ErrorCode
+from broker.rows import collector_paused
 from broker.types import NewRecord, TopicInfo
 
 if TYPE_CHECKING:
@@ -959,7 +960,8 @@ def _column_records(batch: pa.RecordBatch) -> list[NewRecord]:
     keys = _binary_list(batch.column("key")) if "key" in names else repeat(None)
     partitions = batch.column("partition").to_pylist() if "partition" in names else repeat(None)
     fields = zip(_binary_list(values), keys, repeat(()), partitions, repeat(None))
-    return list(map(tuple.__new__, repeat(NewRecord), fields))
+    with collector_paused():
+        return list(map(tuple.__new__, repeat(NewRecord), fields))
 
 
 def _binary_list(column: pa.Array) -> list[bytes | None]:

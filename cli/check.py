@@ -24,7 +24,8 @@ def check(as_json: JsonFlag = False) -> None:
     """Check the data directory's database for damage.
 
     SQLite's integrity check, then every batch journaled into a transaction decoded
-    (SQLite cannot see inside them). Reads the file only (a running server may keep
+    (SQLite cannot see inside them) and every large batch's kept shape compared with
+    its records (pages are read from it). Reads the file only (a running server may keep
     using it). Exit 0 when it passes, 37 (DATA_CORRUPT) with what was found and what
     to do when it does not.
     """
@@ -50,8 +51,9 @@ def check(as_json: JsonFlag = False) -> None:
         )
     elif found.ok:
         out.line(
-            f"ok: {found.db_path} passed SQLite's integrity check and the journaled "
-            f"batches' (schema {found.schema_version}, {found.bytes} bytes)"
+            f"ok: {found.db_path} passed SQLite's integrity check, the journaled "
+            f"batches' and the batch shapes' (schema {found.schema_version}, "
+            f"{found.bytes} bytes)"
         )
     else:
         out.line(f"damaged: {found.db_path} ({found.bytes} bytes) failed its check:")

@@ -422,7 +422,7 @@ class AsyncClient:
     ) -> list[AppendResult]:
         args = produce_args(topic, records, producer, fences, attachment)
         reply = await self.request(Op.PRODUCE, args)
-        return codec.results_from_wire(topic, reply["results"])
+        return codec.results_from_reply(topic, reply)
 
     async def fetch(
         self,

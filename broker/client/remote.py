@@ -207,6 +207,7 @@ def produce_args(
         "producer": codec.producer_to_wire(producer),
         "fences": codec.fences_to_wire(fences),
         "attachment": attachment,
+        "result_columns": True,  # results as columns (codec.results_reply)
     }
 
 
@@ -225,6 +226,7 @@ def fetch_args(
         "wait_ms": wait_ms,
         "fences": codec.fences_to_wire(fences),
         "pages": pages,  # a page per partition, not a row per record (pages.py)
+        "runs": pages,  # page columns may come as runs (rows.Runs)
     }
 
 

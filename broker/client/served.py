@@ -181,7 +181,7 @@ class ServedTransport:
         reply = self._request(
             Op.PRODUCE, produce_args(topic, records, producer, fences, attachment)
         )
-        return codec.results_from_wire(topic, reply["results"])
+        return codec.results_from_reply(topic, reply)
 
     def fetch(
         self,

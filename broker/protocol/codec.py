@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import operator
 from collections.abc import Sequence
+from itertools import repeat
 from typing import Any, Final, TypeVar, cast
 
 import msgpack
@@ -23,6 +24,8 @@ from broker.rows import (
     Page,
     Row,
     SnapshotRow,
+    collector_paused,
+    page_as_text,
     records_of,
     records_of_chunks,
 )
@@ -170,26 +173,24 @@ def new_records_from_wire(rows: object) -> list[NewRecord]:
             return [tuple.__new__(NewRecord, row)]
     if not isinstance(rows, tuple | list):
         raise ProtocolError("field 'records' must be an array")
-    try:  # the usual batch: one pass in C; anything unusual gets the checks below
-        records = list(map(NewRecord._make, rows))
-    except TypeError:
-        records = []
-    if len(records) == len(rows) and _plain(records):
-        return records
+    if _plain(rows):  # the usual batch, checked column by column in C
+        with collector_paused():
+            return list(map(tuple.__new__, repeat(NewRecord), rows))
     return [_new_record(index, row) for index, row in enumerate(rows)]
 
 
-def _plain(records: list[NewRecord]) -> bool:
-    """Binary values, binary or nil keys, no headers, nil or integer partition and
-    timestamp: nothing _new_record would refuse or rebuild."""
-    types = {(type(r[0]), type(r[1]), r[2], type(r[3]), type(r[4])) for r in records}
-    return all(
-        value is bytes
-        and key in _KEY_TYPES
-        and headers == ()
-        and partition in _INT_TYPES
-        and timestamp in _INT_TYPES
-        for value, key, headers, partition, timestamp in types
+def _plain(rows: tuple[Any, ...] | list[Any]) -> bool:
+    """Records of five fields: binary values, binary or nil keys, no headers, nil or
+    integer partition and timestamp: nothing _new_record would refuse or rebuild."""
+    if not rows or {*map(type, rows)} != {tuple} or {*map(len, rows)} != {5}:
+        return False
+    values, keys, headers, partitions, stamps = zip(*rows, strict=True)
+    return (
+        {*map(type, values)} == {bytes}
+        and {*map(type, keys)} <= _KEY_TYPES
+        and headers.count(()) == len(headers)
+        and {*map(type, partitions)} <= _INT_TYPES
+        and {*map(type, stamps)} <= _INT_TYPES
     )
 
 
@@ -252,7 +253,8 @@ def producer_from_wire(wire: object) -> ProducerFields:
 
 def results_to_wire(results: Sequence[AppendResult]) -> list[tuple[int, int, bool]]:
     # (partition, offset, duplicate): an AppendResult without its topic, sliced in C
-    return list(map(_WIRE_RESULT, results))
+    with collector_paused():
+        return list(map(_WIRE_RESULT, results))
 
 
 _WIRE_RESULT: Final = operator.itemgetter(slice(1, None))
@@ -260,6 +262,50 @@ _WIRE_RESULT: Final = operator.itemgetter(slice(1, None))
 
 def results_from_wire(topic: str, rows: Sequence[Sequence[Any]]) -> list[AppendResult]:
     return [AppendResult(topic, partition, offset, dup) for partition, offset, dup in rows]
+
+
+def results_reply(results: Sequence[AppendResult], columns: bool) -> dict[str, Any]:
+    """A PRODUCE reply: a [partition, offset, duplicate] row per record, or (columns:
+    the client asked for them) {"result_columns": [count, partitions, offsets,
+    duplicates]}, a column given once when every result has the same (a transaction's
+    results: offset -1, not a duplicate)."""
+    if not columns:
+        return {"results": results_to_wire(results)}
+    with collector_paused():
+        wire = [_compact(list(map(getter, results))) for getter in _RESULT_COLUMNS]
+    return {"result_columns": [len(results), *wire]}
+
+
+_RESULT_COLUMNS: Final = tuple(operator.itemgetter(i) for i in (1, 2, 3))
+
+
+def _compact(column: list[Any]) -> Any:
+    return column[0] if column and column.count(column[0]) == len(column) else column
+
+
+def results_from_reply(topic: str, reply: dict[str, Any]) -> list[AppendResult]:
+    """A PRODUCE reply's results, as rows or columns; anything malformed is a
+    ProtocolError."""
+    if "result_columns" not in reply:
+        return results_from_wire(topic, reply.get("results", ()))
+    wire = reply["result_columns"]
+    if not (isinstance(wire, tuple | list) and len(wire) == 4 and type(wire[0]) is int):
+        raise ProtocolError("field 'result_columns' is [count, partitions, offsets, duplicates]")
+    count = wire[0]
+    columns = [
+        _result_column(column, count, kind)
+        for column, kind in zip(wire[1:], (int, int, bool), strict=True)
+    ]
+    with collector_paused():
+        return list(map(tuple.__new__, repeat(AppendResult), zip(repeat(topic), *columns)))
+
+
+def _result_column(column: object, count: int, kind: type) -> Sequence[Any]:
+    if type(column) is kind:
+        return [column] * count
+    if isinstance(column, tuple | list) and len(column) == count and {*map(type, column)} <= {kind}:
+        return column
+    raise ProtocolError(f"a result column holds {count} values of {kind.__name__}")
 
 
 # fetch -------------------------------------------------------------------------------
@@ -312,10 +358,16 @@ def rows_from_wire(topic: str, rows: object) -> list[Record]:
         raise ProtocolError(f"a fetched row is malformed: {exc}") from exc
 
 
-def chunks_to_wire(chunks: Sequence[Chunk]) -> list[dict[str, Any]]:
+def chunks_to_wire(chunks: Sequence[Chunk], runs: bool) -> list[dict[str, Any]]:
     """A fetch's pages (a Page is a tuple: msgpack writes it as an array in field order)
-    and, for a partition SQLite could not page, its rows."""
-    return [{"page": chunk} if isinstance(chunk, Page) else {"rows": chunk} for chunk in chunks]
+    and, for a partition SQLite could not page, its rows. runs: the client reads
+    columns given as runs (else they go as text)."""
+    return [
+        {"page": chunk if runs else page_as_text(chunk)}
+        if isinstance(chunk, Page)
+        else {"rows": chunk}
+        for chunk in chunks
+    ]
 
 
 def records_from_chunks(topic: str, wire: object) -> list[Record]:
@@ -341,8 +393,8 @@ _PAGE_FIELDS: Final = (
     (int,),  # offset
     (int,),  # record_count
     (bytes,),  # values
-    (int, bytes),  # value_lengths
-    (int, bytes),  # timestamps
+    (int, bytes, tuple, list),  # value_lengths
+    (int, bytes, tuple, list),  # timestamps
     (bytes,),  # keys
     (int, bytes),  # key_lengths
     (tuple, list),  # headers
@@ -367,12 +419,18 @@ def _chunk_from_wire(chunk: object) -> Chunk:
     if not (
         page.record_count >= 0
         and len(page.producer) == 5
-        and all(
-            column is None or (isinstance(column, int | bytes) and not isinstance(column, bool))
-            for column in page.producer
-        )
+        and all(column is None or _column_shaped(column) for column in page.producer)
+        and _column_shaped(page.value_lengths)
+        and _column_shaped(page.timestamps)
     ):
-        raise ProtocolError("a page has a count >= 0 and 5 producer columns (numbers or text)")
+        raise ProtocolError(
+            "a page has a count >= 0 and 5 producer columns (numbers, text or runs)"
+        )
+    page = page._replace(
+        value_lengths=_column_from_wire(page.value_lengths),
+        timestamps=_column_from_wire(page.timestamps),
+        producer=tuple(map(_column_from_wire, page.producer)),
+    )
     if not all(
         isinstance(item, tuple | list)
         and len(item) == 2
@@ -382,6 +440,23 @@ def _chunk_from_wire(chunk: object) -> Chunk:
     ):
         raise ProtocolError("a page's headers are [offset, stored headers] pairs")
     return page
+
+
+def _column_from_wire(column: Any) -> Any:
+    """Runs arrive as arrays (tuples here): the list of triples rows.Runs is."""
+    return [tuple(run) for run in column] if isinstance(column, tuple | list) else column
+
+
+def _column_shaped(column: object) -> bool:
+    """A page column: a number, text, or runs ([records, first, step] triples)."""
+    if isinstance(column, list | tuple):
+        return all(
+            isinstance(run, list | tuple)
+            and len(run) == 3
+            and all(isinstance(n, int) and not isinstance(n, bool) for n in run)
+            for run in column
+        )
+    return isinstance(column, int | bytes) and not isinstance(column, bool)
 
 
 # ownership ---------------------------------------------------------------------------

@@ -25,8 +25,11 @@ import msgpack
 
 from broker.errors import BrokerError, ErrorCode
 from broker.protocol.messages import ErrorReply, Kind, Message, Op, Push, Reply, Request
+from broker.rows import collector_paused
 
 _LENGTH = struct.Struct(">I")
+# A body this large is decoded with the cycle collector paused (rows.collector_paused)
+_BULK_BODY_BYTES: Final = 1 << 16
 HEADER_BYTES: Final = _LENGTH.size
 
 
@@ -77,7 +80,11 @@ def _framed(packed: bytes) -> bytes:
 def decode_body(body: bytes) -> Message:
     """One frame's body (without its length prefix) as a message."""
     try:
-        decoded = msgpack.unpackb(body, raw=False, use_list=False, strict_map_key=True)
+        if len(body) < _BULK_BODY_BYTES:
+            decoded = msgpack.unpackb(body, raw=False, use_list=False, strict_map_key=True)
+        else:  # a batch of records or results: thousands of tuples
+            with collector_paused():
+                decoded = msgpack.unpackb(body, raw=False, use_list=False, strict_map_key=True)
     except (ValueError, msgpack.ExtraData, msgpack.FormatError, msgpack.StackError) as exc:
         raise ProtocolError(f"frame body is not msgpack: {exc}") from exc
     if not (isinstance(decoded, tuple) and len(decoded) == 4):

@@ -12,7 +12,13 @@ request's id so that a client can check it.
 FETCH with `pages: true` is answered {"pages": [chunk, ...]}, a chunk per partition
 read: {"page": [10 fields of broker/storage/pages.py Page]} or, where SQLite could not
 page it, {"rows": [...]}. Without it (a client before pages) it is answered {"rows":
-[...]}, a stored row per record.
+[...]}, a stored row per record. With `runs: true` a page's number columns may also
+come as runs ([records, first, step] arrays, broker/rows.py Runs); without it (a client
+before runs) they come as a number or text only.
+
+PRODUCE is answered {"results": [[partition, offset, duplicate], ...]}, a row per
+record, or, with `result_columns: true`, {"result_columns": [count, partitions,
+offsets, duplicates]}, each column an array or one value for every record.
 """
 
 from __future__ import annotations

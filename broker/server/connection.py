@@ -63,6 +63,7 @@ class PendingProduce:
     request: ProduceRequest
     size: int
     session: Session
+    result_columns: bool  # the client reads results as columns (codec.results_reply)
     outcome: dict[str, Any] | BrokerError | None = None
 
     def done(self) -> bool:

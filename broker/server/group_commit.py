@@ -49,9 +49,11 @@ class GroupCommit:
         """Produces read and not yet in a group."""
         return len(self._pending)
 
-    def enqueue(self, request: ProduceRequest, session: Session) -> PendingProduce:
+    def enqueue(
+        self, request: ProduceRequest, session: Session, result_columns: bool
+    ) -> PendingProduce:
         """The produce joins the next group; its COMMIT answers it."""
-        pending = PendingProduce(request, value_bytes(request.records), session)
+        pending = PendingProduce(request, value_bytes(request.records), session, result_columns)
         self._pending.append(pending)
         self._ready.set()
         return pending
@@ -98,7 +100,7 @@ class GroupCommit:
                         pending.answer(
                             outcome
                             if isinstance(outcome, BrokerError)
-                            else {"results": codec.results_to_wire(outcome)},
+                            else codec.results_reply(outcome, pending.result_columns),
                             now,
                         )
                     for topic in {request.topic for request in requests}:

@@ -651,7 +651,8 @@ class Server:
         except BrokerError as error:
             return failed(error)
         session.inflight += 1
-        return self._group_commit.enqueue(request, session)
+        columns = args.get("result_columns") is True
+        return self._group_commit.enqueue(request, session, columns)
 
     async def _fetch(self, session: Session, args: dict[str, Any]) -> dict[str, Any]:
         topic = codec.field(args, "topic", str)
@@ -678,7 +679,8 @@ class Server:
                 self.metrics.fetched(topic, chunk.record_count, len(chunk.values))
             else:
                 self.metrics.fetched(topic, len(chunk), sum(len(row[4]) for row in chunk))
-        return {"pages": codec.chunks_to_wire(chunks)}
+        runs = bool(codec.field(args, "runs", bool, optional=True))  # a client before runs
+        return {"pages": codec.chunks_to_wire(chunks, runs)}
 
     async def _fetch_arrow(self, session: Session, args: dict[str, Any]) -> dict[str, Any]:
         """FETCH of one partition, answered as one Arrow record batch in IPC stream

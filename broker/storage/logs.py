@@ -11,6 +11,7 @@ import operator
 import sqlite3
 from collections.abc import Sequence
 from itertools import repeat
+from typing import Final
 
 from msgspec import Struct
 
@@ -64,6 +65,7 @@ def all_topics(conn: sqlite3.Connection) -> list[TopicRow]:
 
 def delete_topic(conn: sqlite3.Connection, topic: TopicRow) -> None:
     conn.execute(Q["records_delete_topic"], (topic.topic_id,))
+    conn.execute(Q["log_batches_delete_topic"], (topic.topic_id,))
     conn.execute(Q["txn_batches_delete_topic"], (topic.topic_id,))
     conn.execute(Q["txn_partitions_zero_topic"], (topic.topic_id,))
     conn.execute(Q["leases_delete_topic"], (topic.topic_id,))
@@ -122,6 +124,7 @@ def delete_front(
 ) -> None:
     """Delete the records in [start, new_start) and move the log start to new_start."""
     conn.execute(Q["records_delete_below"], (topic.topic_id, partition, start, new_start))
+    conn.execute(Q["log_batches_delete_below"], (topic.topic_id, partition, new_start))
     conn.execute(Q["partition_start_set"], (topic.topic_id, partition, new_start, size))
 
 
@@ -154,7 +157,23 @@ def delete_records(
     conn.executemany(
         Q["record_delete"], ((topic.topic_id, partition, offset) for offset, _ in found)
     )
+    conn.executemany(
+        Q["log_batch_delete_holding"],
+        ((topic.topic_id, partition, offset) for offset, _ in found),
+    )
     conn.execute(Q["partition_shrink"], (topic.topic_id, partition, sum(size for _, size in found)))
+
+
+def disagreeing_batches(conn: sqlite3.Connection, limit: int) -> list[str]:
+    """Up to `limit` log_batches rows that do not describe their records (`fencelog
+    check`): a page read from one would give those records' columns wrong."""
+    return [
+        f"the shape of topic id {topic_id} partition {partition}'s batch at offset "
+        f"{first_offset} (log_batches) does not match its records"
+        for topic_id, partition, first_offset in conn.execute(
+            Q["log_batches_disagreeing"], (limit,)
+        )
+    ]
 
 
 def start_offset(conn: sqlite3.Connection, topic: TopicRow, partition: int) -> int:
@@ -179,6 +198,41 @@ def offset_for_time(
     return None if row is None else (int(row[0]), int(row[1]))
 
 
+# A batch of at least this many records keeps its shape in log_batches (schema 013):
+# its pages are then read without a pass over every record to learn it. A row for a
+# smaller batch would cost its insert for little.
+SHAPED_RECORDS_MIN: Final = 64
+
+
+def shape(
+    where: tuple[int, int, int],
+    values: Sequence[bytes],
+    stamps: Sequence[int],
+    keyed: bool,
+    headed: bool,
+    producer: tuple[int, int, int, int, int, int | None],
+) -> tuple[object, ...]:
+    """log_batch_insert's row for a batch at `where` (topic id, partition, first offset)
+    of these values, timestamps (one: every record's), whether any record may have a
+    key or headers, and producer fields (pid, generation, first sequence, sequence
+    step, epoch, transaction)."""
+    lengths = list(map(len, values))
+    uniform = lengths.count(lengths[0]) == len(lengths)
+    timestamp = stamps[0] if stamps.count(stamps[0]) == len(stamps) else None
+    topic_id, partition, first_offset = where
+    return (
+        topic_id,
+        partition,
+        first_offset,
+        first_offset + len(values) - 1,
+        timestamp,
+        lengths[0] if uniform else None,
+        int(keyed),
+        int(headed),
+        *producer,
+    )
+
+
 class Appends:
     """The appends of one write transaction, held back and written by flush() in a few
     statements: the record rows (RUN_ROWS at a time where a plain batch allows), one
@@ -186,13 +240,14 @@ class Appends:
     partition. Whoever reads the log or the lease rows inside the transaction flushes
     first."""
 
-    __slots__ = ("ends", "leases", "plain", "records", "runs", "stamped_runs")
+    __slots__ = ("ends", "leases", "plain", "records", "runs", "shapes", "stamped_runs")
 
     def __init__(self) -> None:
         self.records: list[tuple[object, ...]] = []
         self.plain: list[tuple[object, ...]] = []  # no key, headers or transaction
         self.runs: list[tuple[object, ...]] = []  # record_insert_run's parameters
         self.stamped_runs: list[tuple[object, ...]] = []  # record_insert_stamped_run's
+        self.shapes: list[tuple[object, ...]] = []  # log_batch_insert's (large batches)
         self.leases: list[tuple[int, int, int, int, int]] = []
         self.ends: dict[tuple[int, int], list[int]] = {}  # part: [records, bytes]
 
@@ -202,6 +257,7 @@ class Appends:
             + len(self.plain)
             + len(self.runs)
             + len(self.stamped_runs)
+            + len(self.shapes)
             + len(self.leases)
         )
 
@@ -338,6 +394,22 @@ class Appends:
                 )
                 for index, record in enumerate(records)
             )
+        if count >= SHAPED_RECORDS_MIN:
+            stamps = list(map(_TIMESTAMP, records))
+            if stamps.count(None) == count:
+                stamps = [now_ms]
+            elif None in stamps:
+                stamps = [now_ms if stamp is None else stamp for stamp in stamps]
+            self.shapes.append(
+                shape(
+                    (topic_id, partition, base_offset),
+                    list(map(_VALUE, records)),
+                    stamps,
+                    list(map(_KEY, records)).count(None) != count,
+                    any(map(_HEADERS, records)),
+                    (pid, generation, first_sequence if pid else 0, 1 if pid else 0, epoch, txn_id),
+                )
+            )
         end = self.ends.setdefault((topic_id, partition), [0, 0])
         end[0] += len(records)
         end[1] += _stored_bytes(records)
@@ -361,6 +433,9 @@ class Appends:
         if self.plain:
             conn.executemany(Q["record_insert_plain"], self.plain)
             self.plain.clear()
+        if self.shapes:
+            conn.executemany(Q["log_batch_insert"], self.shapes)
+            self.shapes.clear()
         if self.leases:
             producer_store.insert_leases(conn, self.leases)
             self.leases.clear()

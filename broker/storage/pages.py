@@ -21,6 +21,13 @@ Rules a page keeps:
   (SQLite 3.44's group_concat(... ORDER BY) would guarantee it; Debian's is 3.40.)
 - Memory: SQLite's length limit is lowered to concat_bytes_max while a page is read;
   a page past it answers None.
+
+Where the page's records are all in large batches whose shape log_batches keeps
+(schema 013: timestamp, value size, keys or headers, producer fields of each batch),
+the page learns its columns from those few rows and reads the records once, for their
+values (and keys or headers, where a batch has some). That read counts the records and
+checks the concatenation's ends as the scan below does; anything it does not expect
+sends the page down the scan, which knows any log.
 """
 
 from __future__ import annotations
@@ -29,9 +36,13 @@ import contextlib
 import sqlite3
 from collections.abc import Iterator
 from itertools import accumulate
+from typing import Any, NamedTuple
 
 from broker.rows import (
+    NO_TXN,
+    Column,
     Page,
+    Runs,
 )
 from broker.storage.logs import TopicRow
 from broker.storage.queries import Q
@@ -74,6 +85,9 @@ def _read_page(
             return None  # a gap compaction left: read the records after it as rows
         return Page(partition, offset, 0, b"", 0, 0, b"", -1, [], (0, 0, 0, 0, None))
     timestamp_ms, length, pid, generation, sequence, epoch, txn_id, first_value = first
+    shaped = _read_shaped(conn, topic_id, partition, offset, max_records, bytes_max, first_value)
+    if shaped is not None:
+        return shaped
     like_first = (timestamp_ms, length, pid, generation, sequence, epoch, txn_id)
     summary = conn.execute(
         Q["records_page_summary"],
@@ -113,6 +127,151 @@ def _read_page(
             else (pid, generation, sequence, epoch, txn_id)
         ),
     )
+
+
+class _Run(NamedTuple):
+    """The part of one batch on a page, as log_batches gives its shape."""
+
+    records: int
+    timestamp_ms: int | None  # None: each record's own
+    value_length: int | None  # None: each record's own
+    keyed: int
+    headed: int
+    producer_id: int
+    generation: int
+    sequence: int  # of the run's first record
+    sequence_step: int
+    epoch: int
+    txn_id: int | None
+
+
+def _read_shaped(
+    conn: sqlite3.Connection,
+    topic_id: int,
+    partition: int,
+    offset: int,
+    max_records: int,
+    bytes_max: int,
+    first_value: bytes,
+) -> Page | None:
+    """The page read from its batches' shapes; None: read it by the scan."""
+    end = offset + max_records  # past the page
+    shapes = conn.execute(Q["log_batches_page"], (topic_id, partition, offset, end)).fetchall()
+    if not shapes:
+        return None
+    last_row = conn.execute(Q["records_page_last"], (topic_id, partition, offset, end)).fetchone()
+    last, last_value = last_row
+    runs = _runs(shapes, offset, last)
+    if runs is None:
+        return None
+    count = last - offset + 1
+    if any(run.value_length is None or run.keyed for run in runs):
+        size = conn.execute(
+            Q["records_page_bytes"], (topic_id, partition, offset, last)
+        ).fetchone()[0]
+    else:
+        size = sum(run.records * (run.value_length or 0) for run in runs)
+    if size > bytes_max:
+        page_range: _PageRange = (topic_id, partition, offset, last)
+        count = _within(_lines(conn, "records_page_sizes", page_range), bytes_max)
+        last = offset + count - 1
+        last_value = conn.execute(
+            Q["records_page_value_at"], (topic_id, partition, last)
+        ).fetchone()[0]
+        runs = _runs(shapes, offset, last)
+        assert runs is not None, "a page's first records are in the shapes that hold them all"
+    page: _PageRange = (topic_id, partition, offset, last)
+    values, values_size, counted = conn.execute(Q["records_page_values_counted"], page).fetchone()
+    if not (
+        counted == count
+        and values_size == len(values)
+        and values.startswith(first_value)
+        and values.endswith(last_value)
+    ):
+        return None
+    keyed = any(run.keyed for run in runs)
+    key_lengths, keys = (
+        conn.execute(Q["records_page_keys"], page).fetchone() if keyed else (-1, b"")
+    )
+    return Page(
+        partition,
+        offset,
+        count,
+        values,
+        _shaped_column(conn, page, runs, "value_length", "records_page_value_lengths"),
+        _shaped_column(conn, page, runs, "timestamp_ms", "records_page_timestamps"),
+        keys or b"",
+        key_lengths,
+        conn.execute(Q["records_page_headers"], page).fetchall()
+        if any(run.headed for run in runs)
+        else [],
+        (
+            _constant_or_runs([(r.records, r.producer_id, 0) for r in runs]),
+            _constant_or_runs([(r.records, r.generation, 0) for r in runs]),
+            _constant_or_runs([(r.records, r.sequence, r.sequence_step) for r in runs]),
+            _constant_or_runs([(r.records, r.epoch, 0) for r in runs]),
+            _txn_column(runs),
+        ),
+    )
+
+
+def _runs(shapes: list[tuple[Any, ...]], offset: int, last: int) -> list[_Run] | None:
+    """The runs of records offset..last, batch by batch; None: the shapes do not hold
+    every one of them (records written before schema 013, small batches between)."""
+    runs = []
+    expected = offset
+    for first_offset, last_offset, *rest in shapes:
+        if first_offset > expected or last_offset < expected:
+            return None
+        stop = min(last_offset, last)
+        (timestamp_ms, value_length, keyed, headed, pid, generation, sequence, step) = rest[:8]
+        sequence += (expected - first_offset) * step
+        runs.append(
+            _Run(
+                stop - expected + 1,
+                timestamp_ms,
+                value_length,
+                keyed,
+                headed,
+                pid,
+                generation,
+                sequence,
+                step,
+                rest[8],
+                rest[9],
+            )
+        )
+        expected = stop + 1
+        if expected > last:
+            return runs
+    return None
+
+
+def _shaped_column(
+    conn: sqlite3.Connection, page: _PageRange, runs: list[_Run], field: str, query: str
+) -> Column:
+    """A column the shapes may give (one number, or runs of them), or the records."""
+    numbers = [getattr(run, field) for run in runs]
+    if None in numbers:
+        return _lines(conn, query, page)
+    return _constant_or_runs([(run.records, n, 0) for run, n in zip(runs, numbers, strict=True)])
+
+
+def _txn_column(runs: list[_Run]) -> int | Runs | None:
+    txns = {run.txn_id for run in runs}
+    if len(txns) == 1:
+        return txns.pop()
+    return _constant_or_runs(
+        [(run.records, NO_TXN if run.txn_id is None else run.txn_id, 0) for run in runs]
+    )
+
+
+def _constant_or_runs(runs: Runs) -> int | Runs:
+    """Runs of (records, first number, step): one number if it is every record's."""
+    first = runs[0][1]
+    if all(number == first and (step == 0 or records == 1) for records, number, step in runs):
+        return first
+    return runs
 
 
 @contextlib.contextmanager

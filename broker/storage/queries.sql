@@ -75,6 +75,83 @@ INSERT INTO records (topic_id, partition, offset, timestamp_ms, key, value, head
                      producer_id, generation, sequence, epoch, txn_id)
 VALUES (?1, ?2, ?3 + {i}, {stamp}, NULL, {value}, X'90', ?4, ?5, ?6 + {i} * ?7, ?8, ?9);
 
+-- name: log_batch_insert
+-- A large batch's shape (schema 013), in the transaction that inserts its records.
+INSERT INTO log_batches (topic_id, partition, first_offset, last_offset, timestamp_ms,
+                         value_length, keyed, headed, producer_id, generation,
+                         first_sequence, sequence_step, epoch, txn_id)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?);
+
+-- name: log_batches_page
+-- The shapes of the batches holding offsets [?3, ?4), from the one holding ?3 (none
+-- when no shape starts at or before ?3), in offset order.
+SELECT first_offset, last_offset, timestamp_ms, value_length, keyed, headed, producer_id,
+       generation, first_sequence, sequence_step, epoch, txn_id
+FROM log_batches
+WHERE topic_id = ?1 AND partition = ?2 AND first_offset < ?4
+  AND first_offset >= (SELECT max(first_offset) FROM log_batches
+                       WHERE topic_id = ?1 AND partition = ?2 AND first_offset <= ?3)
+ORDER BY first_offset;
+
+-- name: log_batches_delete_topic
+DELETE FROM log_batches WHERE topic_id = ?;
+
+-- name: log_batches_delete_below
+-- The shapes of batches wholly below a new log start (retention).
+DELETE FROM log_batches WHERE topic_id = ?1 AND partition = ?2 AND last_offset < ?3;
+
+-- name: log_batch_delete_holding
+-- The shape of the batch holding offset ?3, whose record compaction deletes: its
+-- records are no longer all there, and its pages are read as before.
+DELETE FROM log_batches
+WHERE topic_id = ?1 AND partition = ?2 AND first_offset = (
+    SELECT max(first_offset) FROM log_batches
+    WHERE topic_id = ?1 AND partition = ?2 AND first_offset <= ?3)
+  AND last_offset >= ?3;
+
+-- name: log_batches_disagreeing
+-- fencelog check: shapes whose records are not all there (above the log start) or do
+-- not have the shape (timestamp, value size, keys, headers, producer fields).
+SELECT b.topic_id, b.partition, b.first_offset
+FROM log_batches AS b JOIN partitions AS p
+  ON p.topic_id = b.topic_id AND p.partition = b.partition
+WHERE (SELECT count(*) FROM records AS r
+       WHERE r.topic_id = b.topic_id AND r.partition = b.partition
+         AND r.offset >= max(b.first_offset, p.start_offset) AND r.offset <= b.last_offset)
+      != b.last_offset - max(b.first_offset, p.start_offset) + 1
+   OR EXISTS (
+       SELECT 1 FROM records AS r
+       WHERE r.topic_id = b.topic_id AND r.partition = b.partition
+         AND r.offset >= b.first_offset AND r.offset <= b.last_offset
+         AND (r.timestamp_ms != ifnull(b.timestamp_ms, r.timestamp_ms)
+              OR length(r.value) != ifnull(b.value_length, length(r.value))
+              OR (NOT b.keyed AND r.key IS NOT NULL)
+              OR (NOT b.headed AND r.headers != X'90')
+              OR r.producer_id != b.producer_id OR r.generation != b.generation
+              OR r.sequence != b.first_sequence + (r.offset - b.first_offset) * b.sequence_step
+              OR r.epoch != b.epoch OR r.txn_id IS NOT b.txn_id))
+ORDER BY b.topic_id, b.partition, b.first_offset
+LIMIT ?;
+
+-- name: records_page_values_counted
+-- The page's values concatenated, their bytes and how many records gave them (a page
+-- read from its batches' shapes checks the count it expects).
+SELECT ifnull(CAST(group_concat(value, '') AS BLOB), X''), sum(length(value)), count(*)
+FROM records
+WHERE topic_id = ?1 AND partition = ?2 AND offset >= ?3 AND offset <= ?4;
+
+-- name: records_page_last
+-- The last record at offsets [?3, ?4): one seek of the primary key.
+SELECT offset, value FROM records
+WHERE topic_id = ?1 AND partition = ?2 AND offset >= ?3 AND offset < ?4
+ORDER BY offset DESC LIMIT 1;
+
+-- name: records_page_bytes
+-- Bytes of keys and values of a page's records (where its batches' shapes do not say).
+SELECT sum(length(value)) + ifnull(sum(length(key)), 0)
+FROM records
+WHERE topic_id = ?1 AND partition = ?2 AND offset >= ?3 AND offset <= ?4;
+
 -- name: records_page_first
 -- The first record of a page, which records_page_summary compares every row with.
 SELECT timestamp_ms, length(value), producer_id, generation, sequence, epoch, txn_id, value

@@ -18,7 +18,7 @@ from msgspec import Struct
 
 from broker.errors import BrokerError, ErrorCode
 from broker.rows import EMPTY_HEADERS, decode_headers, encode_headers
-from broker.storage.logs import VALUE, plain_records
+from broker.storage.logs import SHAPED_RECORDS_MIN, VALUE, plain_records, shape
 from broker.storage.queries import RUN_ROWS, Q
 from broker.types import NewRecord, Record
 
@@ -329,6 +329,18 @@ def copy_partition(
                 for index in range(runs, count)
             ),
         )
+        if count >= SHAPED_RECORDS_MIN:
+            conn.execute(
+                Q["log_batch_insert"],
+                shape(
+                    (topic_id, partition, offset),
+                    values,
+                    [timestamp_ms] if stamps is None else stamps,
+                    keys is not None,
+                    headers is not None,
+                    (producer_id, generation, 0, 0, epoch, txn_id),
+                ),
+            )
         offset += count
     return offset - base_offset
 

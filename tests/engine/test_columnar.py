@@ -18,6 +18,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import msgpack
 import pyarrow as pa
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -34,57 +35,12 @@ from broker.limits import DEFAULT_LIMITS, Limits
 from broker.protocol import codec
 from broker.protocol.messages import Op
 from broker.server import server as server_module
-from broker.storage import logs, pages
 from broker.types import NewRecord
 from support.mixed_logs import OPERATIONS, TOPIC, mixed_log
+from support.page_checks import assert_same_pages
 from support.servers import served
 
 PAGE = 7  # records per fetch: pages end inside produce batches
-
-
-def rows_batch(client: Client, partition: int, offset: int, max_records: int) -> pa.RecordBatch:
-    """What fetch_arrow must equal: fetch_rows' page, converted row by row."""
-    rows = client.fetch_rows(TOPIC, {partition: offset}, max_records=max_records)
-    return columnar.rows_to_arrow(TOPIC, rows)
-
-
-def columnar_page(
-    client: Client, partition: int, offset: int, max_records: int
-) -> pa.RecordBatch | None:
-    """pages.read_page itself, as Arrow (None: it would leave the page to the row path)."""
-    engine = client._transport.engine  # type: ignore[attr-defined]
-    limits = engine.limits
-    with engine.database.read() as conn:
-        topic = logs.topic_by_name(conn, TOPIC)
-        assert topic is not None
-        page = pages.read_page(
-            conn, topic, partition, offset, max_records, limits.read_bytes_max, 1 << 30
-        )
-        return None if page is None else columnar.page_to_arrow(TOPIC, page)
-
-
-def assert_same_pages(client: Client, partitions: int, page: int, built: bool = False) -> int:
-    """Every page of every partition: fetch_arrow equals fetch_rows (built: and SQLite
-    built it, not the row path); records read."""
-    total = 0
-    for partition, end in zip(range(partitions), client.end_offsets(TOPIC), strict=True):
-        offset = 0
-        while offset <= end:
-            batch = client.fetch_arrow(TOPIC, partition, offset, max_records=page)
-            expected = rows_batch(client, partition, offset, page)
-            if built:
-                direct = columnar_page(client, partition, offset, page)
-                assert direct is not None and direct.equals(batch), (partition, offset)
-            assert batch.schema == columnar.ARROW_SCHEMA
-            assert batch.to_pylist() == expected.to_pylist(), (partition, offset)
-            if batch.num_rows == 0:
-                assert offset == end
-                break
-            offsets = batch.column("offset").to_pylist()
-            assert offsets == list(range(offset, offset + batch.num_rows))
-            offset += batch.num_rows
-            total += batch.num_rows
-    return total
 
 
 @settings(
@@ -329,8 +285,18 @@ def test_a_served_fetch_arrow_long_polls_for_new_records(data_dir: Path) -> None
         [0, 0, 2, b"ab", b"1\n", 0, b"", -1, [], [0, 0, 0, 0, None]],  # 1 length, 2 records
         [0, 0, 2, b"ab", 1, b"7\nx\n", b"", -1, [], [0, 0, 0, 0, None]],  # not a number
         [0, 0, 1, b"a", 1, 0, b"", -1, [], [0, 0]],  # 2 producer columns
+        [0, 0, 2, b"ab", [[1, 1, 0]], 0, b"", -1, [], [0, 0, 0, 0, None]],  # runs short
+        [0, 0, 2, b"ab", 1, [[0, 5, 0], [2, 5, 0]], b"", -1, [], [0, 0, 0, 0, None]],
+        [0, 0, 2, b"ab", 1, 0, b"", -1, [], [0, 0, [[2, b"x", 1]], 0, None]],
     ],
-    ids=["lengths short", "timestamp not a number", "producer columns"],
+    ids=[
+        "lengths short",
+        "timestamp not a number",
+        "producer columns",
+        "runs short",
+        "an empty run",
+        "a run of text",
+    ],
 )
 def test_a_malformed_fetched_page_is_a_protocol_error(page: list[object]) -> None:
     """A served reader builds its batch from the page a FETCH returns: a page that does
@@ -340,15 +306,26 @@ def test_a_malformed_fetched_page_is_a_protocol_error(page: list[object]) -> Non
     assert refused.value.code is ErrorCode.PROTOCOL_ERROR
 
 
-def test_a_fetched_page_becomes_the_batch_the_engine_builds(client: Client) -> None:
+@pytest.mark.parametrize("runs", [True, False], ids=["runs", "text"])
+def test_a_fetched_page_becomes_the_batch_the_engine_builds(client: Client, runs: bool) -> None:
+    """Through the wire (msgpack both ways), with columns as runs (large batches keep
+    their shapes: two timestamps, an idempotent producer's sequences) or, for a client
+    before runs, as text."""
     client.produce(TOPIC, [b"v%d" % i for i in range(30)], key=b"k", headers=(("h", b"1"),))
-    engine_batch = client.fetch_arrow(TOPIC, 0, 5)
+    client.produce(TOPIC, [NewRecord(b"w%d" % i, timestamp_ms=1_000 + i // 50) for i in range(100)])
+    client.producer(TOPIC).send([b"p%d" % i for i in range(100)])
+    engine_batch = client.fetch_arrow(TOPIC, 0, 5, max_records=1_000)
     if isinstance(client._transport, EmbeddedTransport):
         engine = client._transport.engine
-        chunks = engine.fetch_pages(TOPIC, {0: 5}, 100)
-        reply = {"pages": codec.chunks_to_wire(chunks)}
-        assert fetched_arrow(TOPIC, reply).equals(engine_batch)
-    assert engine_batch.column("offset").to_pylist() == list(range(5, 30))
+        for start in (5, 30, 130):
+            chunks = engine.fetch_pages(TOPIC, {0: start}, 1_000)
+            wire = msgpack.packb({"pages": codec.chunks_to_wire(chunks, runs)})
+            reply = msgpack.unpackb(wire, raw=False, use_list=False)
+            assert fetched_arrow(TOPIC, reply).equals(engine_batch.slice(start - 5))
+            records = codec.records_from_chunks(TOPIC, reply["pages"])
+            assert records == client.fetch(TOPIC, {0: start}, max_records=1_000)
+    assert engine_batch.column("offset").to_pylist() == list(range(5, 230))
+    assert engine_batch.column("sequence").to_pylist()[-100:] == list(range(1, 101))
 
 
 @pytest.mark.parametrize(
