@@ -435,25 +435,29 @@ class Transactions:
         transaction as it then is. Safe to run twice and from several processes at once:
         each partition's base offset says it was copied."""
         while True:
-            with self.database.write() as conn:
-                row = self._row(conn, txn_id)
-                if row.state != TxnState.PREPARED:  # completed already, here or elsewhere
-                    return self.info(conn, txn_id, self.clock())
-                parts = [p for p in store.partitions_of(conn, txn_id) if p.base_offset is None]
-                chunk: list[store.TxnPartitionRow] = []
-                records = 0
-                for part in parts:
-                    if chunk and records + part.records > self.limits.txn_apply_records_max:
-                        break
-                    chunk.append(part)
-                    records += part.records
-                for part in chunk:
-                    self._copy(conn, txn_id, part)
-                    self.failpoints.reached("apply")
-                if len(chunk) == len(parts):
-                    self.failpoints.reached("complete")
-                    self._complete(conn, row)
-                    return self.info(conn, txn_id, self.clock())
+            try:
+                with self.database.write() as conn:
+                    row = self._row(conn, txn_id)
+                    if row.state != TxnState.PREPARED:  # completed already, here or elsewhere
+                        return self.info(conn, txn_id, self.clock())
+                    parts = [p for p in store.partitions_of(conn, txn_id) if p.base_offset is None]
+                    chunk: list[store.TxnPartitionRow] = []
+                    records = 0
+                    for part in parts:
+                        if chunk and records + part.records > self.limits.txn_apply_records_max:
+                            break
+                        chunk.append(part)
+                        records += part.records
+                    self.database.hold_pages(conn, sum(part.bytes for part in chunk))
+                    for part in chunk:
+                        self._copy(conn, txn_id, part)
+                        self.failpoints.reached("apply")
+                    if len(chunk) == len(parts):
+                        self.failpoints.reached("complete")
+                        self._complete(conn, row)
+                        return self.info(conn, txn_id, self.clock())
+            finally:
+                self.database.release_pages()
 
     def _copy(self, conn: sqlite3.Connection, txn_id: int, part: store.TxnPartitionRow) -> None:
         """Copy one partition not yet copied (read in this same SQLite transaction)."""

@@ -15,7 +15,7 @@ import contextlib
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol, cast
+from typing import TYPE_CHECKING, Any, Final, Protocol, cast
 
 from broker.errors import BrokerError, ErrorCode
 from broker.protocol.frames import NEED_DATA, FrameConnection, ProtocolError, Sentinel
@@ -90,6 +90,9 @@ class PendingProduce:
 
 Pending = tuple[int, Op, Answer, float]  # request id, op, its answer, when it was read
 _NAMES = {op: op.name.lower() for op in Op}  # an operation's metric label
+# After a larger reply (a page of records) the client takes longer than the busy-poll
+# window to ask again: the server sleeps at once instead of spinning through it.
+_POLL_AFTER_REPLY_BYTES_MAX: Final = 64 << 10
 _PRODUCE = _NAMES[Op.PRODUCE]
 
 
@@ -271,7 +274,8 @@ class Connection(asyncio.Protocol):
                 break
         if out and not transport.is_closing():
             transport.write(bytes(out))
-            self._server.busy_poll.kick()  # the client is likely to send again soon
+            if len(out) <= _POLL_AFTER_REPLY_BYTES_MAX:
+                self._server.busy_poll.kick()  # the client is likely to send again soon
         if close or (not self._reading and not pending):
             self._reading = False
             transport.close()

@@ -119,6 +119,9 @@ class DataDir(Struct, frozen=True):
 # thread keeps the WAL far below it.
 _INLINE_CHECKPOINT_PAGES: Final = 65_536
 _CHECKPOINT_AFTER_S: Final = 0.05  # commits within this share one checkpoint
+_CACHE_KIB: Final = -2000  # SQLite's default page cache: 2,000 KiB
+_HELD_PAGES_BYTES_MIN: Final = 1 << 20
+_HELD_PAGES_BYTES_MAX: Final = 256 << 20
 # A WAL file past this is checkpointed whole and truncated (writers wait meanwhile): a
 # passive checkpoint never lets a WAL that writers keep adding to start over.
 _WAL_TRUNCATE_BYTES: Final = 64 << 20
@@ -193,6 +196,7 @@ class Database:
         self.durability = durability
         self.write_transactions = 0  # begun on this connection; see Engine's WriteCache
         self.checkpoints: Checkpoints | None = None  # started by the first write
+        self._holding = False  # a larger page cache for one write (hold_pages)
         self._starting = threading.Lock()
 
     @classmethod
@@ -355,6 +359,23 @@ class Database:
                 yield conn
         finally:
             self.conn.execute("PRAGMA synchronous = FULL")
+
+    def hold_pages(self, conn: sqlite3.Connection, new_bytes: int) -> None:
+        """Inside a write about to add new_bytes (a large commit's copy): a page cache
+        large enough to keep its pages until COMMIT, up to _HELD_PAGES_BYTES_MAX. With
+        SQLite's usual 2 MiB, a large write spills pages to the WAL midway and writes
+        the ones it changes again. release_pages() after the write."""
+        if new_bytes > _HELD_PAGES_BYTES_MIN:
+            held = min(new_bytes * 2, _HELD_PAGES_BYTES_MAX)
+            conn.execute(f"PRAGMA cache_size = {-(held >> 10)}")  # negative: KiB
+            self._holding = True
+
+    def release_pages(self) -> None:
+        """The usual page cache again, and the memory of the larger one freed."""
+        if self._holding:
+            self._holding = False
+            self.conn.execute(f"PRAGMA cache_size = {_CACHE_KIB}")
+            self.conn.execute("PRAGMA shrink_memory")
 
     def data_version(self) -> int:
         """Changes whenever another connection (any process) commits; never for this

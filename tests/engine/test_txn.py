@@ -1251,6 +1251,7 @@ def test_a_transaction_journaled_before_schema_011_commits_after_the_upgrade(
     conn = sqlite3.connect(data_dir / DB_FILE)
     with conn:
         conn.execute("DROP TABLE txn_batches")
+        conn.execute("DROP TABLE log_batches")  # schema 013's
         conn.execute(LEGACY_JOURNAL)
         at = clock() - 5
         rows = [  # partition, position, key, value, headers (msgpack)

@@ -44,13 +44,16 @@ def fencelog(runner: CliRunner, target: str | Path, *args: str) -> Result:
 
 
 def records_of(data_dir: Path) -> list[Record]:
+    """Every record of every partition, page after page."""
+    found: list[Record] = []
     with broker.open(data_dir, durability="normal") as engine:
-        return [
-            r
-            for topic in engine.list_topics()
-            for p in range(topic.partitions)
-            for r in engine.read(topic.name, p, 0)
-        ]
+        for topic in engine.list_topics():
+            for p in range(topic.partitions):
+                offset = 0
+                while page := engine.read(topic.name, p, offset):
+                    found += page
+                    offset = page[-1].offset + 1
+    return found
 
 
 def delete_snapshots(data_dir: Path) -> int:
