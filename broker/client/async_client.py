@@ -420,7 +420,8 @@ class AsyncClient:
         fences: Sequence[Fence] = (),
         attachment: int | None = None,
     ) -> list[AppendResult]:
-        args = produce_args(topic, records, producer, fences, attachment)
+        features = (await self.connection()).features
+        args = produce_args(topic, records, producer, fences, attachment, features)
         reply = await self.request(Op.PRODUCE, args)
         return codec.results_from_reply(topic, reply)
 

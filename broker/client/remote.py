@@ -28,6 +28,7 @@ from broker.limits import DEFAULT_LIMITS, Limits, limits_from_server
 from broker.protocol import codec
 from broker.protocol.frames import NEED_DATA, FrameConnection, Sentinel, TruncatedFrame
 from broker.protocol.messages import (
+    COLUMNS_FEATURE,
     PROTOCOL_VERSION,
     ErrorReply,
     Op,
@@ -200,15 +201,23 @@ def produce_args(
     producer: ProducerFields,
     fences: Sequence[Fence],
     attachment: int | None,
+    features: frozenset[str] = frozenset(),
 ) -> dict[str, Any]:
-    return {
+    """PRODUCE's arguments; the records as columns where the server takes them
+    (features: what its HELLO announced) and the batch allows."""
+    args: dict[str, Any] = {
         "topic": topic,
-        "records": codec.new_records_to_wire(records),
         "producer": codec.producer_to_wire(producer),
         "fences": codec.fences_to_wire(fences),
         "attachment": attachment,
         "result_columns": True,  # results as columns (codec.results_reply)
     }
+    columns = codec.new_records_to_columns(records) if COLUMNS_FEATURE in features else None
+    if columns is None:
+        args["records"] = codec.new_records_to_wire(records)
+    else:
+        args["columns"] = columns
+    return args
 
 
 def fetch_args(

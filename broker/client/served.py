@@ -178,8 +178,9 @@ class ServedTransport:
         fences: Sequence[Fence],
         attachment: int | None = None,
     ) -> list[AppendResult]:
+        features = self._connection.hello.features
         reply = self._request(
-            Op.PRODUCE, produce_args(topic, records, producer, fences, attachment)
+            Op.PRODUCE, produce_args(topic, records, producer, fences, attachment, features)
         )
         return codec.results_from_reply(topic, reply)
 

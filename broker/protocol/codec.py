@@ -8,7 +8,7 @@ never sees a wrong type. Rows of records travel as arrays in Record's field orde
 from __future__ import annotations
 
 import operator
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from itertools import repeat
 from typing import Any, Final, TypeVar, cast
 
@@ -158,6 +158,62 @@ def new_records_to_wire(records: Sequence[NewRecord]) -> Sequence[NewRecord]:
     return records
 
 
+def new_records_to_columns(records: Sequence[NewRecord]) -> list[Any] | None:
+    """A batch with no headers or timestamps as PRODUCE's columns: [values, keys or
+    nil, partitions or nil] (cheaper to send and to check than a row per record);
+    None for any other batch."""
+    count = len(records)
+    if (
+        count < _COLUMNS_MIN
+        or list(map(_FIELDS[2], records)).count(()) != count
+        or list(map(_FIELDS[4], records)).count(None) != count
+    ):
+        return None
+    # column by column (zip(*records) would make an iterator per record)
+    values, keys, partitions = (list(map(_FIELDS[i], records)) for i in (0, 1, 3))
+    return [
+        values,
+        None if keys.count(None) == count else keys,
+        None if partitions.count(None) == count else partitions,
+    ]
+
+
+_COLUMNS_MIN: Final = 16  # records: below, a row per record costs as little
+_FIELDS: Final = tuple(operator.itemgetter(i) for i in range(5))  # a NewRecord's
+
+
+def new_records_from_columns(columns: object) -> list[NewRecord]:
+    """PRODUCE's columns as records, checked column by column in C."""
+    if not (isinstance(columns, tuple | list) and len(columns) == 3):
+        raise ProtocolError("field 'columns' must be [values, keys or nil, partitions or nil]")
+    values, keys, partitions = columns
+    if not isinstance(values, tuple | list) or not {*map(type, values)} <= {bytes}:
+        raise ProtocolError("the values column must be an array of binary values")
+    count = len(values)
+    fields = (
+        values,
+        _optional_column(keys, count, _KEY_TYPES, "keys", "binary or nil"),
+        repeat(()),
+        _optional_column(partitions, count, _INT_TYPES, "partitions", "integers or nil"),
+        repeat(None),
+    )
+    with collector_paused():
+        # zip stops at the values: the repeats are endless, the columns checked as long
+        return list(map(tuple.__new__, repeat(NewRecord), zip(*fields, strict=False)))
+
+
+def _optional_column(
+    column: object, count: int, kinds: frozenset[object], name: str, said: str
+) -> Iterable[Any]:
+    if column is None:
+        return repeat(None)
+    if not (
+        isinstance(column, tuple | list) and len(column) == count and {*map(type, column)} <= kinds
+    ):
+        raise ProtocolError(f"the {name} column must be nil or {count} {said}")
+    return column
+
+
 def new_records_from_wire(rows: object) -> list[NewRecord]:
     if type(rows) is tuple and len(rows) == 1:  # one record: checked without a pass
         row = rows[0]
@@ -184,13 +240,13 @@ def _plain(rows: tuple[Any, ...] | list[Any]) -> bool:
     integer partition and timestamp: nothing _new_record would refuse or rebuild."""
     if not rows or {*map(type, rows)} != {tuple} or {*map(len, rows)} != {5}:
         return False
-    values, keys, headers, partitions, stamps = zip(*rows, strict=True)
+    values, keys, headers, partitions, stamps = _FIELDS
     return (
-        {*map(type, values)} == {bytes}
-        and {*map(type, keys)} <= _KEY_TYPES
-        and headers.count(()) == len(headers)
-        and {*map(type, partitions)} <= _INT_TYPES
-        and {*map(type, stamps)} <= _INT_TYPES
+        {*map(type, map(values, rows))} == {bytes}
+        and {*map(type, map(keys, rows))} <= _KEY_TYPES
+        and list(map(headers, rows)).count(()) == len(rows)
+        and {*map(type, map(partitions, rows))} <= _INT_TYPES
+        and {*map(type, map(stamps, rows))} <= _INT_TYPES
     )
 
 

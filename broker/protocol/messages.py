@@ -16,6 +16,9 @@ page it, {"rows": [...]}. Without it (a client before pages) it is answered {"ro
 come as runs ([records, first, step] arrays, broker/rows.py Runs); without it (a client
 before runs) they come as a number or text only.
 
+PRODUCE carries its records as {"records": [[value, key, headers, partition,
+timestamp], ...]} or, to a server that announces produce_columns and for a batch with
+no headers or timestamps, {"columns": [values, keys or nil, partitions or nil]}.
 PRODUCE is answered {"results": [[partition, offset, duplicate], ...]}, a row per
 record, or, with `result_columns: true`, {"result_columns": [count, partitions,
 offsets, duplicates]}, each column an array or one value for every record.
@@ -33,6 +36,7 @@ PROTOCOL_VERSION: Final = 2  # 2: fetch replies carry rows without the topic
 
 # HELLO's "features": what a server answers beyond its protocol version
 ARROW_FEATURE: Final = "fetch_arrow"  # FETCH_ARROW (the server has pyarrow)
+COLUMNS_FEATURE: Final = "produce_columns"  # PRODUCE's records as columns
 
 
 class Kind(enum.IntEnum):

@@ -55,6 +55,7 @@ from broker.protocol import codec, ops
 from broker.protocol.frames import FrameConnection, ProtocolError
 from broker.protocol.messages import (
     ARROW_FEATURE,
+    COLUMNS_FEATURE,
     PROTOCOL_VERSION,
     ErrorReply,
     Op,
@@ -641,7 +642,11 @@ class Server:
             attachment = args.get("attachment")
             if type(topic) is not str:
                 topic = codec.field(args, "topic", str)
-            records = codec.new_records_from_wire(args.get("records"))
+            columns = args.get("columns")
+            if columns is None:
+                records = codec.new_records_from_wire(args.get("records"))
+            else:
+                records = codec.new_records_from_columns(columns)
             producer = codec.producer_from_wire(args.get("producer"))
             if fences is not None and fences != ():
                 fences = codec.fences_from_wire(fences)
@@ -932,9 +937,11 @@ _LOGGED_TXN_OPS: Final = {
 
 @functools.cache
 def _features() -> frozenset[str]:
-    """What this server can answer beyond the protocol version: FETCH_ARROW needs pyarrow
-    (the spark extra), which a server without it does not announce."""
-    return frozenset({ARROW_FEATURE}) if importlib.util.find_spec("pyarrow") else frozenset()
+    """What this server can answer beyond the protocol version: PRODUCE's records as
+    columns; FETCH_ARROW, which needs pyarrow (the spark extra): a server without it
+    does not announce it."""
+    arrow = {ARROW_FEATURE} if importlib.util.find_spec("pyarrow") else set()
+    return frozenset({COLUMNS_FEATURE, *arrow})
 
 
 def _is_loopback(host: str) -> bool:

@@ -311,6 +311,90 @@ def test_a_one_record_batch_as_msgpack_decodes_it_is_judged_as_any_batch(rows: o
     raises_protocol_error(lambda: codec.new_records_from_wire(wire))
 
 
+def wire_round_trip(value: object) -> object:
+    """As a frame carries it: msgpack both ways, arrays as tuples."""
+    return msgpack.unpackb(msgpack.packb(value), use_list=False)
+
+
+@pytest.mark.parametrize(
+    "records",
+    [
+        [NewRecord(b"v%d" % i) for i in range(40)],
+        [NewRecord(b"v%d" % i, key=b"k" if i % 2 else None) for i in range(40)],
+        [NewRecord(b"", partition=i % 3) for i in range(40)],
+    ],
+    ids=["values", "some keys", "partitions"],
+)
+def test_a_plain_batch_travels_as_columns_and_comes_back_the_same(
+    records: list[NewRecord],
+) -> None:
+    columns = codec.new_records_to_columns(records)
+    assert columns is not None
+    decoded = codec.new_records_from_columns(wire_round_trip(columns))
+    assert decoded == records and {type(r) for r in decoded} == {NewRecord}
+
+
+@pytest.mark.parametrize(
+    "records",
+    [
+        [NewRecord(b"v")] * 3,  # too few to be worth it
+        [NewRecord(b"v", headers=(("h", b"1"),))] + [NewRecord(b"v")] * 40,
+        [NewRecord(b"v", timestamp_ms=5)] + [NewRecord(b"v")] * 40,
+    ],
+    ids=["small", "headers", "timestamps"],
+)
+def test_a_batch_with_headers_or_timestamps_travels_as_rows(records: list[NewRecord]) -> None:
+    assert codec.new_records_to_columns(records) is None
+
+
+@pytest.mark.parametrize(
+    "columns",
+    [
+        None,
+        [(b"v",), None],
+        [("text",), None, None],
+        [(b"v", 5), None, None],
+        [(b"v", b"w"), (b"k",), None],  # a keys column shorter than the values
+        [(b"v",), ("text key",), None],
+        [(b"v",), None, (True,)],
+        [(b"v",), None, ("0",)],
+        [b"values", None, None],
+    ],
+)
+def test_bad_columns_are_refused(columns: object) -> None:
+    raises_protocol_error(lambda: codec.new_records_from_columns(columns))
+
+
+@pytest.mark.parametrize(
+    "results",
+    [
+        [AppendResult("t", 0, -1)] * 5,  # a transaction's: one value per column
+        [AppendResult("t", i % 2, 10 + i // 2) for i in range(6)],
+        [AppendResult("t", 1, 7, duplicate=True), AppendResult("t", 1, 8)],
+        [],
+    ],
+)
+def test_results_as_columns_come_back_the_same(results: list[AppendResult]) -> None:
+    for columns in (True, False):
+        reply = wire_round_trip(codec.results_reply(results, columns))
+        assert isinstance(reply, dict)
+        assert codec.results_from_reply("t", reply) == results
+
+
+@pytest.mark.parametrize(
+    "wire",
+    [
+        [2, 0, 1],
+        [2, (0,), 1, False],  # a partitions column of one for two results
+        [2, 0, (1, "2"), False],
+        [2, 0, 1, 0],  # duplicates are booleans
+        ["2", 0, 1, False],
+    ],
+)
+def test_bad_result_columns_are_refused(wire: object) -> None:
+    raises_protocol_error(lambda: codec.results_from_reply("t", {"result_columns": wire}))
+
+
 @pytest.mark.parametrize(
     "record",
     [
@@ -543,3 +627,15 @@ def test_malformed_fetched_rows_are_a_protocol_error(rows: object) -> None:
     with pytest.raises(BrokerError) as caught:
         codec.rows_from_wire("orders", rows)
     assert caught.value.code is ErrorCode.PROTOCOL_ERROR
+
+
+def test_records_go_as_columns_only_to_a_server_that_announced_them() -> None:
+    from broker.client.remote import produce_args
+    from broker.protocol.messages import COLUMNS_FEATURE
+
+    records = [NewRecord(b"v%d" % i) for i in range(40)]
+    before = produce_args("t", records, ProducerFields(), (), None)
+    assert "columns" not in before and len(before["records"]) == 40
+    after = produce_args("t", records, ProducerFields(), (), None, frozenset({COLUMNS_FEATURE}))
+    assert "records" not in after
+    assert codec.new_records_from_columns(after["columns"]) == records
