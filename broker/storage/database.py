@@ -130,9 +130,9 @@ _WAL_TRUNCATE_BYTES: Final = 64 << 20
 class Checkpoints:
     """A thread, with a connection of its own, that checkpoints the WAL shortly after
     the commits it is told of, and once more when closed: PASSIVE (it never waits for
-    readers or writers), or, once the WAL file is past _WAL_TRUNCATE_BYTES, TRUNCATE
+    readers or writers), then, once the WAL file is past _WAL_TRUNCATE_BYTES, TRUNCATE
     (it waits for the writer of the moment, holds the next ones back while it copies
-    the rest, and empties the file)."""
+    what the passive one left, and empties the file)."""
 
     def __init__(self, db_path: Path, durability: Durability) -> None:
         self.db_path = db_path
@@ -177,9 +177,10 @@ class Checkpoints:
             wal_bytes = self.wal_path.stat().st_size
         except FileNotFoundError:
             return  # the last connection closed: SQLite checkpointed and removed it
-        mode = "TRUNCATE" if wal_bytes > _WAL_TRUNCATE_BYTES else "PASSIVE"
         try:
-            conn.execute(f"PRAGMA wal_checkpoint({mode})").fetchone()
+            conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
+            if wal_bytes > _WAL_TRUNCATE_BYTES:  # what the passive one left: a moment
+                conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
         except sqlite3.Error as exc:  # busy or failing: the next commit's wake tries again
             self.failed = str(exc)
         else:
