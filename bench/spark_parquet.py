@@ -62,27 +62,38 @@ CONTROL: Final = (
 FINDINGS: Final = (
     "- PySpark is not what misses the goals: in the same session its own ceiling, a "
     "Python source re-yielding one pre-built 10,000-row batch of the connector's 12 "
-    "columns, reads at 0.66-0.99 of Parquet, and a sink that only counts writes at "
-    "1.06-1.25 of it (five runs in session 14). The connector's own cost per record is "
-    "what the ratios measure.",
-    "- Where a read's time goes (one partition of 300,000 records of 100 bytes, in one "
-    "process, no Spark): a 10,000-record page costs 0.61 us of CPU per record embedded, "
-    "0.47 of it in SQLite's two scans of the page (the summary, which compares nine "
-    "columns of every record with the first one's to learn which columns vary, 0.34; the "
-    "values concatenated, 0.13).",
-    "- Served, the server used to build the Arrow stream itself (FETCH_ARROW) and spent "
-    "0.95 us of CPU per record on it. It now sends the page (FETCH) and each reader builds "
-    "its batch as the engine does embedded: 0.57 us per record in the server, 0.10 in "
-    "the client. The served read went from 524,000-565,000 to 700,000-813,000 rows/s, "
-    "0.61-0.70 to 0.82 of the embedded read (two runs each). On two cores the ratio "
-    "follows the CPU each record costs everywhere: Spark's own (about 0.85 us, from the "
-    "ceiling) plus the server's plus the client's, against Spark's plus the engine's.",
-    "- Tried and dropped: FETCH and FETCH_ARROW on two server threads, each with its own "
-    "SQLite connection, so that two tasks are read at once: the served read stayed at "
-    "554,000 rows/s (565,000 before), so the server's one reader thread is not the limit.",
-    "- Not done: keeping each written batch's shape (timestamp, value size, producer "
-    "fields) beside the records, so that a page would not scan every record to learn it; "
-    "every write path (produce, transactions' copy, Kafka, compaction) would keep it.",
+    "columns, reads at 0.66-1.23 of Parquet, and a sink that only counts writes at "
+    "0.96-1.25 of it (sessions 14 and 16). The connector's own cost per record is what "
+    "the ratios measure. Parquet's own read varies from 1.8M to 3.9M rows/s from one "
+    "run to the next on this machine (session 16), and moves the read ratios with it.",
+    "- Reads (session 16): a batch of 64 records or more keeps its shape in log_batches "
+    "(schema 013), and a page of such batches is read from those rows and one pass "
+    "for the values. One partition of 500,000 records of 100 bytes as Arrow pages, in "
+    "one process, no Spark: 0.60 -> 0.23 us of CPU per record for records of plain "
+    "produces, 1.33 -> 0.23 for records a Spark write committed (their timestamps and "
+    "transaction ids differ from batch to batch: each was a column of text, every "
+    "record compared and printed). What is left is SQLite's pass that concatenates the "
+    "values (0.13-0.15 us a record). Served: 0.32 us per record in the server, 0.10 in "
+    "the client. A Spark task's Python worker now spends 0.14 s of CPU on 500,000 "
+    "records and waits for the JVM the rest of its 0.3-0.4 s.",
+    "- Writes (session 16), one embedded 1M-row write: the two tasks take about 1.0 s "
+    "(each worker 0.36-0.40 s of CPU; Spark's JVM makes the rows), then the driver's "
+    "commit 1.3-1.6 s, alone, while the second core idles: the copy's inserts 0.57 us "
+    "a row, its COMMIT 0.33 (the WAL written and synced), dropping the journal 0.10. "
+    "Made cheaper this session: the records built with the collector paused (0.5-0.9 "
+    "-> 0.17 us a row), results as columns and records as columns on the wire (the "
+    "served client 1.36 -> 0.68 us a row, the server's journaling 0.92 -> 0.78), "
+    "checkpoints on a thread of their own (the COMMIT 0.47 -> 0.33 us a row), a page "
+    "cache that holds the copy until COMMIT (its inserts 0.70 -> 0.57).",
+    "- What still bounds writes: double journaling writes every record twice, each "
+    "through the WAL and a checkpoint, and the copy is one SQLite writer's work. The two "
+    "tasks' journal writes also take turns at SQLite's write lock, whose busy handler "
+    "sleeps: one task ends about 0.25 s after the other.",
+    "- Tried and dropped: 16 KiB SQLite pages (a 1M-row commit in a scratch loop 0.32 -> "
+    "0.20 s, but every small commit would write its pages to the WAL four times as "
+    "large; not measured); memory-mapped reads (6% off the values "
+    "pass, and a truncated file would kill the reader with SIGBUS); a larger page cache "
+    "for every connection (it helps only when a whole transaction fits).",
 )
 
 
