@@ -100,17 +100,11 @@ def _read_page(
     if size > bytes_max:
         count = _within(_lines(conn, "records_page_sizes", page), bytes_max)
         page = (topic_id, partition, offset, offset + count - 1)
-    values, values_size = conn.execute(Q["records_page_values"], page).fetchone()
     last_value = conn.execute(Q["records_page_value_at"], page[:2] + page[3:]).fetchone()[0]
-    if not (
-        values_size == len(values)
-        and values.startswith(first_value)
-        and values.endswith(last_value)
-    ):
+    values = _values(conn, page, count, first_value, last_value)
+    if values is None:
         return None
-    key_lengths, keys = (
-        conn.execute(Q["records_page_keys"], page).fetchone() if keyed else (-1, b"")
-    )
+    key_lengths, keys = _keys(conn, page, bool(keyed))
     return Page(
         partition,
         offset,
@@ -118,7 +112,7 @@ def _read_page(
         values,
         _lines(conn, "records_page_value_lengths", page) if lengths_vary else length,
         _lines(conn, "records_page_timestamps", page) if times_vary else timestamp_ms,
-        keys or b"",
+        keys,
         key_lengths,
         conn.execute(Q["records_page_headers"], page).fetchall() if headed else [],
         (
@@ -181,18 +175,10 @@ def _read_shaped(
         runs = _runs(shapes, offset, last)
         assert runs is not None, "a page's first records are in the shapes that hold them all"
     page: _PageRange = (topic_id, partition, offset, last)
-    values, values_size, counted = conn.execute(Q["records_page_values_counted"], page).fetchone()
-    if not (
-        counted == count
-        and values_size == len(values)
-        and values.startswith(first_value)
-        and values.endswith(last_value)
-    ):
+    values = _values(conn, page, count, first_value, last_value)
+    if values is None:
         return None
-    keyed = any(run.keyed for run in runs)
-    key_lengths, keys = (
-        conn.execute(Q["records_page_keys"], page).fetchone() if keyed else (-1, b"")
-    )
+    key_lengths, keys = _keys(conn, page, any(run.keyed for run in runs))
     return Page(
         partition,
         offset,
@@ -200,7 +186,7 @@ def _read_shaped(
         values,
         _shaped_column(conn, page, runs, "value_length", "records_page_value_lengths"),
         _shaped_column(conn, page, runs, "timestamp_ms", "records_page_timestamps"),
-        keys or b"",
+        keys,
         key_lengths,
         conn.execute(Q["records_page_headers"], page).fetchall()
         if any(run.headed for run in runs)
@@ -213,6 +199,33 @@ def _read_shaped(
             _txn_column(runs),
         ),
     )
+
+
+def _values(
+    conn: sqlite3.Connection, page: _PageRange, count: int, first: bytes, last: bytes
+) -> bytes | None:
+    """The page's values concatenated; None unless they are `count` records' that
+    begin with the first record's value and end with the last one's (the order the
+    module's rules ask for)."""
+    values: bytes
+    values, size, counted = conn.execute(Q["records_page_values_counted"], page).fetchone()
+    if (
+        counted == count
+        and size == len(values)
+        and values.startswith(first)
+        and values.endswith(last)
+    ):
+        return values
+    return None
+
+
+def _keys(conn: sqlite3.Connection, page: _PageRange, keyed: bool) -> tuple[int | bytes, bytes]:
+    """Key lengths (-1: no key) and the keys concatenated; (-1, b"") for a page none of
+    whose records has a key."""
+    if not keyed:
+        return -1, b""
+    lengths, keys = conn.execute(Q["records_page_keys"], page).fetchone()
+    return lengths, keys or b""
 
 
 def _runs(shapes: list[tuple[Any, ...]], offset: int, last: int) -> list[_Run] | None:

@@ -134,8 +134,8 @@ ORDER BY b.topic_id, b.partition, b.first_offset
 LIMIT ?;
 
 -- name: records_page_values_counted
--- The page's values concatenated, their bytes and how many records gave them (a page
--- read from its batches' shapes checks the count it expects).
+-- The page's values concatenated (the aggregate walks the primary key in order), their
+-- bytes and how many records gave them, which the page checks against its count.
 SELECT ifnull(CAST(group_concat(value, '') AS BLOB), X''), sum(length(value)), count(*)
 FROM records
 WHERE topic_id = ?1 AND partition = ?2 AND offset >= ?3 AND offset <= ?4;
@@ -169,12 +169,6 @@ SELECT count(*), max(offset), sum(length(value)) + ifnull(sum(length(key)), 0),
            OR txn_id IS NOT ?11)
 FROM records
 WHERE topic_id = ?1 AND partition = ?2 AND offset >= ?3 AND offset < ?4;
-
--- name: records_page_values
--- The page's values concatenated; the aggregate walks the primary key in order.
-SELECT ifnull(CAST(group_concat(value, '') AS BLOB), X''), sum(length(value))
-FROM records
-WHERE topic_id = ?1 AND partition = ?2 AND offset >= ?3 AND offset <= ?4;
 
 -- name: records_page_sizes
 -- Bytes of key and value, one record a line (where a page is cut at read_bytes_max).
