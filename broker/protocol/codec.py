@@ -317,7 +317,13 @@ _WIRE_RESULT: Final = operator.itemgetter(slice(1, None))
 
 
 def results_from_wire(topic: str, rows: Sequence[Sequence[Any]]) -> list[AppendResult]:
-    return [AppendResult(topic, partition, offset, dup) for partition, offset, dup in rows]
+    """A reply's [partition, offset, duplicate] rows as results, made in C."""
+    if not isinstance(rows, tuple | list) or (
+        rows and ({*map(type, rows)} != {tuple} or {*map(len, rows)} != {3})
+    ):
+        raise ProtocolError("field 'results' must be [partition, offset, duplicate] rows")
+    with collector_paused():
+        return list(map(tuple.__new__, repeat(AppendResult), map((topic,).__add__, rows)))
 
 
 def results_reply(results: Sequence[AppendResult], columns: bool) -> dict[str, Any]:
