@@ -26,7 +26,6 @@ import contextlib
 import os
 import re
 import sqlite3
-import struct
 import threading
 import time
 from collections.abc import Iterator
@@ -120,9 +119,6 @@ class DataDir(Struct, frozen=True):
 # thread keeps the WAL far below it.
 _INLINE_CHECKPOINT_PAGES: Final = 65_536
 _CHECKPOINT_AFTER_S: Final = 0.05  # commits within this share one checkpoint
-_CHECKPOINT_FRAMES: Final = 1000  # WAL pages not yet checkpointed: SQLite's default mark
-_WAL_INDEX_BYTES: Final = 100
-_U32: Final = struct.Struct("=I")
 _CACHE_KIB: Final = -2000  # SQLite's default page cache: 2,000 KiB
 _HELD_PAGES_BYTES_MIN: Final = 1 << 20
 _HELD_PAGES_BYTES_MAX: Final = 256 << 20
@@ -133,16 +129,20 @@ _WAL_TRUNCATE_BYTES: Final = 64 << 20
 
 class Checkpoints:
     """A thread, with a connection of its own, that checkpoints the WAL shortly after
-    the commits it is told of once 1000 pages wait (SQLite's own mark), and once more
-    when closed: PASSIVE (it never waits for readers or writers), then, once the WAL
-    file is past _WAL_TRUNCATE_BYTES, TRUNCATE (it waits for the writer of the moment,
-    holds the next ones back while it copies what the passive one left, and empties
-    the file)."""
+    the commits it is told of, and once more when closed: PASSIVE (it never waits for
+    readers or writers), then, once the WAL file is past _WAL_TRUNCATE_BYTES, TRUNCATE
+    (it waits for the writer of the moment, holds the next ones back while it copies
+    what the passive one left, and empties the file).
+
+    It never opens the database's files itself, not even to read them: closing any
+    descriptor of a file drops every POSIX lock this process holds on it, SQLite's
+    included ("How To Corrupt An SQLite Database", 2.2.1). Reading the WAL index
+    (-shm) that way to learn how many pages wait corrupted a database that another
+    process was writing to."""
 
     def __init__(self, db_path: Path, durability: Durability) -> None:
         self.db_path = db_path
         self.wal_path = db_path.with_name(db_path.name + "-wal")
-        self.shm_path = db_path.with_name(db_path.name + "-shm")
         self.durability = durability
         self.done = 0  # checkpoints run
         self.failed: str | None = None  # the last one's error, if it failed
@@ -183,9 +183,6 @@ class Checkpoints:
             wal_bytes = self.wal_path.stat().st_size
         except FileNotFoundError:
             return  # the last connection closed: SQLite checkpointed and removed it
-        pending = self._pending_frames()
-        if not self._closing and pending is not None and pending < _CHECKPOINT_FRAMES:
-            return  # SQLite's own pace: a checkpoint costs syncs, and pages change again
         try:
             conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
             if wal_bytes > _WAL_TRUNCATE_BYTES:  # what the passive one left: a moment
@@ -195,21 +192,6 @@ class Checkpoints:
         else:
             self.done += 1
             self.failed = None
-
-    def _pending_frames(self) -> int | None:
-        """WAL frames not yet copied into the database, from the WAL index (the -shm
-        file, native byte order: mxFrame at byte 16 of its header, nBackfill at byte 96,
-        as SQLite's file format documents it); None where it cannot be read."""
-        try:
-            with open(self.shm_path, "rb") as shm:
-                head = shm.read(_WAL_INDEX_BYTES)
-        except OSError:
-            return None
-        if len(head) < _WAL_INDEX_BYTES:
-            return None
-        frames: int = _U32.unpack_from(head, 16)[0]
-        copied: int = _U32.unpack_from(head, 96)[0]
-        return max(frames - copied, 0)
 
 
 class Database:
