@@ -402,7 +402,10 @@ class AsyncClient:
     async def call(self, entry: Operation[P, R], *args: P.args, **kwargs: P.kwargs) -> R:
         """One operation of the table (broker/protocol/ops.py), e.g.
         `await client.call(ops.CREATE_TOPIC, "orders", 4)`."""
-        return entry.decode_reply(await self.request(entry.op, entry.args(*args, **kwargs)))
+        request = entry.args(*args, **kwargs)
+        if entry.op is Op.TXN_BEGIN_PRODUCE:  # the one operation of the table with records
+            request = codec.with_columns(request, (await self.connection()).features)
+        return entry.decode_reply(await self.request(entry.op, request))
 
     async def close(self) -> None:
         self._closed = True

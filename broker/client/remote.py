@@ -28,7 +28,6 @@ from broker.limits import DEFAULT_LIMITS, Limits, limits_from_server
 from broker.protocol import codec
 from broker.protocol.frames import NEED_DATA, FrameConnection, Sentinel, TruncatedFrame
 from broker.protocol.messages import (
-    COLUMNS_FEATURE,
     PROTOCOL_VERSION,
     ErrorReply,
     Op,
@@ -205,19 +204,15 @@ def produce_args(
 ) -> dict[str, Any]:
     """PRODUCE's arguments; the records as columns where the server takes them
     (features: what its HELLO announced) and the batch allows."""
-    args: dict[str, Any] = {
+    args = {
         "topic": topic,
+        "records": codec.new_records_to_wire(records),
         "producer": codec.producer_to_wire(producer),
         "fences": codec.fences_to_wire(fences),
         "attachment": attachment,
         "result_columns": True,  # results as columns (codec.results_reply)
     }
-    columns = codec.new_records_to_columns(records) if COLUMNS_FEATURE in features else None
-    if columns is None:
-        args["records"] = codec.new_records_to_wire(records)
-    else:
-        args["columns"] = columns
-    return args
+    return codec.with_columns(args, features)
 
 
 def fetch_args(

@@ -167,7 +167,10 @@ class ServedTransport:
         return connection.ended_by_peer()
 
     def call(self, entry: Operation[P, R], *args: P.args, **kwargs: P.kwargs) -> R:
-        return entry.decode_reply(self._request(entry.op, entry.args(*args, **kwargs)))
+        request = entry.args(*args, **kwargs)
+        if entry.op is Op.TXN_BEGIN_PRODUCE:  # the one operation of the table with records
+            request = codec.with_columns(request, self._connection.hello.features)
+        return entry.decode_reply(self._request(entry.op, request))
 
     def produce(
         self,

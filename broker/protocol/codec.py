@@ -16,6 +16,7 @@ import msgpack
 
 from broker.core.txn import parse_txn_id
 from broker.protocol.frames import ProtocolError
+from broker.protocol.messages import COLUMNS_FEATURE
 from broker.rows import (
     ROW_FIELDS,
     AuditRow,
@@ -180,6 +181,30 @@ def new_records_to_columns(records: Sequence[NewRecord]) -> list[Any] | None:
 
 _COLUMNS_MIN: Final = 16  # records: below, a row per record costs as little
 _FIELDS: Final = tuple(operator.itemgetter(i) for i in range(5))  # a NewRecord's
+
+
+def with_columns(args: dict[str, Any], features: frozenset[str]) -> dict[str, Any]:
+    """A request's arguments with its "records" as "columns" where the server takes
+    them (COLUMNS_FEATURE in what its HELLO announced) and the batch allows; else as
+    they were."""
+    records = args.get("records")
+    if COLUMNS_FEATURE not in features or not isinstance(records, list | tuple):
+        return args
+    columns = new_records_to_columns(records)
+    if columns is None:
+        return args
+    changed = dict(args)
+    del changed["records"]
+    changed["columns"] = columns
+    return changed
+
+
+def records_from_args(args: dict[str, Any]) -> list[NewRecord]:
+    """A request's records, sent as rows or as columns."""
+    columns = args.get("columns")
+    if columns is None:
+        return new_records_from_wire(args.get("records"))
+    return new_records_from_columns(columns)
 
 
 def new_records_from_columns(columns: object) -> list[NewRecord]:

@@ -727,7 +727,7 @@ def _of_txn_begin_produce(payload: Payload) -> Payload:
     return {
         "group": field(payload, "group", str),
         "topic": field(payload, "topic", str),
-        "records": codec.new_records_from_wire(payload.get("records")),
+        "records": codec.records_from_args(payload),
         "timeout_ms": field(payload, "timeout_ms", int, optional=True),
         "fences": codec.fences_from_wire(payload.get("fences")),
     }

@@ -642,11 +642,7 @@ class Server:
             attachment = args.get("attachment")
             if type(topic) is not str:
                 topic = codec.field(args, "topic", str)
-            columns = args.get("columns")
-            if columns is None:
-                records = codec.new_records_from_wire(args.get("records"))
-            else:
-                records = codec.new_records_from_columns(columns)
+            records = codec.records_from_args(args)
             producer = codec.producer_from_wire(args.get("producer"))
             if fences is not None and fences != ():
                 fences = codec.fences_from_wire(fences)
