@@ -83,7 +83,8 @@ FINDINGS: Final = (
     "Made cheaper this session: the records built with the collector paused (0.5-0.9 "
     "-> 0.17 us a row), results as columns and records as columns on the wire (the "
     "served client 1.36 -> 0.68 us a row, the server's journaling 0.92 -> 0.78), "
-    "checkpoints on a thread of their own (the COMMIT 0.47 -> 0.33 us a row), a page "
+    "a large commit's checkpoint on a thread of its own (its COMMIT 0.47 -> 0.36 us a "
+    "row), a page "
     "cache that holds the copy until COMMIT (its inserts 0.70 -> 0.57).",
     "- What still bounds writes: double journaling writes every record twice, each "
     "through the WAL and a checkpoint, and the copy is one SQLite writer's work. The two "

@@ -16,6 +16,7 @@ import random
 import sqlite3
 import time
 from collections.abc import Callable, Mapping, Sequence
+from itertools import repeat
 from pathlib import Path
 from typing import TYPE_CHECKING, Final, NamedTuple, TypeVar, cast
 
@@ -411,8 +412,12 @@ class Engine:
             end = base_offset + len(batch)
             self._hot.appended(row.topic_id, partition, end)
             staged.advanced(row.topic_id, partition, base_offset, end)
-            for position, index in enumerate(indexes):
-                results[index] = AppendResult(topic, partition, base_offset + position)
+            landed = appended_results(topic, partition, base_offset, len(batch))
+            if isinstance(indexes, range):
+                results[indexes.start : indexes.stop : indexes.step] = landed
+            else:
+                for index, result in zip(indexes, landed, strict=True):
+                    results[index] = result
         return results
 
     def _write_epoch(self, conn: sqlite3.Connection, topic_id: int, attachment: int | None) -> int:
@@ -475,10 +480,9 @@ class Engine:
             staged.appended(key, entry, batch, end, now_ms)
         appends.add(topic_id, partition, end, records, now_ms, producer)
         self._hot.appended(topic_id, partition, end + count)
-        name = row.name
         if count == 1:
-            return [AppendResult(name, partition, end)]
-        return [AppendResult(name, partition, offset) for offset in range(end, end + count)]
+            return [AppendResult(row.name, partition, end)]
+        return appended_results(row.name, partition, end, count)
 
     def _duplicates(
         self,
@@ -916,6 +920,16 @@ class Engine:
             for start in range(min(partitions, count))
         }
         return cast(dict[int, Sequence[int]], by_partition)
+
+
+def appended_results(topic: str, partition: int, first: int, count: int) -> list[AppendResult]:
+    """The results of `count` records appended from offset `first`, made in C with the
+    collector paused (a NamedTuple's own constructor costs about 0.3 us each)."""
+    if count == 1:
+        return [AppendResult(topic, partition, first)]
+    fields = zip(repeat(topic), repeat(partition), range(first, first + count), repeat(False))
+    with rows.collector_paused():
+        return list(map(tuple.__new__, repeat(AppendResult), fields))
 
 
 _PENDING = AppendResult("", -1, -1)

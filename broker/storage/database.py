@@ -12,12 +12,10 @@ Rules this module keeps:
 - The data directory is 0700 and the database files 0600.
 - storage never decides: it persists what the engine tells it and translates SQLite's
   failures into BrokerError.
-- Checkpoints run off the writers' path: a connection that writes checkpoints the WAL on
-  a thread of its own (its own connection) shortly after its commits, instead of the
-  commit that crosses SQLite's 1000-page mark copying the whole WAL into the database
-  before it returns (a 150 MB transaction's COMMIT spent half its time there). SQLite's
-  own automatic checkpoint stays on at a far larger mark, a bound should that thread
-  fall behind.
+- A large write (a transaction's commit copying its records into the log) leaves its
+  checkpoint to a thread with a connection of its own, so that the commit returns
+  without copying the WAL into the database first (a 150 MB transaction's COMMIT spent
+  half its time there). Every other write keeps SQLite's own automatic checkpoint.
 """
 
 from __future__ import annotations
@@ -115,10 +113,8 @@ class DataDir(Struct, frozen=True):
             )
 
 
-# SQLite checkpoints inline at this many WAL pages (its default: 1000); the checkpoint
-# thread keeps the WAL far below it.
-_INLINE_CHECKPOINT_PAGES: Final = 65_536
-_CHECKPOINT_AFTER_S: Final = 0.05  # commits within this share one checkpoint
+_INLINE_CHECKPOINT_PAGES: Final = 1000  # SQLite's default: a commit past it checkpoints
+_CHECKPOINT_AFTER_S: Final = 0.05  # large commits within this share one checkpoint
 _CACHE_KIB: Final = -2000  # SQLite's default page cache: 2,000 KiB
 _HELD_PAGES_BYTES_MIN: Final = 1 << 20
 _HELD_PAGES_BYTES_MAX: Final = 256 << 20
@@ -129,7 +125,7 @@ _WAL_TRUNCATE_BYTES: Final = 64 << 20
 
 class Checkpoints:
     """A thread, with a connection of its own, that checkpoints the WAL shortly after
-    the commits it is told of, and once more when closed: PASSIVE (it never waits for
+    the large commits it is told of, and once more when closed: PASSIVE (it never waits for
     readers or writers), then, once the WAL file is past _WAL_TRUNCATE_BYTES, TRUNCATE
     (it waits for the writer of the moment, holds the next ones back while it copies
     what the passive one left, and empties the file).
@@ -202,7 +198,7 @@ class Database:
         self.data_dir = data_dir
         self.durability = durability
         self.write_transactions = 0  # begun on this connection; see Engine's WriteCache
-        self.checkpoints: Checkpoints | None = None  # started by the first write
+        self.checkpoints: Checkpoints | None = None  # started by the first large write
         self._holding = False  # a larger page cache for one write (hold_pages)
         self._starting = threading.Lock()
 
@@ -267,7 +263,6 @@ class Database:
         with _translated("the switch of its database to WAL", self.data_dir.db_path):
             self._enter_wal(busy_timeout_ms)
         self.conn.execute(f"PRAGMA synchronous = {_SYNCHRONOUS[self.durability]}")
-        self.conn.execute(f"PRAGMA wal_autocheckpoint = {_INLINE_CHECKPOINT_PAGES}")
         for name in (DB_FILE, DB_FILE + "-wal", DB_FILE + "-shm"):
             with contextlib.suppress(FileNotFoundError):
                 os.chmod(self.data_dir.path / name, 0o600)
@@ -338,16 +333,14 @@ class Database:
             conn.execute("COMMIT")
         except sqlite3.DatabaseError as exc:
             _raise_translated(exc, "commit", self.data_dir.db_path)
-        checkpoints = self.checkpoints
-        if checkpoints is None:
-            checkpoints = self._start_checkpoints()
-        checkpoints.wake()
 
-    def _start_checkpoints(self) -> Checkpoints:
+    def _checkpoint_later(self) -> None:
+        """Hand the checkpoint of what was just committed to the checkpoint thread
+        (started here the first time)."""
         with self._starting:
             if self.checkpoints is None:
                 self.checkpoints = Checkpoints(self.data_dir.db_path, self.durability)
-            return self.checkpoints
+        self.checkpoints.wake()
 
     @contextlib.contextmanager
     def write_unsynced(self) -> Iterator[sqlite3.Connection]:
@@ -369,20 +362,25 @@ class Database:
 
     def hold_pages(self, conn: sqlite3.Connection, new_bytes: int) -> None:
         """Inside a write about to add new_bytes (a large commit's copy): a page cache
-        large enough to keep its pages until COMMIT, up to _HELD_PAGES_BYTES_MAX. With
+        large enough to keep its pages until COMMIT, up to _HELD_PAGES_BYTES_MAX (with
         SQLite's usual 2 MiB, a large write spills pages to the WAL midway and writes
-        the ones it changes again. release_pages() after the write."""
+        the ones it changes again), and no checkpoint inside its COMMIT: the checkpoint
+        thread copies the WAL afterwards. release_pages() after the write."""
         if new_bytes > _HELD_PAGES_BYTES_MIN:
             held = min(new_bytes * 2, _HELD_PAGES_BYTES_MAX)
             conn.execute(f"PRAGMA cache_size = {-(held >> 10)}")  # negative: KiB
+            conn.execute("PRAGMA wal_autocheckpoint = 0")
             self._holding = True
 
     def release_pages(self) -> None:
-        """The usual page cache again, and the memory of the larger one freed."""
+        """The usual page cache and automatic checkpoint again, the memory of the
+        larger cache freed, and the large write's checkpoint handed to the thread."""
         if self._holding:
             self._holding = False
             self.conn.execute(f"PRAGMA cache_size = {_CACHE_KIB}")
+            self.conn.execute(f"PRAGMA wal_autocheckpoint = {_INLINE_CHECKPOINT_PAGES}")
             self.conn.execute("PRAGMA shrink_memory")
+            self._checkpoint_later()
 
     def data_version(self) -> int:
         """Changes whenever another connection (any process) commits; never for this
