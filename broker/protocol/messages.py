@@ -19,9 +19,10 @@ before runs) they come as a number or text only.
 PRODUCE carries its records as {"records": [[value, key, headers, partition,
 timestamp], ...]} or, to a server that announces produce_columns and for a batch with
 no headers or timestamps, {"columns": [values, keys or nil, partitions or nil]}.
-PRODUCE is answered {"results": [[partition, offset, duplicate], ...]}, a row per
-record, or, with `result_columns: true`, {"result_columns": [count, partitions,
-offsets, duplicates]}, each column an array or one value for every record.
+PRODUCE (and TXN_BEGIN_PRODUCE beside its "txn") is answered {"results": [[partition,
+offset, duplicate], ...]}, a row per record, or, with `result_columns: true`,
+{"result_columns": [count, partitions, offsets, duplicates]}, each column an array or
+one value for every record.
 """
 
 from __future__ import annotations

@@ -720,6 +720,7 @@ def _txn_begin_produce(
         "records": codec.new_records_to_wire(records),
         "timeout_ms": timeout_ms,
         "fences": codec.fences_to_wire(fences),
+        "result_columns": True,  # results as columns (codec.results_reply)
     }
 
 
@@ -733,19 +734,25 @@ def _of_txn_begin_produce(payload: Payload) -> Payload:
     }
 
 
-def _begun_to_wire(begun: tuple[TxnInfo, Sequence[AppendResult]]) -> Payload:
+def _begun_to_wire(begun: tuple[TxnInfo, Sequence[AppendResult]], columns: bool = False) -> Payload:
+    """TXN_BEGIN_PRODUCE's reply; columns: its results as PRODUCE sends them to a
+    client that asks (result_columns)."""
     info, results = begun
     topic = results[0].topic if results else ""
     return {
         "txn": codec.txn_to_wire(info),
         "topic": topic,
-        "results": codec.results_to_wire(results),
+        **codec.results_reply(results, columns),
     }
+
+
+def begun_with_columns(begun: tuple[TxnInfo, Sequence[AppendResult]]) -> Payload:
+    return _begun_to_wire(begun, columns=True)
 
 
 def _begun_from_wire(payload: Payload) -> tuple[TxnInfo, list[AppendResult]]:
     topic = payload["topic"]
-    return codec.txn_from_wire(payload["txn"]), codec.results_from_wire(topic, payload["results"])
+    return codec.txn_from_wire(payload["txn"]), codec.results_from_reply(topic, payload)
 
 
 # A transaction begun by its first produce: one request (and one write) fewer than
