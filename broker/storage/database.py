@@ -121,6 +121,9 @@ _HELD_PAGES_BYTES_MAX: Final = 256 << 20
 # A WAL file past this is checkpointed whole and truncated (writers wait meanwhile): a
 # passive checkpoint never lets a WAL that writers keep adding to start over.
 _WAL_TRUNCATE_BYTES: Final = 64 << 20
+# How long TRUNCATE waits for the writer of the moment and for readers still in the
+# WAL, holding new writers back meanwhile; past it, it gives up until the next time.
+_CHECKPOINT_BUSY_S: Final = 0.2
 
 
 class Checkpoints:
@@ -157,7 +160,7 @@ class Checkpoints:
 
     def _run(self) -> None:
         try:
-            conn = sqlite3.connect(self.db_path, isolation_level=None, timeout=5.0)
+            conn = sqlite3.connect(self.db_path, isolation_level=None, timeout=_CHECKPOINT_BUSY_S)
         except sqlite3.Error as exc:
             self.failed = str(exc)
             return
