@@ -480,8 +480,6 @@ class Engine:
             staged.appended(key, entry, batch, end, now_ms)
         appends.add(topic_id, partition, end, records, now_ms, producer)
         self._hot.appended(topic_id, partition, end + count)
-        if count == 1:
-            return [AppendResult(row.name, partition, end)]
         return appended_results(row.name, partition, end, count)
 
     def _duplicates(

@@ -198,6 +198,10 @@ def offset_for_time(
     return None if row is None else (int(row[0]), int(row[1]))
 
 
+# What shape() learns from a batch: its values, timestamps, whether any record has a key
+# and whether any has headers
+_Described = tuple[Sequence[bytes | bytearray], list[int], bool, bool]
+
 # A batch of at least this many records keeps its shape in log_batches (schema 013):
 # its pages are then read without a pass over every record to learn it. A row for a
 # smaller batch would cost its insert for little.
@@ -206,7 +210,7 @@ SHAPED_RECORDS_MIN: Final = 64
 
 def shape(
     where: tuple[int, int, int],
-    values: Sequence[bytes],
+    values: Sequence[bytes | bytearray],
     stamps: Sequence[int],
     keyed: bool,
     headed: bool,
@@ -231,6 +235,20 @@ def shape(
         int(headed),
         *producer,
     )
+
+
+def _described(records: Sequence[NewRecord], now_ms: int) -> _Described:
+    """A batch's values, timestamps (now_ms where a record has none; one for all when
+    none has its own), whether any record has a key, whether any has headers: what
+    shape() takes, for a batch whose branch of Appends.add did not learn them."""
+    count = len(records)
+    stamps = list(map(_TIMESTAMP, records))
+    if stamps.count(None) == count:
+        stamps = [now_ms]
+    elif None in stamps:
+        stamps = [now_ms if stamp is None else stamp for stamp in stamps]
+    keyed = list(map(_KEY, records)).count(None) != count
+    return list(map(_VALUE, records)), stamps, keyed, any(map(_HEADERS, records))
 
 
 class Appends:
@@ -304,6 +322,7 @@ class Appends:
             # directly, where bytes first go through its adapter lookup (about half the
             # cost of a one-row insert).
             values = list(map(bytearray, map(_VALUE, records)))
+            described: _Described | None = (values, [now_ms], False, False)
             step = 1 if pid else 0
             in_runs = count - count % RUN_ROWS
             self.runs.extend(
@@ -341,6 +360,7 @@ class Appends:
             # runs as the plain batch above, the rest one row each.
             values = list(map(bytearray, map(_VALUE, records)))
             stamps = list(map(_TIMESTAMP, records))
+            described = (values, stamps, False, False)
             step = 1 if pid else 0
             in_runs = count - count % RUN_ROWS
             self.stamped_runs.extend(
@@ -377,6 +397,7 @@ class Appends:
                 for index in range(in_runs, count)
             )
         else:
+            described = None
             self.records.extend(
                 (
                     topic_id,
@@ -395,18 +416,14 @@ class Appends:
                 for index, record in enumerate(records)
             )
         if count >= SHAPED_RECORDS_MIN:
-            stamps = list(map(_TIMESTAMP, records))
-            if stamps.count(None) == count:
-                stamps = [now_ms]
-            elif None in stamps:
-                stamps = [now_ms if stamp is None else stamp for stamp in stamps]
+            its_values, its_stamps, keyed, headed = described or _described(records, now_ms)
             self.shapes.append(
                 shape(
                     (topic_id, partition, base_offset),
-                    list(map(_VALUE, records)),
-                    stamps,
-                    list(map(_KEY, records)).count(None) != count,
-                    any(map(_HEADERS, records)),
+                    its_values,
+                    its_stamps,
+                    keyed,
+                    headed,
                     (pid, generation, first_sequence if pid else 0, 1 if pid else 0, epoch, txn_id),
                 )
             )
