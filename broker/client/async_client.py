@@ -403,7 +403,7 @@ class AsyncClient:
         """One operation of the table (broker/protocol/ops.py), e.g.
         `await client.call(ops.CREATE_TOPIC, "orders", 4)`."""
         request = entry.args(*args, **kwargs)
-        if entry.op is Op.TXN_BEGIN_PRODUCE:  # the one operation of the table with records
+        if entry.reply_columns is not None:  # an operation that carries records
             request = codec.with_columns(request, (await self.connection()).features)
         return entry.decode_reply(await self.request(entry.op, request))
 

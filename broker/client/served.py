@@ -168,7 +168,7 @@ class ServedTransport:
 
     def call(self, entry: Operation[P, R], *args: P.args, **kwargs: P.kwargs) -> R:
         request = entry.args(*args, **kwargs)
-        if entry.op is Op.TXN_BEGIN_PRODUCE:  # the one operation of the table with records
+        if entry.reply_columns is not None:  # an operation that carries records
             request = codec.with_columns(request, self._connection.hello.features)
         return entry.decode_reply(self._request(entry.op, request))
 

@@ -64,6 +64,10 @@ class Operation(Struct, Generic[P, R], frozen=True):
     decode_reply: Callable[[Payload], R]
     retry_safe: bool = False
     wakes: Callable[[Payload, R], Iterable[str]] | None = None
+    # An operation that carries records: they may go as columns to a server that takes
+    # them (codec.with_columns), and this answers with its results as columns to a
+    # client that asks (result_columns: true).
+    reply_columns: Callable[[R], Payload] | None = None
 
 
 def _none() -> Payload:
@@ -746,7 +750,7 @@ def _begun_to_wire(begun: tuple[TxnInfo, Sequence[AppendResult]], columns: bool 
     }
 
 
-def begun_with_columns(begun: tuple[TxnInfo, Sequence[AppendResult]]) -> Payload:
+def _begun_with_columns(begun: tuple[TxnInfo, Sequence[AppendResult]]) -> Payload:
     return _begun_to_wire(begun, columns=True)
 
 
@@ -765,6 +769,7 @@ TXN_BEGIN_PRODUCE: Final = Operation(
     _of_txn_begin_produce,
     _begun_to_wire,
     _begun_from_wire,
+    reply_columns=_begun_with_columns,
 )
 
 OPERATIONS: Final[tuple[Operation[Any, Any], ...]] = (

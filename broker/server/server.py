@@ -625,8 +625,8 @@ class Server:
                     event.removeprefix("txn_"),
                     extra={"event": event, "txn_id": txn_id, "connection": session.session_id},
                 )
-            if entry.op is Op.TXN_BEGIN_PRODUCE and args.get("result_columns") is True:
-                return ops.begun_with_columns(result)
+            if entry.reply_columns is not None and args.get("result_columns") is True:
+                return entry.reply_columns(result)
             return entry.reply(result)
 
         return handle

@@ -769,3 +769,23 @@ def test_an_async_client_polls_while_it_awaits_a_reply_for_at_most_its_window(
     assert polling["after its window"] == 0, polling
     assert polling["idle"] == 0, polling
     assert sleeping == {"awaiting": 0, "after its window": 0, "idle": 0}
+
+
+def test_a_transactions_first_produce_travels_as_columns_and_lands_whole(client: Client) -> None:
+    """TXN_BEGIN_PRODUCE (a transaction's first produce) sends a plain batch as columns
+    and is answered with its results as columns: the same results, the same records."""
+    from broker.protocol import ops
+    from broker.protocol.messages import COLUMNS_FEATURE
+
+    transport = client._transport
+    assert isinstance(transport, ServedTransport)
+    assert COLUMNS_FEATURE in transport._connection.hello.features
+    assert ops.TXN_BEGIN_PRODUCE.reply_columns is not None
+    client.create_topic("t", 2)
+    values = [b"v%d" % i for i in range(40)]
+    with client.transaction("g") as txn:
+        results = txn.produce("t", values, partition=1)
+    assert [(r.topic, r.partition, r.offset, r.duplicate) for r in results] == [
+        ("t", 1, -1, False)
+    ] * 40
+    assert [r.value for r in client.fetch("t", {1: 0}, max_records=100)] == values
