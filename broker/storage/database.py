@@ -143,8 +143,6 @@ class Checkpoints:
         self.db_path = db_path
         self.wal_path = db_path.with_name(db_path.name + "-wal")
         self.durability = durability
-        self.done = 0  # checkpoints run
-        self.failed: str | None = None  # the last one's error, if it failed
         self._due = threading.Event()
         self._closing = False
         self._thread = threading.Thread(target=self._run, name="fencelog-checkpoints", daemon=True)
@@ -161,8 +159,7 @@ class Checkpoints:
     def _run(self) -> None:
         try:
             conn = sqlite3.connect(self.db_path, isolation_level=None, timeout=_CHECKPOINT_BUSY_S)
-        except sqlite3.Error as exc:
-            self.failed = str(exc)
+        except sqlite3.Error:  # SQLite's own checkpoint, every 1000 pages, goes on
             return
         try:
             conn.execute(f"PRAGMA synchronous = {_SYNCHRONOUS[self.durability]}")
@@ -182,15 +179,12 @@ class Checkpoints:
             wal_bytes = self.wal_path.stat().st_size
         except FileNotFoundError:
             return  # the last connection closed: SQLite checkpointed and removed it
-        try:
+        # busy or failing: the next large commit tries again, SQLite's own checkpoint
+        # every 1000 pages meanwhile
+        with contextlib.suppress(sqlite3.Error):
             conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
             if wal_bytes > _WAL_TRUNCATE_BYTES:  # what the passive one left: a moment
                 conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
-        except sqlite3.Error as exc:  # busy or failing: the next commit's wake tries again
-            self.failed = str(exc)
-        else:
-            self.done += 1
-            self.failed = None
 
 
 class Database:
