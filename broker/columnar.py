@@ -16,7 +16,7 @@ section 2.2.1): a writer in the same process, or a WAL another process deletes.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Final
+from typing import Final, cast
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -24,7 +24,9 @@ import pyarrow.csv as pa_csv
 import pyarrow.ipc as pa_ipc
 
 from broker import rows
+from broker.errors import BrokerError, ErrorCode
 from broker.rows import EMPTY_HEADERS, Row, decode_headers
+from broker.types import RecordColumns, ResultColumns
 
 ARROW_SCHEMA: Final = pa.schema(
     [
@@ -209,3 +211,77 @@ def batch_from_ipc(data: bytes) -> pa.RecordBatch:
     if len(batches) != 1:
         raise ValueError(f"{len(batches)} Arrow batches where one was expected")
     return batches[0]
+
+
+# produce -----------------------------------------------------------------------------
+
+PRODUCE_COLUMNS: Final = ("value", "key", "partition")
+RESULT_SCHEMA: Final = pa.schema(
+    [("partition", pa.int32()), ("offset", pa.int64()), ("duplicate", pa.bool_())]
+)
+
+
+def record_columns(batch: pa.RecordBatch | pa.Table) -> RecordColumns:
+    """A batch's rows as records to append: its `value` column (binary or string, no
+    nulls), and `key` (binary or string, null: no key) and `partition` (integers, null:
+    the broker chooses) where it has them; each column converted in C. Anything else is
+    INVALID_ARGUMENT, saying what is wrong."""
+    names = batch.schema.names
+    unknown = [name for name in names if name not in PRODUCE_COLUMNS]
+    if unknown or "value" not in names:
+        wrong = f"it has {', '.join(map(repr, unknown))}" if unknown else "it has no value"
+        raise _refused(
+            f"a batch to produce has the columns value, and key and partition if it likes: {wrong}"
+        )
+    values = _bytes_column(batch, "value")
+    if None in values:
+        raise _refused(f"the value column has {values.count(None)} nulls; every record needs one")
+    keys = _bytes_column(batch, "key") if "key" in names else None
+    partitions = _partition_column(batch) if "partition" in names else None
+    return RecordColumns(cast(list[bytes], values), keys, partitions)
+
+
+def _bytes_column(batch: pa.RecordBatch | pa.Table, name: str) -> list[bytes | None]:
+    column = batch.column(name)
+    kind = column.type
+    if pa.types.is_string(kind) or pa.types.is_large_string(kind):
+        column = column.cast(pa.large_binary() if pa.types.is_large_string(kind) else pa.binary())
+    elif not (pa.types.is_binary(kind) or pa.types.is_large_binary(kind)):
+        raise _refused(f"the {name} column must be binary or string, not {kind}")
+    items: list[bytes | None] = column.to_pylist()
+    return items
+
+
+def _partition_column(batch: pa.RecordBatch | pa.Table) -> list[int | None]:
+    column = batch.column("partition")
+    if not pa.types.is_integer(column.type):
+        raise _refused(f"the partition column must be integers, not {column.type}")
+    items: list[int | None] = column.to_pylist()
+    return items
+
+
+def _refused(message: str) -> BrokerError:
+    return BrokerError(
+        ErrorCode.INVALID_ARGUMENT,
+        message,
+        hint="select or rename the columns: batch.select(['value', ...])",
+    )
+
+
+def results_to_arrow(parts: Sequence[ResultColumns]) -> pa.RecordBatch:
+    """Produce results given as columns (each a value per record, or one for all) as one
+    batch of RESULT_SCHEMA, in order."""
+    arrays = [
+        pa.concat_arrays(
+            [_result_array(part[0], part[column], field.type) for part in parts]
+            or [pa.array([], field.type)]
+        )
+        for column, field in enumerate(RESULT_SCHEMA, start=1)
+    ]
+    return pa.RecordBatch.from_arrays(arrays, schema=RESULT_SCHEMA)
+
+
+def _result_array(count: int, column: object, kind: pa.DataType) -> pa.Array:
+    if isinstance(column, list | tuple):
+        return pa.array(column, kind)
+    return pa.repeat(pa.scalar(column, kind), count)

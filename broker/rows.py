@@ -8,8 +8,6 @@ row that contradicts itself is a ValueError for the caller to turn into its own 
 
 from __future__ import annotations
 
-import contextlib
-import gc
 from collections.abc import Iterable, Iterator, Sequence
 from itertools import accumulate, repeat
 from typing import Any, Final, NamedTuple
@@ -17,7 +15,7 @@ from typing import Any, Final, NamedTuple
 import msgpack
 from msgspec import Struct
 
-from broker.types import Record
+from broker.types import Record, collector_paused
 
 
 def decode_headers(stored: bytes) -> tuple[tuple[str, bytes], ...]:
@@ -146,21 +144,6 @@ def records_of_page(topic: str, page: Page) -> list[Record]:
     )
     with collector_paused():
         return list(map(tuple.__new__, repeat(Record), columns))
-
-
-@contextlib.contextmanager
-def collector_paused() -> Iterator[None]:
-    """Python's cycle collector paused while a batch of records (a page's Records, a
-    produce's NewRecords, its results) is made: they hold numbers, bytes and strings,
-    no cycles, and a run of the collector every 700 new tuples cost a third of the time
-    of making them (0.35 us a record, measured), more as the process holds more."""
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
 
 
 def expand_runs(runs: Runs, count: int, what: str) -> list[int]:

@@ -45,7 +45,7 @@ import os
 import re
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from itertools import pairwise, repeat
+from itertools import pairwise
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, ParamSpec, TypeVar
 
@@ -68,10 +68,10 @@ from pyspark.sql.streaming.datasource import (
     SupportsTriggerAvailableNow,
 )
 
+from broker import columnar
 from broker.client import keepalive
 from broker.client.client import Client, connect
 from broker.errors import BrokerError, ErrorCode
-from broker.rows import collector_paused
 from broker.types import NewRecord, TopicInfo
 
 if TYPE_CHECKING:
@@ -919,9 +919,6 @@ def check_write_schema(schema: StructType) -> None:
 def records_of(batch: pa.RecordBatch, default_topic: str | None) -> dict[str, list[NewRecord]]:
     """A record batch's rows as records, by topic. The topic option (default_topic)
     overrides a topic column, as in Spark's Kafka sink."""
-    names = batch.schema.names
-    if "headers" not in names and default_topic is not None:
-        return {default_topic: _column_records(batch)}
     columns = {name: batch.column(name).to_pylist() for name in batch.schema.names}
     rows = batch.num_rows
     values = columns["value"]
@@ -950,26 +947,6 @@ def records_of(batch: pa.RecordBatch, default_topic: str | None) -> dict[str, li
     return by_topic
 
 
-def _column_records(batch: pa.RecordBatch) -> list[NewRecord]:
-    """The usual batch (value, and maybe key and partition) as records, made column by
-    column in C: no Python code runs per row."""
-    names = batch.schema.names
-    values = batch.column("value")
-    if values.null_count:
-        raise _option_error("a row has a null value; fencelog records need one")
-    keys = _binary_list(batch.column("key")) if "key" in names else repeat(None)
-    partitions = batch.column("partition").to_pylist() if "partition" in names else repeat(None)
-    fields = zip(_binary_list(values), keys, repeat(()), partitions, repeat(None))
-    with collector_paused():
-        return list(map(tuple.__new__, repeat(NewRecord), fields))
-
-
-def _binary_list(column: pa.Array) -> list[bytes | None]:
-    """A binary or string column's items as bytes (strings as their UTF-8)."""
-    binary: list[bytes | None] = column.cast(pa.binary()).to_pylist()
-    return binary
-
-
 def _bytes(value: bytes | str) -> bytes:
     return value.encode("utf-8") if isinstance(value, str) else value
 
@@ -981,6 +958,14 @@ def journal_rows(
     joined = client.join_transaction(txn_id, member)
     count = 0
     for batch in batches:
+        names = batch.schema.names
+        if topic is not None and "headers" not in names:  # the usual rows: as columns
+            if batch.column("value").null_count:
+                raise _option_error("a row has a null value; fencelog records need one")
+            chosen = [name for name in columnar.PRODUCE_COLUMNS if name in names]
+            joined.produce_arrow(topic, batch.select(chosen))
+            count += batch.num_rows
+            continue
         for name, records in records_of(batch, topic).items():
             joined.produce(name, records)
             count += len(records)

@@ -24,7 +24,7 @@ import re
 import time
 from collections.abc import Callable, Generator, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Final, Literal, ParamSpec, Protocol, TypeVar
+from typing import TYPE_CHECKING, Final, Literal, ParamSpec, Protocol, TypeVar, cast
 
 from broker.core import records as record_rules
 from broker.discovery import find_server
@@ -50,6 +50,8 @@ from broker.types import (
     ProducerEntry,
     ProducerFields,
     Record,
+    RecordColumns,
+    ResultColumns,
     SessionInfo,
     TopicConfig,
     TopicInfo,
@@ -90,6 +92,14 @@ class _Transport(Protocol):
         fences: Sequence[Fence],
         attachment: int | None = None,
     ) -> list[AppendResult]: ...
+    def produce_columns(
+        self,
+        topic: str,
+        records: RecordColumns,
+        *,
+        producer: ProducerFields,
+        fences: Sequence[Fence],
+    ) -> ResultColumns: ...
     def fetch(
         self,
         topic: str,
@@ -223,21 +233,54 @@ class Client:
             results += self._transport.produce(topic, batch, producer=producer, fences=fences)
         return results
 
+    def produce_arrow(
+        self,
+        topic: str,
+        batch: pa.RecordBatch | pa.Table,
+        *,
+        producer: ProducerFields = NO_PRODUCER,
+        fences: Sequence[Fence] = (),
+        txn: int | None = None,
+    ) -> pa.RecordBatch:
+        """Append an Arrow batch's rows, column by column: no Python object is made per
+        row. The batch has a `value` column (binary or string, no nulls) and may have
+        `key` (binary or string; null: no key) and `partition` (integers; null: the
+        broker chooses); any other column is refused. Batches are split and appended as
+        produce() does, with the same `producer`, `fences` and `txn`. The results, one
+        row per record in order: partition (int32), offset (int64; -1 in a
+        transaction) and duplicate (bool). Needs pyarrow: install fencelog[spark]."""
+        columnar = _columnar("produce_arrow")
+        if txn is not None:
+            producer = producer._replace(txn_id=txn)
+        parts = [  # a RecordColumns' batches are RecordColumns (its slices)
+            self._transport.produce_columns(
+                topic, cast(RecordColumns, records), producer=producer, fences=fences
+            )
+            for records in self._batches(columnar.record_columns(batch), None, None, ())
+        ]
+        results: pa.RecordBatch = columnar.results_to_arrow(parts)
+        return results
+
     def _batches(
         self,
-        values: Iterable[Value],
+        values: Iterable[Value] | RecordColumns,
         key: bytes | str | None,
         partition: int | None,
         headers: Headers,
     ) -> Iterator[Sequence[NewRecord]]:
-        """values as records, in batches the broker takes in one append."""
-        default_key = _as_bytes(key) if key is not None else None
-        records = [
-            value
-            if isinstance(value, NewRecord)
-            else NewRecord(_as_bytes(value), default_key, headers, partition)
-            for value in values
-        ]
+        """values as records (RecordColumns: as they are), in batches the broker takes
+        in one append."""
+        records: Sequence[NewRecord]
+        if isinstance(values, RecordColumns):
+            records = values
+        else:
+            default_key = _as_bytes(key) if key is not None else None
+            records = [
+                value
+                if isinstance(value, NewRecord)
+                else NewRecord(_as_bytes(value), default_key, headers, partition)
+                for value in values
+            ]
         for batch in record_rules.split_batches(records, self.limits):
             if not self._transport.validates_records:
                 # The engine's own check, against the limits the broker announced: a batch
@@ -855,14 +898,14 @@ def _start_offset(start: Start, log_start: int, end_offset: int) -> int:
     )
 
 
-def _columnar() -> ModuleType:
+def _columnar(method: str = "fetch_arrow") -> ModuleType:
     """broker.columnar, or a clear error where pyarrow is not installed."""
     try:
         columnar = importlib.import_module("broker.columnar")
     except ImportError as exc:
         raise BrokerError(
             ErrorCode.INVALID_ARGUMENT,
-            f"fetch_arrow needs pyarrow, which this Python cannot import ({exc})",
+            f"{method} needs pyarrow, which this Python cannot import ({exc})",
             hint="install fencelog's spark extra: pip install 'fencelog[spark]'",
         ) from exc
     return columnar

@@ -19,6 +19,7 @@ from broker.core.exclusive import ExclusiveWait, GiveUp, parse_access
 from broker.engine import Engine, wall_clock_ms
 from broker.errors import BrokerError, ErrorCode
 from broker.limits import Limits
+from broker.protocol import codec
 from broker.protocol.ops import Operation
 from broker.rows import AuditRow, Row
 from broker.types import (
@@ -33,6 +34,8 @@ from broker.types import (
     OwnershipInfo,
     ProducerFields,
     Record,
+    RecordColumns,
+    ResultColumns,
 )
 
 if TYPE_CHECKING:
@@ -150,6 +153,18 @@ class EmbeddedTransport:
     ) -> list[AppendResult]:
         return self.engine.produce(
             topic, records, producer=producer, fences=fences, attachment=attachment
+        )
+
+    def produce_columns(
+        self,
+        topic: str,
+        records: RecordColumns,
+        *,
+        producer: ProducerFields,
+        fences: Sequence[Fence],
+    ) -> ResultColumns:
+        return codec.result_columns(
+            self.engine.produce(topic, records, producer=producer, fences=fences)
         )
 
     def fetch_rows(

@@ -48,6 +48,8 @@ from broker.types import (
     OwnershipInfo,
     ProducerFields,
     Record,
+    RecordColumns,
+    ResultColumns,
 )
 
 if TYPE_CHECKING:
@@ -186,6 +188,20 @@ class ServedTransport:
             Op.PRODUCE, produce_args(topic, records, producer, fences, attachment, features)
         )
         return codec.results_from_reply(topic, reply)
+
+    def produce_columns(
+        self,
+        topic: str,
+        records: RecordColumns,
+        *,
+        producer: ProducerFields,
+        fences: Sequence[Fence],
+    ) -> ResultColumns:
+        features = self._connection.hello.features
+        reply = self._request(
+            Op.PRODUCE, produce_args(topic, records, producer, fences, None, features)
+        )
+        return codec.result_columns_of_reply(reply)
 
     def fetch(
         self,

@@ -24,6 +24,8 @@ from broker.errors import BrokerError, ErrorCode
 from broker.types import AppendResult, Headers, ProducerFields, TxnInfo, TxnMember
 
 if TYPE_CHECKING:
+    import pyarrow as pa
+
     from broker.client.client import Client, Value
     from broker.client.producer import Producer, ProducerState
 
@@ -124,6 +126,13 @@ class Transaction:
         return self.client.produce(
             topic, values, key=key, partition=partition, headers=headers, producer=self.producer
         )
+
+    def produce_arrow(self, topic: str, batch: pa.RecordBatch | pa.Table) -> pa.RecordBatch:
+        """Journal an Arrow batch's rows into this transaction, column by column
+        (Client.produce_arrow: its columns and results; offsets -1). Begins the
+        transaction first if it was not begun yet."""
+        self._check_open()
+        return self.client.produce_arrow(topic, batch, producer=self.producer)
 
     def commit_offsets(
         self,

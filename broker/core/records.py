@@ -20,7 +20,7 @@ from collections.abc import Sequence
 
 from broker.errors import BrokerError, ErrorCode
 from broker.limits import Limits
-from broker.types import CLEANUP_POLICIES, NewRecord, TopicConfig
+from broker.types import CLEANUP_POLICIES, NewRecord, RecordColumns, TopicConfig, keys_of, values_of
 
 _VALUE, _KEY, _HEADERS = (operator.itemgetter(i) for i in range(3))
 
@@ -118,18 +118,14 @@ def check_records(records: Sequence[NewRecord], limits: Limits) -> None:
             f"a batch holds at most {limits.append_records_max} records, not {len(records)}",
             hint="split the batch",
         )
-    values = list(map(len, map(_VALUE, records))) if len(records) > 1 else None
+    values = list(map(len, values_of(records))) if len(records) > 1 else None
     if values is None:  # one record: the usual test below, unrolled
         value, key, headers = records[0][:3]
         if not key and not headers and len(value) <= limits.record_value_bytes_max:
             total = len(value)
         else:
             total = _check_record(0, records[0], limits)
-    elif (
-        not any(map(_KEY, records))  # an empty key is within any bound
-        and not any(map(_HEADERS, records))
-        and max(values) <= limits.record_value_bytes_max
-    ):
+    elif _values_only(records) and max(values) <= limits.record_value_bytes_max:
         total = sum(values)  # the usual batch: values only, all within their bound
     else:
         total = sum(_check_record(index, record, limits) for index, record in enumerate(records))
@@ -182,8 +178,8 @@ def split_batches(records: Sequence[NewRecord], limits: Limits) -> list[Sequence
     """Consecutive batches within append_records_max records and append_bytes_max bytes
     (as check_records counts them); a record too large on its own is its own batch, for
     check_records to refuse."""
-    if not any(map(_KEY, records)) and not any(map(_HEADERS, records)):
-        sizes = list(map(len, map(_VALUE, records)))  # the usual batch: values only
+    if _values_only(records):
+        sizes = list(map(len, values_of(records)))  # the usual batch
     else:
         sizes = list(map(_stored_size, records))
     if 0 < len(records) <= limits.append_records_max and sum(sizes) <= limits.append_bytes_max:
@@ -199,6 +195,14 @@ def split_batches(records: Sequence[NewRecord], limits: Limits) -> list[Sequence
     if start < len(records):
         batches.append(records[start:])
     return batches
+
+
+def _values_only(records: Sequence[NewRecord]) -> bool:
+    """No key (an empty one is within any bound) and no headers: the usual batch."""
+    keys = keys_of(records)
+    if keys is not None and any(keys):
+        return False
+    return isinstance(records, RecordColumns) or not any(map(_HEADERS, records))
 
 
 def _stored_size(record: NewRecord) -> int:

@@ -57,6 +57,9 @@ from broker.types import (
     TxnInfo,
     TxnMember,
     check_durability,
+    collector_paused,
+    keys_of,
+    partitions_of,
 )
 
 if TYPE_CHECKING:  # pyarrow comes with the spark extra; fetch_arrow imports it
@@ -888,9 +891,10 @@ class Engine:
             if not 0 <= partition < row.partitions:
                 record_rules.check_partition(row.name, partition, row.partitions)
             return {partition: _ONE}
-        named = set(map(_PARTITION, records))
-        if named == {None} and list(map(_KEY, records)).count(None) == len(records):
+        partitions = partitions_of(records)
+        if partitions is None and keys_of(records) is None:
             return self._round_robin_ranges(row.partitions, len(records))
+        named = {None} if partitions is None else set(partitions)
         if len(named) == 1 and (partition := named.pop()) is not None:  # all to one
             if not 0 <= partition < row.partitions:
                 record_rules.check_partition(row.name, partition, row.partitions)
@@ -926,7 +930,7 @@ def appended_results(topic: str, partition: int, first: int, count: int) -> list
     if count == 1:
         return [AppendResult(topic, partition, first)]
     fields = zip(repeat(topic), repeat(partition), range(first, first + count), repeat(False))
-    with rows.collector_paused():
+    with collector_paused():
         return list(map(tuple.__new__, repeat(AppendResult), fields))
 
 

@@ -51,6 +51,7 @@ from broker.types import (
     JournalEntryInfo,
     NewRecord,
     ProducerFields,
+    RecordColumns,
     TxnDetail,
     TxnInfo,
     TxnMember,
@@ -550,6 +551,8 @@ _PENDING = AppendResult("", -1, -1)
 
 def _pick(records: Sequence[NewRecord], indexes: Sequence[int]) -> Sequence[NewRecord]:
     """records[i] for i in indexes; a range of them (records routed in turn) in one slice."""
+    if isinstance(records, RecordColumns):
+        return records.picked(indexes)
     if isinstance(indexes, range):
         return records[indexes.start : indexes.stop : indexes.step]
     return [records[i] for i in indexes]

@@ -8,7 +8,7 @@ never sees a wrong type. Rows of records travel as arrays in Record's field orde
 from __future__ import annotations
 
 import operator
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from itertools import repeat
 from typing import Any, Final, TypeVar, cast
 
@@ -25,7 +25,6 @@ from broker.rows import (
     Page,
     Row,
     SnapshotRow,
-    collector_paused,
     page_as_text,
     records_of,
     records_of_chunks,
@@ -48,12 +47,15 @@ from broker.types import (
     ProducerEntry,
     ProducerFields,
     Record,
+    RecordColumns,
+    ResultColumns,
     TopicConfig,
     TopicInfo,
     TxnDetail,
     TxnInfo,
     TxnMember,
     TxnPartition,
+    collector_paused,
 )
 
 T = TypeVar("T")
@@ -156,13 +158,15 @@ def status_from_wire(wire: dict[str, Any]) -> BrokerStatus:
 
 def new_records_to_wire(records: Sequence[NewRecord]) -> Sequence[NewRecord]:
     # A NewRecord is a tuple: msgpack writes it as [value, key, headers, partition, ts].
-    return records
+    return records  # a RecordColumns: sent as columns, or as rows (with_columns)
 
 
 def new_records_to_columns(records: Sequence[NewRecord]) -> list[Any] | None:
     """A batch with no headers or timestamps as PRODUCE's columns: [values, keys or
     nil, partitions or nil] (cheaper to send and to check than a row per record);
     None for any other batch."""
+    if isinstance(records, RecordColumns):
+        return [records.values, records.keys, records.partitions]
     count = len(records)
     if (
         count < _COLUMNS_MIN
@@ -188,7 +192,9 @@ def with_columns(args: dict[str, Any], features: frozenset[str]) -> dict[str, An
     them (COLUMNS_FEATURE in what its HELLO announced) and the batch allows; else as
     they were."""
     records = args.get("records")
-    if COLUMNS_FEATURE not in features or not isinstance(records, list | tuple):
+    if isinstance(records, RecordColumns) and COLUMNS_FEATURE not in features:
+        return {**args, "records": records.records()}  # a server before columns: rows
+    if COLUMNS_FEATURE not in features or not isinstance(records, list | tuple | RecordColumns):
         return args
     columns = new_records_to_columns(records)
     if columns is None:
@@ -199,7 +205,7 @@ def with_columns(args: dict[str, Any], features: frozenset[str]) -> dict[str, An
     return changed
 
 
-def records_from_args(args: dict[str, Any]) -> list[NewRecord]:
+def records_from_args(args: dict[str, Any]) -> Sequence[NewRecord]:
     """A request's records, sent as rows or as columns."""
     columns = args.get("columns")
     if columns is None:
@@ -207,31 +213,27 @@ def records_from_args(args: dict[str, Any]) -> list[NewRecord]:
     return new_records_from_columns(columns)
 
 
-def new_records_from_columns(columns: object) -> list[NewRecord]:
-    """PRODUCE's columns as records, checked column by column in C."""
+def new_records_from_columns(columns: object) -> RecordColumns:
+    """PRODUCE's columns as a batch, checked column by column in C; no NewRecord is
+    made unless something asks for one (RecordColumns)."""
     if not (isinstance(columns, tuple | list) and len(columns) == 3):
         raise ProtocolError("field 'columns' must be [values, keys or nil, partitions or nil]")
     values, keys, partitions = columns
     if not isinstance(values, tuple | list) or not {*map(type, values)} <= {bytes}:
         raise ProtocolError("the values column must be an array of binary values")
     count = len(values)
-    fields = (
+    return RecordColumns(
         values,
         _optional_column(keys, count, _KEY_TYPES, "keys", "binary or nil"),
-        repeat(()),
         _optional_column(partitions, count, _INT_TYPES, "partitions", "integers or nil"),
-        repeat(None),
     )
-    with collector_paused():
-        # zip stops at the values: the repeats are endless, the columns checked as long
-        return list(map(tuple.__new__, repeat(NewRecord), zip(*fields, strict=False)))
 
 
 def _optional_column(
     column: object, count: int, kinds: frozenset[object], name: str, said: str
-) -> Iterable[Any]:
+) -> Sequence[Any] | None:
     if column is None:
-        return repeat(None)
+        return None
     if not (
         isinstance(column, tuple | list) and len(column) == count and {*map(type, column)} <= kinds
     ):
@@ -354,13 +356,20 @@ def results_from_wire(topic: str, rows: Sequence[Sequence[Any]]) -> list[AppendR
 def results_reply(results: Sequence[AppendResult], columns: bool) -> dict[str, Any]:
     """A PRODUCE reply: a [partition, offset, duplicate] row per record, or (columns:
     the client asked for them) {"result_columns": [count, partitions, offsets,
-    duplicates]}, a column given once when every result has the same (a transaction's
-    results: offset -1, not a duplicate)."""
+    duplicates]} (result_columns)."""
     if not columns:
         return {"results": results_to_wire(results)}
+    return {"result_columns": list(result_columns(results))}
+
+
+def result_columns(results: Sequence[AppendResult]) -> ResultColumns:
+    """Results as columns, each given once when every result has the same (a
+    transaction's: offset -1, not a duplicate)."""
     with collector_paused():
-        wire = [_compact(list(map(getter, results))) for getter in _RESULT_COLUMNS]
-    return {"result_columns": [len(results), *wire]}
+        partitions, offsets, duplicates = (
+            _compact(list(map(getter, results))) for getter in _RESULT_COLUMNS
+        )
+    return len(results), partitions, offsets, duplicates
 
 
 _RESULT_COLUMNS: Final = tuple(operator.itemgetter(i) for i in (1, 2, 3))
@@ -375,21 +384,35 @@ def results_from_reply(topic: str, reply: dict[str, Any]) -> list[AppendResult]:
     ProtocolError."""
     if "result_columns" not in reply:
         return results_from_wire(topic, reply.get("results", ()))
-    wire = reply["result_columns"]
-    if not (isinstance(wire, tuple | list) and len(wire) == 4 and type(wire[0]) is int):
-        raise ProtocolError("field 'result_columns' is [count, partitions, offsets, duplicates]")
-    count = wire[0]
+    count, *wire = result_columns_of_reply(reply)
     columns = [
-        _result_column(column, count, kind)
-        for column, kind in zip(wire[1:], (int, int, bool), strict=True)
+        [column] * count if type(column) is not list and type(column) is not tuple else column
+        for column in wire
     ]
     with collector_paused():
         return list(map(tuple.__new__, repeat(AppendResult), zip(repeat(topic), *columns)))
 
 
-def _result_column(column: object, count: int, kind: type) -> Sequence[Any]:
+def result_columns_of_reply(reply: dict[str, Any]) -> ResultColumns:
+    """A PRODUCE reply's results as columns (a reply in rows: made into columns), each
+    checked; anything malformed is a ProtocolError."""
+    if "result_columns" not in reply:
+        return result_columns(results_from_wire("", reply.get("results", ())))
+    wire = reply["result_columns"]
+    if not (isinstance(wire, tuple | list) and len(wire) == 4 and type(wire[0]) is int):
+        raise ProtocolError("field 'result_columns' is [count, partitions, offsets, duplicates]")
+    count = wire[0]
+    partitions, offsets, duplicates = (
+        _result_column(column, count, kind)
+        for column, kind in zip(wire[1:], (int, int, bool), strict=True)
+    )
+    return count, partitions, offsets, duplicates
+
+
+def _result_column(column: object, count: int, kind: type) -> Any:
+    """A result column as sent: one value for all (kind), or one per record."""
     if type(column) is kind:
-        return [column] * count
+        return column
     if isinstance(column, tuple | list) and len(column) == count and {*map(type, column)} <= {kind}:
         return column
     raise ProtocolError(f"a result column holds {count} values of {kind.__name__}")

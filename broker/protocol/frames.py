@@ -25,10 +25,10 @@ import msgpack
 
 from broker.errors import BrokerError, ErrorCode
 from broker.protocol.messages import ErrorReply, Kind, Message, Op, Push, Reply, Request
-from broker.rows import collector_paused
+from broker.types import collector_paused
 
 _LENGTH = struct.Struct(">I")
-# A body this large is decoded with the cycle collector paused (rows.collector_paused)
+# A body this large is decoded with the cycle collector paused (types.collector_paused)
 _BULK_BODY_BYTES: Final = 1 << 16
 HEADER_BYTES: Final = _LENGTH.size
 

@@ -20,7 +20,7 @@ from broker.limits import Limits
 from broker.protocol import codec
 from broker.server.connection import PendingProduce, Session
 from broker.server.metrics import Metrics
-from broker.types import NewRecord
+from broker.types import NewRecord, values_of
 
 log = logging.getLogger("fencelog.server")
 
@@ -144,7 +144,7 @@ def value_bytes(records: Sequence[NewRecord]) -> int:
     """The bytes of the records' values (what the produce metrics count)."""
     if len(records) == 1:  # the usual produce, without the passes
         return len(records[0].value)
-    return sum(map(len, map(_VALUE, records)))
+    return sum(map(len, values_of(records)))
 
 
 _VALUE = operator.itemgetter(0)

@@ -23,7 +23,16 @@ from broker.rows import (
 )
 from broker.storage import producers as producer_store
 from broker.storage.queries import RUN_ROWS, Q
-from broker.types import NewRecord, PartitionInfo, ProducerFields, Record, TopicConfig
+from broker.types import (
+    NewRecord,
+    PartitionInfo,
+    ProducerFields,
+    Record,
+    RecordColumns,
+    TopicConfig,
+    keys_of,
+    values_only,
+)
 
 
 class TopicRow(Struct, frozen=True):
@@ -486,16 +495,13 @@ VALUE = _VALUE  # a NewRecord's value
 
 def plain_records(records: Sequence[NewRecord]) -> bool:
     """No key, headers or timestamp of the producer's: what the *_plain inserts take."""
-    count = len(records)
-    return (
-        list(map(_KEY, records)).count(None) == count
-        and not any(map(_HEADERS, records))
-        and list(map(_TIMESTAMP, records)).count(None) == count
-    )
+    return keys_of(records) is None and values_only(records)
 
 
 def stamped_records(records: Sequence[NewRecord]) -> bool:
     """Timestamps of the producer's, and no key or headers: the *_stamped_run insert."""
+    if isinstance(records, RecordColumns):  # never stamped
+        return False
     count = len(records)
     return (
         list(map(_KEY, records)).count(None) == count

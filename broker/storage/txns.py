@@ -18,9 +18,9 @@ from msgspec import Struct
 
 from broker.errors import BrokerError, ErrorCode
 from broker.rows import EMPTY_HEADERS, decode_headers, encode_headers
-from broker.storage.logs import SHAPED_RECORDS_MIN, VALUE, plain_records, shape
+from broker.storage.logs import SHAPED_RECORDS_MIN, plain_records, shape
 from broker.storage.queries import RUN_ROWS, Q
-from broker.types import NewRecord, Record
+from broker.types import NewRecord, Record, values_of
 
 TXN_COUNTER = "next_txn_id"
 
@@ -206,7 +206,7 @@ def journal_records(
     transaction, and add them to the partition's counts."""
     start = _journal_end(conn, txn_id, topic_id, partition)
     count = len(records)
-    values = list(map(VALUE, records))
+    values = values_of(records)
     size = sum(map(len, values))
     if plain_records(records):
         body = _encode_body((values, None, None, None))

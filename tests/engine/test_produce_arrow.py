@@ -1,0 +1,197 @@
+"""Client.produce_arrow: an Arrow batch's rows appended column by column
+(broker.types.RecordColumns), embedded and served.
+
+What a user sees: the records and results produce() gives for the same rows (values,
+keys, the partition each lands in, offsets), as one Arrow batch of results; batches
+split at the broker's limits; a transaction's rows journaled and invisible until
+commit; bad batches refused with a clear error and nothing written; a server before
+columns still answered.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from pathlib import Path
+
+import msgspec
+import pyarrow as pa
+import pytest
+
+from broker.client.client import Client, connect
+from broker.errors import BrokerError, ErrorCode
+from broker.limits import DEFAULT_LIMITS, Limits
+from broker.server import server as server_module
+from broker.types import NewRecord, RecordColumns
+from support.servers import served
+
+LIMITS = msgspec.structs.replace(DEFAULT_LIMITS, append_records_max=50)
+
+
+@pytest.fixture(params=["embedded", "served"])
+def client(data_dir: Path, request: pytest.FixtureRequest) -> Iterator[Client]:
+    """A client with two 3-partition topics, "arrow" and "rows", and batches of at most
+    50 records: embedded, or through a server."""
+    with contextlib.ExitStack() as stack:
+        if request.param == "served":
+            server = stack.enter_context(served(data_dir, limits=LIMITS))
+            opened = stack.enter_context(connect(server.address))
+        else:
+            opened = stack.enter_context(connect(data_dir, durability="normal", limits=LIMITS))
+        opened.create_topic("arrow", 3)
+        opened.create_topic("rows", 3)
+        yield opened
+
+
+def stored(client: Client, topic: str) -> list[tuple[int, int, bytes | None, bytes]]:
+    return [
+        (r.partition, r.offset, r.key, r.value)
+        for r in client.consume(topic, start=0, max_records=10_000)
+    ]
+
+
+def test_rows_land_as_produce_lands_the_same_records(client: Client) -> None:
+    """Keyed rows (some keys null) and rows that name their partition (some null: the
+    key chooses): the same records where produce() puts them, and the
+    results as one batch of partition, offset and duplicate."""
+    count = 130  # three batches of at most 50
+    values = [b"value %d" % i for i in range(count)]
+    keys = [None if i % 4 == 0 else f"key {i % 7}" for i in range(count)]
+    # null: chosen by key (a keyless record's turn depends on the broker's earlier ones)
+    partitions = [None if i % 3 == 0 and keys[i] else i % 2 for i in range(count)]
+    batch = pa.record_batch(
+        [pa.array(values), pa.array(keys, pa.string()), pa.array(partitions, pa.int32())],
+        names=["value", "key", "partition"],
+    )
+    results = client.produce_arrow("arrow", batch)
+    expected = client.produce(
+        "rows",
+        [
+            NewRecord(value, None if key is None else key.encode(), (), partition)
+            for value, key, partition in zip(values, keys, partitions, strict=True)
+        ],
+    )
+    assert results.schema.names == ["partition", "offset", "duplicate"]
+    assert results.to_pylist() == [
+        {"partition": r.partition, "offset": r.offset, "duplicate": False} for r in expected
+    ]
+    assert stored(client, "arrow") == stored(client, "rows")
+    assert len(stored(client, "arrow")) == count
+
+
+def test_values_only_go_round_robin_and_a_table_is_taken_too(client: Client) -> None:
+    table = pa.Table.from_batches(
+        [pa.record_batch([pa.array([b"a", b"b"])], names=["value"])] * 2
+    ).combine_chunks()
+    chunked = pa.concat_tables([table, table])  # two chunks
+    results = client.produce_arrow("arrow", chunked)
+    partitions = results.column("partition").to_pylist()
+    assert sorted(partitions.count(p) for p in range(3)) == [2, 3, 3]  # in turn
+    assert sorted(value for _, _, _, value in stored(client, "arrow")) == [b"a"] * 4 + [b"b"] * 4
+
+
+def test_string_values_are_their_utf8(client: Client) -> None:
+    client.produce_arrow("arrow", pa.table({"value": ["é", "x"], "partition": [1, 1]}))
+    assert stored(client, "arrow") == [(1, 0, None, "é".encode()), (1, 1, None, b"x")]
+
+
+def test_an_empty_batch_appends_nothing(client: Client) -> None:
+    results = client.produce_arrow("arrow", pa.table({"value": pa.array([], pa.binary())}))
+    assert results.num_rows == 0
+    assert results.schema.names == ["partition", "offset", "duplicate"]
+    assert stored(client, "arrow") == []
+
+
+@pytest.mark.parametrize(
+    ("table", "said"),
+    [
+        (pa.table({"value": [b"a"], "topic": ["t"]}), "it has 'topic'"),
+        (pa.table({"key": [b"a"]}), "it has no value"),
+        (pa.table({"value": [b"a", None]}), "the value column has 1 nulls"),
+        (pa.table({"value": [1, 2]}), "the value column must be binary or string, not int64"),
+        (pa.table({"value": [b"a"], "key": [1.5]}), "the key column must be binary or string"),
+        (pa.table({"value": [b"a"], "partition": ["0"]}), "the partition column must be integers"),
+    ],
+)
+def test_a_batch_with_wrong_columns_is_refused_and_nothing_written(
+    client: Client, table: pa.Table, said: str
+) -> None:
+    with pytest.raises(BrokerError) as caught:
+        client.produce_arrow("arrow", table)
+    assert caught.value.code is ErrorCode.INVALID_ARGUMENT
+    assert said in caught.value.message
+    assert stored(client, "arrow") == []
+
+
+def test_a_partition_out_of_range_or_a_value_too_large_writes_nothing(client: Client) -> None:
+    with pytest.raises(BrokerError) as caught:
+        client.produce_arrow("arrow", pa.table({"value": [b"a", b"b"], "partition": [0, 3]}))
+    assert caught.value.code is ErrorCode.UNKNOWN_PARTITION
+    huge = b"x" * (LIMITS.record_value_bytes_max + 1)
+    with pytest.raises(BrokerError) as caught:
+        client.produce_arrow("arrow", pa.table({"value": [b"a", huge]}))
+    assert caught.value.code is ErrorCode.RECORD_TOO_LARGE
+    with pytest.raises(BrokerError) as caught:
+        client.produce_arrow("missing", pa.table({"value": [b"a"]}))
+    assert caught.value.code is ErrorCode.UNKNOWN_TOPIC
+    assert stored(client, "arrow") == []
+
+
+def test_a_transactions_rows_are_journaled_and_land_at_commit(client: Client) -> None:
+    values = [b"t%d" % i for i in range(120)]
+    with client.transaction("g") as txn:
+        results = txn.produce_arrow("arrow", pa.table({"value": values, "partition": [2] * 120}))
+        assert set(results.column("offset").to_pylist()) == {-1}
+        assert stored(client, "arrow") == []
+    assert stored(client, "arrow") == [(2, i, None, v) for i, v in enumerate(values)]
+
+
+def test_a_joined_member_writes_columns_into_the_owners_transaction(client: Client) -> None:
+    txn = client.transaction("g")
+    member = client.join_transaction(txn.txn_id, "task-0")
+    member.produce_arrow("arrow", pa.table({"value": [b"m1", b"m2"], "partition": [0, 0]}))
+    txn.commit()
+    assert stored(client, "arrow") == [(0, 0, None, b"m1"), (0, 1, None, b"m2")]
+
+
+def test_a_server_before_columns_takes_the_rows(
+    data_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(server_module, "_features", frozenset)
+    with served(data_dir) as server, connect(server.address) as remote:
+        remote.create_topic("arrow", 1)
+        results = remote.produce_arrow(
+            "arrow", pa.table({"value": [b"a", b"b"], "key": ["k", None]})
+        )
+        assert results.column("offset").to_pylist() == [0, 1]
+        assert stored(remote, "arrow") == [(0, 0, b"k", b"a"), (0, 1, None, b"b")]
+
+
+def test_record_columns_are_a_sequence_of_new_records() -> None:
+    columns = RecordColumns([b"a", b"b", b"c"], [None, b"k", None], [None, None, 2])
+    records = [
+        NewRecord(b"a"),
+        NewRecord(b"b", b"k"),
+        NewRecord(b"c", None, (), 2),
+    ]
+    assert len(columns) == 3
+    assert columns[1] == records[1]
+    assert list(columns) == records
+    assert columns == records
+    assert columns[::2] == [records[0], records[2]]
+    assert isinstance(columns[1:], RecordColumns)
+    assert columns.picked([2, 0]) == [records[2], records[0]]
+    assert columns.picked(range(1, 3)) == records[1:]
+    with pytest.raises(ValueError, match="2 keys for 3 values"):
+        RecordColumns([b"a", b"b", b"c"], [None, None])
+    with pytest.raises(ValueError, match="1 partitions for 3 values"):
+        RecordColumns([b"a", b"b", b"c"], None, [0])
+
+
+def test_the_limits_of_a_client_hold_for_columns_too(data_dir: Path) -> None:
+    """Embedded, a batch over append_bytes_max is split, never refused whole."""
+    limits = Limits(append_bytes_max=1_000)
+    with connect(data_dir, limits=limits) as client:
+        client.create_topic("arrow", 1)
+        results = client.produce_arrow("arrow", pa.table({"value": [b"x" * 300] * 10}))
+        assert results.column("offset").to_pylist() == list(range(10))
