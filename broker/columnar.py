@@ -224,8 +224,9 @@ RESULT_SCHEMA: Final = pa.schema(
 def record_columns(batch: pa.RecordBatch | pa.Table) -> RecordColumns:
     """A batch's rows as records to append: its `value` column (binary or string, no
     nulls), and `key` (binary or string, null: no key) and `partition` (integers, null:
-    the broker chooses) where it has them; each column converted in C. Anything else is
-    INVALID_ARGUMENT, saying what is wrong."""
+    the broker chooses) where it has them; each column converted in C (dictionary and
+    view columns decoded first; a column of nulls only, as pyarrow types one, is one
+    the batch does not have). Anything else is INVALID_ARGUMENT, saying what is wrong."""
     names = batch.schema.names
     unknown = [name for name in names if name not in PRODUCE_COLUMNS]
     if unknown or "value" not in names:
@@ -233,31 +234,51 @@ def record_columns(batch: pa.RecordBatch | pa.Table) -> RecordColumns:
         raise _refused(
             f"a batch to produce has the columns value, and key and partition if it likes: {wrong}"
         )
+    if len(set(names)) != len(names):
+        twice = sorted({name for name in names if names.count(name) > 1})
+        raise _refused(f"a batch to produce has each column once: {', '.join(twice)} twice")
     values = _bytes_column(batch, "value")
-    if None in values:
-        raise _refused(f"the value column has {values.count(None)} nulls; every record needs one")
+    if values is None or None in values:
+        nulls = len(batch) if values is None else values.count(None)
+        raise _refused(f"the value column has {nulls} nulls; every record needs one")
     keys = _bytes_column(batch, "key") if "key" in names else None
     partitions = _partition_column(batch) if "partition" in names else None
     return RecordColumns(cast(list[bytes], values), keys, partitions)
 
 
-def _bytes_column(batch: pa.RecordBatch | pa.Table, name: str) -> list[bytes | None]:
-    column = batch.column(name)
+def _bytes_column(batch: pa.RecordBatch | pa.Table, name: str) -> list[bytes | None] | None:
+    """A binary or string column's items as bytes (strings: their UTF-8); None for a
+    column of nulls only."""
+    column = _decoded(batch.column(name))
     kind = column.type
-    if pa.types.is_string(kind) or pa.types.is_large_string(kind):
-        column = column.cast(pa.large_binary() if pa.types.is_large_string(kind) else pa.binary())
+    if pa.types.is_null(kind):
+        return None
+    if pa.types.is_large_string(kind):
+        column = column.cast(pa.large_binary())
+    elif pa.types.is_string(kind) or pa.types.is_string_view(kind) or pa.types.is_binary_view(kind):
+        column = column.cast(pa.binary())
     elif not (pa.types.is_binary(kind) or pa.types.is_large_binary(kind)):
         raise _refused(f"the {name} column must be binary or string, not {kind}")
     items: list[bytes | None] = column.to_pylist()
     return items
 
 
-def _partition_column(batch: pa.RecordBatch | pa.Table) -> list[int | None]:
-    column = batch.column("partition")
+def _partition_column(batch: pa.RecordBatch | pa.Table) -> list[int | None] | None:
+    """The partition column's items; None for a column of nulls only."""
+    column = _decoded(batch.column("partition"))
+    if pa.types.is_null(column.type):
+        return None
     if not pa.types.is_integer(column.type):
         raise _refused(f"the partition column must be integers, not {column.type}")
     items: list[int | None] = column.to_pylist()
     return items
+
+
+def _decoded(column: pa.Array | pa.ChunkedArray) -> pa.Array | pa.ChunkedArray:
+    """A dictionary-encoded column (a pandas categorical) as the values it stands for."""
+    if pa.types.is_dictionary(column.type):
+        return column.cast(column.type.value_type)
+    return column
 
 
 def _refused(message: str) -> BrokerError:

@@ -30,7 +30,7 @@ from broker.core import records as record_rules
 from broker.discovery import find_server
 from broker.errors import BrokerError, ErrorCode
 from broker.limits import DEFAULT_LIMITS, Limits
-from broker.protocol import ops
+from broker.protocol import codec, ops
 from broker.protocol.ops import Operation
 from broker.rows import AuditRow, GroupOffsetRow, Row, SnapshotRow
 from broker.types import (
@@ -242,14 +242,14 @@ class Client:
         fences: Sequence[Fence] = (),
         txn: int | None = None,
     ) -> pa.RecordBatch:
-        """Append an Arrow batch's rows, column by column: no Python object is made per
-        row. The batch has a `value` column (binary or string, no nulls) and may have
-        `key` (binary or string; null: no key) and `partition` (integers; null: the
-        broker chooses); any other column is refused. Batches are split and appended as
+        """Append an Arrow batch's rows, column by column (this client makes no Python
+        object per row). The batch has a `value` column (binary or string, no nulls) and
+        may have `key` (binary or string; null: no key) and `partition` (integers; null:
+        the broker chooses); any other column is refused. Batches are split and appended as
         produce() does, with the same `producer`, `fences` and `txn`. The results, one
         row per record in order: partition (int32), offset (int64; -1 in a
         transaction) and duplicate (bool). Needs pyarrow: install fencelog[spark]."""
-        columnar = _columnar("produce_arrow")
+        columnar = columnar_module("produce_arrow")
         if txn is not None:
             producer = producer._replace(txn_id=txn)
         parts = [  # a RecordColumns' batches are RecordColumns (its slices)
@@ -339,7 +339,7 @@ class Client:
         Embedded, SQLite builds the columns without a Python object per record; a
         transport without a columnar fetch (a served broker, for now) fetches rows and
         converts them here. Needs pyarrow: install fencelog[spark]."""
-        columnar = _columnar()
+        columnar = columnar_module()
         if max_records == 0:
             return columnar.empty_batch()
         limit = self._page(max_records)
@@ -694,6 +694,25 @@ class Client:
             results += self._transport.produce(topic, batch, producer=producer, fences=fences)
         return info, results
 
+    def txn_begin_produce_arrow(
+        self,
+        group: str,
+        topic: str,
+        batch: pa.RecordBatch | pa.Table,
+        *,
+        fences: Sequence[Fence] = (),
+        timeout_ms: int | None = None,
+    ) -> tuple[TxnInfo, pa.RecordBatch]:
+        """txn_begin_produce() of an Arrow batch's rows (produce_arrow's columns and
+        results): the batch is checked before anything begins."""
+        columnar = columnar_module("produce_arrow")
+        records = columnar.record_columns(batch)
+        info, results = self.txn_begin_produce(
+            group, topic, records, fences=fences, timeout_ms=timeout_ms
+        )
+        arrow: pa.RecordBatch = columnar.results_to_arrow([codec.result_columns(results)])
+        return info, arrow
+
     def txn_join(self, txn_id: int, member: str) -> TxnMember:
         return self._transport.call(ops.TXN_JOIN, txn_id, member)
 
@@ -898,7 +917,7 @@ def _start_offset(start: Start, log_start: int, end_offset: int) -> int:
     )
 
 
-def _columnar(method: str = "fetch_arrow") -> ModuleType:
+def columnar_module(method: str = "fetch_arrow") -> ModuleType:
     """broker.columnar, or a clear error where pyarrow is not installed."""
     try:
         columnar = importlib.import_module("broker.columnar")

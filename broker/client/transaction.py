@@ -132,7 +132,13 @@ class Transaction:
         (Client.produce_arrow: its columns and results; offsets -1). Begins the
         transaction first if it was not begun yet."""
         self._check_open()
-        return self.client.produce_arrow(topic, batch, producer=self.producer)
+        if self._info is not None:
+            return self.client.produce_arrow(topic, batch, producer=self.producer)
+        # the first produce begins it in the same request, as produce() does
+        self._info, results = self.client.txn_begin_produce_arrow(
+            self._group, topic, batch, timeout_ms=self._timeout_ms
+        )
+        return results
 
     def commit_offsets(
         self,

@@ -127,6 +127,12 @@ def check_records(records: Sequence[NewRecord], limits: Limits) -> None:
             total = _check_record(0, records[0], limits)
     elif _values_only(records) and max(values) <= limits.record_value_bytes_max:
         total = sum(values)  # the usual batch: values only, all within their bound
+    elif (
+        (keyed := _key_lengths(records)) is not None
+        and max(values) <= limits.record_value_bytes_max
+        and max(keyed) <= limits.record_key_bytes_max
+    ):
+        total = sum(values) + sum(keyed)  # keyed columns, all within their bounds
     else:
         total = sum(_check_record(index, record, limits) for index, record in enumerate(records))
     if total > limits.append_bytes_max:
@@ -180,6 +186,8 @@ def split_batches(records: Sequence[NewRecord], limits: Limits) -> list[Sequence
     check_records to refuse."""
     if _values_only(records):
         sizes = list(map(len, values_of(records)))  # the usual batch
+    elif (keyed := _key_lengths(records)) is not None:
+        sizes = list(map(operator.add, map(len, values_of(records)), keyed))
     else:
         sizes = list(map(_stored_size, records))
     if 0 < len(records) <= limits.append_records_max and sum(sizes) <= limits.append_bytes_max:
@@ -203,6 +211,14 @@ def _values_only(records: Sequence[NewRecord]) -> bool:
     if keys is not None and any(keys):
         return False
     return isinstance(records, RecordColumns) or not any(map(_HEADERS, records))
+
+
+def _key_lengths(records: Sequence[NewRecord]) -> list[int] | None:
+    """A RecordColumns' key sizes (0: no key), column by column; None for any other
+    batch (its records may have headers)."""
+    if not isinstance(records, RecordColumns) or records.keys is None:
+        return None
+    return [0 if key is None else len(key) for key in records.keys]
 
 
 def _stored_size(record: NewRecord) -> int:

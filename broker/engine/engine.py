@@ -900,13 +900,13 @@ class Engine:
                 record_rules.check_partition(row.name, partition, row.partitions)
             return {partition: range(len(records))}
         by_partition: dict[int, list[int]] = {}
-        for index, record in enumerate(records):
-            partition = record.partition
+        keys = keys_of(records) or [None] * len(records)
+        given = partitions or [None] * len(records)
+        for index, (key, named_partition) in enumerate(zip(keys, given, strict=True)):
+            partition = named_partition
             if partition is None:
-                partition = record_rules.choose_partition(
-                    record.key, row.partitions, self._round_robin
-                )
-                self._round_robin += record.key is None
+                partition = record_rules.choose_partition(key, row.partitions, self._round_robin)
+                self._round_robin += key is None
             elif not 0 <= partition < row.partitions:
                 record_rules.check_partition(row.name, partition, row.partitions)
             by_partition.setdefault(partition, []).append(index)

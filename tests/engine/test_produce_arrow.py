@@ -102,10 +102,36 @@ def test_an_empty_batch_appends_nothing(client: Client) -> None:
     assert stored(client, "arrow") == []
 
 
+def test_null_typed_dictionary_and_view_columns_are_taken(client: Client) -> None:
+    """What pandas and pyarrow make: a key or partition column of nulls only (typed
+    null), dictionary-encoded strings (a categorical), string views."""
+    client.produce_arrow(
+        "arrow",
+        pa.table(
+            {
+                "value": pa.array(["a", "b"]).dictionary_encode(),
+                "key": pa.nulls(2),
+                "partition": pa.array([2, 2], pa.int64()),
+            }
+        ),
+    )
+    client.produce_arrow(
+        "arrow", pa.table({"value": pa.array(["c"], pa.string_view()), "partition": [2]})
+    )
+    client.produce_arrow("arrow", pa.table({"value": [b"d"], "key": [b"k"], "partition": [None]}))
+    landed = {value: (partition, key) for partition, _, key, value in stored(client, "arrow")}
+    assert landed == {b"a": (2, None), b"b": (2, None), b"c": (2, None), b"d": (1, b"k")}
+
+
 @pytest.mark.parametrize(
     ("table", "said"),
     [
         (pa.table({"value": [b"a"], "topic": ["t"]}), "it has 'topic'"),
+        (
+            pa.table([pa.array([b"a"]), pa.array([b"b"])], names=["value", "value"]),
+            "each column once: value twice",
+        ),
+        (pa.table({"value": pa.nulls(1)}), "the value column has 1 nulls"),
         (pa.table({"key": [b"a"]}), "it has no value"),
         (pa.table({"value": [b"a", None]}), "the value column has 1 nulls"),
         (pa.table({"value": [1, 2]}), "the value column must be binary or string, not int64"),
@@ -144,6 +170,23 @@ def test_a_transactions_rows_are_journaled_and_land_at_commit(client: Client) ->
         assert set(results.column("offset").to_pylist()) == {-1}
         assert stored(client, "arrow") == []
     assert stored(client, "arrow") == [(2, i, None, v) for i, v in enumerate(values)]
+
+
+def test_a_refused_first_batch_begins_no_transaction(client: Client) -> None:
+    """A transaction's first produce_arrow begins it in the same request, as produce()
+    does: a batch refused before it is sent begins nothing."""
+    txn = client.transaction("g")
+    with pytest.raises(BrokerError, match="the value column has 1 nulls"):
+        txn.produce_arrow("arrow", pa.table({"value": [None, b"x"]}))
+    assert not txn.begun
+    with pytest.raises(BrokerError) as caught:
+        txn.produce_arrow("arrow", pa.table({"value": [b"x"], "partition": [7]}))
+    assert caught.value.code is ErrorCode.UNKNOWN_PARTITION
+    assert not txn.begun
+    txn.produce_arrow("arrow", pa.table({"value": [b"x"], "partition": [0]}))
+    assert txn.begun
+    txn.commit()
+    assert stored(client, "arrow") == [(0, 0, None, b"x")]
 
 
 def test_a_joined_member_writes_columns_into_the_owners_transaction(client: Client) -> None:
