@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Annotated
 import click
 import typer
 
-from broker.client.client import Client
+from broker.client.client import Client, columnar_module
 from broker.core.exclusive import parse_access
 from broker.core.txn import parse_txn_id
 from broker.errors import BrokerError, ErrorCode
@@ -29,6 +29,8 @@ from cli.output import Output, acknowledged
 from cli.own import fences_from
 
 if TYPE_CHECKING:
+    import pyarrow as pa
+
     from broker.client.producer import Producer
 
 
@@ -126,6 +128,16 @@ def produce(
             metavar="NAME",
         ),
     ] = None,
+    arrow: Annotated[
+        str | None,
+        typer.Option(
+            "--arrow",
+            help="Append the rows of an Arrow IPC file or stream, or a Parquet file (- : an "
+            "IPC stream on stdin): a value column, and key and partition columns if it has "
+            "them. Needs pyarrow (the spark extra).",
+            metavar="FILE",
+        ),
+    ] = None,
     fmt: FormatOption = Format.text,
     as_json: JsonFlag = False,
 ) -> None:
@@ -139,22 +151,23 @@ def produce(
     with their original offsets and "duplicate": true (exit 0).
     With --txn the records wait in the transaction's journal: offset is null, and they
     get their offsets when the transaction commits.
+    With --arrow the records are the rows of a file, appended column by column, batch
+    by batch (as Client.produce_arrow appends them).
     """
-    if key is not None and key_separator is not None:
-        raise BrokerError(
-            ErrorCode.INVALID_ARGUMENT, "--key and --key-separator exclude each other"
-        )
-    if key_separator == "":
-        raise BrokerError(ErrorCode.INVALID_ARGUMENT, "--key-separator must not be empty")
-    record_key = (
-        None if key is None else decode_input(key.encode("utf-8", "surrogateescape"), fmt, "--key")
-    )
+    _arrow_options(arrow, values, key, key_separator, partition, headers, idempotent, pid, access)
+    record_key = _key(key, key_separator, fmt)
     parsed = _headers(headers or [], fmt)
     fences = fences_from(fence or [])
     txn_id = _txn_options(txn, member, idempotent, pid, access)
     client = state().client(create=True)
     out = Output(as_json)
     summary = _Summary(topic, txn_id)
+
+    if arrow is not None:
+        _produce_file(client, arrow, out, summary, member, fences)
+        if not as_json:
+            out.line(summary.text())
+        return
 
     def records_of(lines: Iterable[bytes]) -> list[NewRecord]:
         return [_record(line, record_key, key_separator, parsed, partition, fmt) for line in lines]
@@ -197,6 +210,131 @@ def produce(
                 advance(len(batch))
     if not as_json:
         out.line(summary.text())
+
+
+def _key(key: str | None, separator: str | None, fmt: Format) -> bytes | None:
+    """--key, decoded with --format; checked against --key-separator."""
+    if key is not None and separator is not None:
+        raise BrokerError(
+            ErrorCode.INVALID_ARGUMENT, "--key and --key-separator exclude each other"
+        )
+    if separator == "":
+        raise BrokerError(ErrorCode.INVALID_ARGUMENT, "--key-separator must not be empty")
+    return (
+        None if key is None else decode_input(key.encode("utf-8", "surrogateescape"), fmt, "--key")
+    )
+
+
+def _arrow_options(
+    arrow: str | None,
+    values: list[str] | None,
+    key: str | None,
+    separator: str | None,
+    partition: int | None,
+    headers: list[str] | None,
+    idempotent: bool,
+    pid: int | None,
+    access: str | None,
+) -> None:
+    given = [
+        name
+        for name, value in (
+            ("--value", values or None),
+            ("--key", key),
+            ("--key-separator", separator),
+            ("--partition", partition),
+            ("--header", headers or None),
+            ("--idempotent", idempotent or None),
+            ("--pid", pid),
+            ("--access", access),
+        )
+        if value is not None
+    ]
+    if arrow is not None and given:
+        raise BrokerError(
+            ErrorCode.INVALID_ARGUMENT,
+            f"--arrow does not combine with {', '.join(given)}",
+            hint="the file's key and partition columns give each record's",
+        )
+
+
+def _arrow_batches(path: str) -> Iterator["pa.RecordBatch"]:
+    """The record batches of an Arrow IPC file or stream, or of a Parquet file ("-": an
+    IPC stream on stdin); what cannot be read is INVALID_ARGUMENT, saying why."""
+    columnar_module("--arrow")  # a clear error where pyarrow is missing
+    import pyarrow as pa
+    import pyarrow.ipc as pa_ipc
+    import pyarrow.parquet as pq
+
+    try:
+        if path == "-":
+            yield from pa_ipc.open_stream(sys.stdin.buffer)
+            return
+        with open(path, "rb") as file:
+            magic = file.read(6)
+        if magic[:4] == b"PAR1":
+            yield from pq.ParquetFile(path).iter_batches()
+        elif magic == b"ARROW1":
+            with pa.memory_map(path) as source:
+                reader = pa_ipc.open_file(source)
+                for index in range(reader.num_record_batches):
+                    yield reader.get_batch(index)
+        else:
+            with pa.OSFile(path) as source:
+                yield from pa_ipc.open_stream(source)
+    except OSError as exc:
+        raise BrokerError(ErrorCode.INVALID_ARGUMENT, f"cannot read {path}: {exc}") from exc
+    except (pa.ArrowInvalid, pa.ArrowException) as exc:
+        raise BrokerError(
+            ErrorCode.INVALID_ARGUMENT,
+            f"{path} is not an Arrow IPC file or stream, nor a Parquet file: {exc}",
+        ) from exc
+
+
+def _produce_file(
+    client: Client,
+    path: str,
+    out: Output,
+    summary: "_Summary",
+    member: str | None,
+    fences: Sequence[Fence],
+) -> None:
+    """--arrow: the file's batches appended one by one (into summary.txn_id, if any)."""
+    fields = ProducerFields(txn_id=summary.txn_id)
+    if summary.txn_id is not None and member is not None:
+        fields = client.txn_join(summary.txn_id, member).producer
+    with acknowledged(f"producing to {summary.topic}") as advance:
+        for batch in _arrow_batches(path):
+            results = client.produce_arrow(summary.topic, batch, producer=fields, fences=fences)
+            _emit_arrow(out, summary, batch, results)
+            advance(batch.num_rows)
+
+
+def _emit_arrow(
+    out: Output, summary: "_Summary", batch: "pa.RecordBatch", results: "pa.RecordBatch"
+) -> None:
+    """A file batch's results: into the summary, and with --json one object per record
+    as _emit writes them."""
+    partitions = results.column("partition").to_pylist()
+    offsets = results.column("offset").to_pylist()
+    for partition in set(partitions):
+        landed = [o for p, o in zip(partitions, offsets, strict=True) if p == partition]
+        summary.add_range(partition, min(landed), max(landed), len(landed))
+    if out.as_json:
+        from broker.core.verify import sha256
+
+        values = columnar_module("--arrow").record_columns(batch).values
+        for value, partition, offset in zip(values, partitions, offsets, strict=True):
+            fields: dict[str, object] = {
+                "topic": summary.topic,
+                "partition": partition,
+                "offset": offset if offset >= 0 else None,
+                "value_sha256": sha256(value),
+            }
+            if summary.txn_id is not None:
+                fields["txn_id"] = summary.txn_id
+            out.json(fields)
+    out.flush()
 
 
 @contextlib.contextmanager
@@ -337,9 +475,12 @@ class _Summary:
         self.count = 0
 
     def add(self, result: AppendResult) -> None:
-        low, high = self.ranges.get(result.partition, (result.offset, result.offset))
-        self.ranges[result.partition] = (min(low, result.offset), max(high, result.offset))
-        self.count += 1
+        self.add_range(result.partition, result.offset, result.offset, 1)
+
+    def add_range(self, partition: int, first: int, last: int, count: int) -> None:
+        low, high = self.ranges.get(partition, (first, last))
+        self.ranges[partition] = (min(low, first), max(high, last))
+        self.count += count
 
     def text(self) -> str:
         plural = "record" if self.count == 1 else "records"

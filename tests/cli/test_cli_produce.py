@@ -7,6 +7,7 @@ import base64
 import hashlib
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -313,3 +314,96 @@ def test_usage_errors_exit_2(orders: Invoke, data_dir: Path, args: list[str]) ->
     result = expect(orders(*args), 2)
     assert "Usage:" in result.stderr
     assert stored_rows(data_dir) == before
+
+
+# --arrow: the rows of an Arrow or Parquet file -----------------------------------------
+
+ROWS: dict[str, list[Any]] = {
+    "value": [f"v{i}" for i in range(6)],
+    "key": ["a", None, "b", None, "a", None],
+    "partition": [None, 0, None, 3, None, 2],
+}
+
+
+def arrow_files(tmp_path: Path) -> dict[str, Path]:
+    import pyarrow as pa
+    import pyarrow.ipc as pa_ipc
+    import pyarrow.parquet as pq
+
+    table = pa.table(ROWS)
+    paths = {kind: tmp_path / f"rows.{kind}" for kind in ("parquet", "arrow", "stream")}
+    pq.write_table(table, paths["parquet"])
+    with pa_ipc.new_file(paths["arrow"], table.schema) as writer:
+        writer.write_table(table)
+    with pa_ipc.new_stream(paths["stream"], table.schema) as writer:
+        writer.write_table(table)
+    return paths
+
+
+@pytest.mark.parametrize("kind", ["parquet", "arrow", "stream", "stdin"])
+def test_arrow_appends_a_files_rows_with_their_keys_and_partitions(
+    orders: Invoke, data_dir: Path, tmp_path: Path, kind: str
+) -> None:
+    paths = arrow_files(tmp_path)
+    if kind == "stdin":
+        result = orders(
+            "produce", "orders", "--arrow", "-", "--json", input=paths["stream"].read_bytes()
+        )
+    else:
+        result = orders("produce", "orders", "--arrow", str(paths[kind]), "--json")
+    landed = json_lines(expect(result, 0).stdout)
+    values = [v.encode() for v in ROWS["value"]]
+    assert [r["value_sha256"] for r in landed] == [hashlib.sha256(v).hexdigest() for v in values]
+    stored = {r.value: (r.partition, r.key) for r in read_all(data_dir)}
+    assert stored[b"v1"] == (0, None) and stored[b"v3"] == (3, None) and stored[b"v5"] == (2, None)
+    assert stored[b"v0"][1] == b"a" and stored[b"v4"] == stored[b"v0"]  # one key, one partition
+    assert {(r["partition"], r["offset"]) for r in landed} == {
+        (partition, offset)
+        for partition, offset in ((r.partition, r.offset) for r in read_all(data_dir))
+    }
+
+
+def test_arrow_into_a_transaction_lands_at_commit(
+    orders: Invoke, data_dir: Path, tmp_path: Path
+) -> None:
+    paths = arrow_files(tmp_path)
+    begun = json_lines(expect(orders("txn-begin", "--group", "g", "--json"), 0).stdout)[0]
+    txn = str(begun["txn_id"])
+    result = expect(orders("produce", "orders", "--arrow", str(paths["arrow"]), "--txn", txn), 0)
+    assert result.stdout.startswith("journaled 6 records to orders (partitions ")
+    assert read_all(data_dir) == []
+    expect(orders("txn-commit", txn), 0)
+    assert sorted(r.value for r in read_all(data_dir)) == [v.encode() for v in ROWS["value"]]
+
+
+@pytest.mark.parametrize(
+    ("content", "said"),
+    [
+        (b"not arrow at all", "is not an Arrow IPC file or stream, nor a Parquet file"),
+        (None, "cannot read"),
+    ],
+)
+def test_arrow_refuses_a_file_it_cannot_read_and_stores_nothing(
+    orders: Invoke, data_dir: Path, tmp_path: Path, content: bytes | None, said: str
+) -> None:
+    path = tmp_path / "rows.bin"
+    if content is not None:
+        path.write_bytes(content)
+    result = expect(orders("produce", "orders", "--arrow", str(path)), 10)
+    assert said in result.stderr
+    assert read_all(data_dir) == []
+
+
+def test_arrow_refuses_other_columns_and_record_options(
+    orders: Invoke, data_dir: Path, tmp_path: Path
+) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    path = tmp_path / "topic.parquet"
+    pq.write_table(pa.table({"value": [b"a"], "topic": ["x"]}), path)
+    result = expect(orders("produce", "orders", "--arrow", str(path)), 10)
+    assert "it has 'topic'" in result.stderr
+    result = expect(orders("produce", "orders", "--arrow", str(path), "--key", "k", "-p", "1"), 10)
+    assert "--arrow does not combine with --key, --partition" in result.stderr
+    assert read_all(data_dir) == []
