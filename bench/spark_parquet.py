@@ -86,10 +86,24 @@ FINDINGS: Final = (
     "a large commit's checkpoint on a thread of its own (its COMMIT 0.47 -> 0.36 us a "
     "row), a page "
     "cache that holds the copy until COMMIT (its inserts 0.70 -> 0.57).",
+    "- Writes (session 17): records travel and are journaled as columns "
+    "(Client.produce_arrow; the server keeps a produce's columns, RecordColumns): a "
+    "task's Python worker spends 0.14 s of CPU on 500,000 rows (0.50-0.60 before), the "
+    "server's produce path 0.60 us a row (0.76). One 1M-row write, its phases from "
+    "Spark's REST API (4 runs each, session 17): served, the tasks 1.22-1.30 s, of "
+    "which each task's worker waits about 1.0 s on the server (its one thread "
+    "journals both tasks' batches, 0.43 us a row of it SQLite writing each 1 MB batch "
+    "to the WAL, a quarter of that its automatic checkpoint), then the commit "
+    "1.29-1.56 s; embedded, the tasks 1.10-1.28 s, then the driver's commit "
+    "1.58-1.94 s (a new process, whose close waits about 0.22 s for the checkpoint of "
+    "a WAL of about 150 MB). Tried and dropped: keeping one batch in flight per task "
+    "(no change: the server's thread, not the round trip, is the bound).",
     "- What still bounds writes: double journaling writes every record twice, each "
-    "through the WAL and a checkpoint, and the copy is one SQLite writer's work. The two "
-    "tasks' journal writes also take turns at SQLite's write lock, whose busy handler "
-    "sleeps: one task ends about 0.25 s after the other.",
+    "through the WAL and a checkpoint, and the copy is one SQLite writer's work (1M "
+    "rows: its inserts 0.63 s, its COMMIT 0.36 s, dropping the journal 0.10 s, while "
+    "the second core idles). The copy's inserts run below a scratch loop of plain "
+    "SQLite inserting the same rows 50 to a statement (1.0 s), so what is left is "
+    "SQLite's B-tree and WAL work.",
     "- Tried and dropped: 16 KiB SQLite pages (a 1M-row commit in a scratch loop 0.32 -> "
     "0.20 s, but every small commit would write its pages to the WAL four times as "
     "large; not measured); memory-mapped reads (6% off the values "
