@@ -125,6 +125,11 @@ class Server:
         self._topic_events: dict[str, asyncio.Event] = {}
         self._writer_pool = ThreadPoolExecutor(1, thread_name_prefix="fencelog-writer")
         self._reader_pool = ThreadPoolExecutor(1, thread_name_prefix="fencelog-reader")
+        # fetches take turns between the reader and a second one, each with its own
+        # SQLite connection and thread: SQLite reads with the GIL released, so two
+        # consumers' pages (a Spark read's tasks) are read at once
+        self._fetcher_pool = ThreadPoolExecutor(1, thread_name_prefix="fencelog-fetcher")
+        self._fetch_turn = 0
         self._background: list[asyncio.Task[None]] = []
         self._lock: ServerLock | None = None
         self.info: ServerInfo | None = None
@@ -185,7 +190,10 @@ class Server:
         self._reader = Engine.open(
             self.data_dir, durability=self.durability, limits=self.limits, clock=self._clock
         )
-        for engine in (self._writer, self._reader):
+        self._fetcher = Engine.open(
+            self.data_dir, durability=self.durability, limits=self.limits, clock=self._clock
+        )
+        for engine in (self._writer, self._reader, self._fetcher):
             engine.owners.served_sessions = self.sessions.keys
         self._group_commit = GroupCommit(
             self._writer, self._writer_lock, self.limits, self._wake, self.metrics
@@ -321,6 +329,7 @@ class Server:
     def _release_start(self) -> None:
         self._writer.close()
         self._reader.close()
+        self._fetcher.close()
         if self._lock is not None:
             self._lock.release()
             self._lock = None
@@ -370,8 +379,10 @@ class Server:
         loop = asyncio.get_running_loop()
         await self._write(self._writer.close)
         await loop.run_in_executor(self._reader_pool, self._reader.close)
+        await loop.run_in_executor(self._fetcher_pool, self._fetcher.close)
         self._writer_pool.shutdown()
         self._reader_pool.shutdown()
+        self._fetcher_pool.shutdown()
         if self.info and self.info.unix:
             with contextlib.suppress(FileNotFoundError):
                 Path(self.info.unix).unlink()
@@ -666,7 +677,7 @@ class Server:
             rows = await self._long_poll(
                 topic,
                 wait_ms,
-                lambda: self._reader.fetch_rows(topic, positions, max_records, fences),
+                lambda engine: engine.fetch_rows(topic, positions, max_records, fences),
                 bool,
             )
             self.metrics.fetched(topic, len(rows), sum(len(row[4]) for row in rows))
@@ -674,7 +685,7 @@ class Server:
         chunks = await self._long_poll(
             topic,
             wait_ms,
-            lambda: self._reader.fetch_pages(topic, positions, max_records, fences),
+            lambda engine: engine.fetch_pages(topic, positions, max_records, fences),
             bool,
         )
         for chunk in chunks:
@@ -699,9 +710,8 @@ class Server:
         offset = codec.field(args, "offset", int)
         max_records, wait_ms = self._fetch_bounds(args)
         fences = codec.fences_from_wire(args.get("fences"))
-        reader = self._reader
 
-        def page() -> tuple[int, bytes]:
+        def page(reader: Engine) -> tuple[int, bytes]:
             from broker import columnar  # pyarrow: only for columnar readers
 
             batch = reader.fetch_arrow(topic, partition, offset, max_records, fences)
@@ -720,15 +730,26 @@ class Server:
         )
 
     async def _long_poll(
-        self, topic: str, wait_ms: int, read: Callable[[], T], found: Callable[[T], object]
+        self,
+        topic: str,
+        wait_ms: int,
+        read: Callable[[Engine], T],
+        found: Callable[[T], object],
     ) -> T:
-        """read() on the reader thread until found() says it found something, or for up
-        to wait_ms, woken each time the writer commits to the topic."""
+        """read(engine) on a fetching reader's thread (the reader and the fetcher take
+        turns) until found() says it found something, or for up to wait_ms, woken each
+        time the writer commits to the topic."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + wait_ms / 1000
         while True:
             appended = self._topic_events.setdefault(topic, asyncio.Event())
-            result = await self._read(read)
+            self._fetch_turn ^= 1
+            engine, pool = (
+                (self._fetcher, self._fetcher_pool)
+                if self._fetch_turn
+                else (self._reader, self._reader_pool)
+            )
+            result = await loop.run_in_executor(pool, read, engine)
             remaining = deadline - loop.time()
             if found(result) or remaining <= 0 or self._stopping.is_set():
                 return result
