@@ -5,6 +5,7 @@
 # twice over.
 
 import contextlib
+import itertools
 import signal
 import sys
 import threading
@@ -20,6 +21,7 @@ from broker.client.client import Client, columnar_module
 from broker.core.exclusive import parse_access
 from broker.core.txn import parse_txn_id
 from broker.errors import BrokerError, ErrorCode
+from broker.limits import Limits
 from broker.types import AppendResult, Fence, Headers, NewRecord, ProducerFields
 from cli.context import state
 from cli.formats import Format, decode_input, parse_duration
@@ -154,7 +156,24 @@ def produce(
     With --arrow the records are the rows of a file, appended column by column, batch
     by batch (as Client.produce_arrow appends them).
     """
-    _arrow_options(arrow, values, key, key_separator, partition, headers, idempotent, pid, access)
+    _arrow_options(
+        arrow,
+        {
+            "--value": values or None,
+            "--key": key,
+            "--key-separator": key_separator,
+            "--partition": partition,
+            "--header": headers or None,
+            "--idempotent": idempotent or None,
+            "--pid": pid,
+            "--generation": generation,
+            "--sequence": sequence,
+            "--access": access,
+            "--producer-name": producer_name,
+            "--wait-timeout": None if wait_timeout == "30s" else wait_timeout,
+            "--format": None if fmt is Format.text else fmt,
+        },
+    )
     record_key = _key(key, key_separator, fmt)
     parsed = _headers(headers or [], fmt)
     fences = fences_from(fence or [])
@@ -165,8 +184,6 @@ def produce(
 
     if arrow is not None:
         _produce_file(client, arrow, out, summary, member, fences)
-        if not as_json:
-            out.line(summary.text())
         return
 
     def records_of(lines: Iterable[bytes]) -> list[NewRecord]:
@@ -225,31 +242,10 @@ def _key(key: str | None, separator: str | None, fmt: Format) -> bytes | None:
     )
 
 
-def _arrow_options(
-    arrow: str | None,
-    values: list[str] | None,
-    key: str | None,
-    separator: str | None,
-    partition: int | None,
-    headers: list[str] | None,
-    idempotent: bool,
-    pid: int | None,
-    access: str | None,
-) -> None:
-    given = [
-        name
-        for name, value in (
-            ("--value", values or None),
-            ("--key", key),
-            ("--key-separator", separator),
-            ("--partition", partition),
-            ("--header", headers or None),
-            ("--idempotent", idempotent or None),
-            ("--pid", pid),
-            ("--access", access),
-        )
-        if value is not None
-    ]
+def _arrow_options(arrow: str | None, options: dict[str, object]) -> None:
+    """--arrow takes each record's key and partition from the file: the options that
+    make records, or number or attach them, are refused beside it."""
+    given = [name for name, value in options.items() if value is not None]
     if arrow is not None and given:
         raise BrokerError(
             ErrorCode.INVALID_ARGUMENT,
@@ -266,6 +262,12 @@ def _arrow_batches(path: str) -> Iterator["pa.RecordBatch"]:
     import pyarrow.ipc as pa_ipc
     import pyarrow.parquet as pq
 
+    if path == "-" and sys.stdin.isatty():
+        raise BrokerError(
+            ErrorCode.INVALID_ARGUMENT,
+            "--arrow - reads an Arrow IPC stream from stdin, and stdin is a terminal",
+            hint="pipe a stream in, or name a file",
+        )
     try:
         if path == "-":
             yield from pa_ipc.open_stream(sys.stdin.buffer)
@@ -287,8 +289,30 @@ def _arrow_batches(path: str) -> Iterator["pa.RecordBatch"]:
     except (pa.ArrowInvalid, pa.ArrowException) as exc:
         raise BrokerError(
             ErrorCode.INVALID_ARGUMENT,
-            f"{path} is not an Arrow IPC file or stream, nor a Parquet file: {exc}",
+            f"cannot read {path} as Parquet, an Arrow IPC file or an IPC stream: {exc}",
         ) from exc
+
+
+def _appends(batch: "pa.RecordBatch", limits: Limits) -> Iterator["pa.RecordBatch"]:
+    """A file's batch cut into what the broker appends atomically (append_records_max
+    records, half of append_bytes_max of values and keys, as stdin's lines are cut), so
+    each piece's results are printed before the next is sent."""
+    import pyarrow.compute as pc
+
+    sizes = pc.binary_length(batch.column("value").cast("large_binary"))
+    if "key" in batch.schema.names:
+        keys = pc.binary_length(batch.column("key").cast("large_binary"))
+        sizes = pc.add(sizes, pc.fill_null(keys, 0))
+    sizes = sizes.fill_null(0).to_pylist()
+    start, size = 0, 0
+    for index, record_size in enumerate(sizes):
+        full = index - start >= limits.append_records_max
+        if index > start and (full or size + record_size > limits.append_bytes_max // 2):
+            yield batch.slice(start, index - start)
+            start, size = index, 0
+        size += record_size
+    if start < batch.num_rows:
+        yield batch.slice(start)
 
 
 def _produce_file(
@@ -299,31 +323,70 @@ def _produce_file(
     member: str | None,
     fences: Sequence[Fence],
 ) -> None:
-    """--arrow: the file's batches appended one by one (into summary.txn_id, if any)."""
+    """--arrow: the file's batches appended piece by piece (into summary.txn_id, if
+    any). The file is opened and its first batch's columns checked before anything is
+    sent (or a member joined: joining again discards the member's earlier records); a
+    later batch that is refused ends it, what was appended before it said."""
+    try:
+        _produce_batches(client, path, out, summary, member, fences)
+    finally:  # also when a later batch is refused: what landed before it
+        if not out.as_json and (summary.count or sys.exc_info()[0] is None):
+            out.line(summary.text())
+
+
+def _produce_batches(
+    client: Client,
+    path: str,
+    out: Output,
+    summary: "_Summary",
+    member: str | None,
+    fences: Sequence[Fence],
+) -> None:
+    columnar = columnar_module("--arrow")
+    batches = _arrow_batches(path)
+    first = next(batches, None)
+    if first is None:
+        return
+    columnar.record_columns(first.slice(0, 0))  # its columns and types
     fields = ProducerFields(txn_id=summary.txn_id)
     if summary.txn_id is not None and member is not None:
         fields = client.txn_join(summary.txn_id, member).producer
-    with acknowledged(f"producing to {summary.topic}") as advance:
-        for batch in _arrow_batches(path):
-            results = client.produce_arrow(summary.topic, batch, producer=fields, fences=fences)
-            _emit_arrow(out, summary, batch, results)
-            advance(batch.num_rows)
+    stop = threading.Event()
+    with (
+        _stopped_by_signals(stop),
+        acknowledged(f"producing to {summary.topic}") as advance,
+    ):
+        for batch in itertools.chain([first], batches):
+            for piece in _appends(batch, client.limits):
+                if stop.is_set():
+                    return
+                results = client.produce_arrow(summary.topic, piece, producer=fields, fences=fences)
+                _emit_arrow(out, summary, piece, results)
+                advance(piece.num_rows)
 
 
 def _emit_arrow(
     out: Output, summary: "_Summary", batch: "pa.RecordBatch", results: "pa.RecordBatch"
 ) -> None:
-    """A file batch's results: into the summary, and with --json one object per record
+    """An append's results: into the summary, and with --json one object per record
     as _emit writes them."""
-    partitions = results.column("partition").to_pylist()
-    offsets = results.column("offset").to_pylist()
-    for partition in set(partitions):
-        landed = [o for p, o in zip(partitions, offsets, strict=True) if p == partition]
-        summary.add_range(partition, min(landed), max(landed), len(landed))
+    import pyarrow as pa
+
+    landed = (
+        pa.Table.from_batches([results])
+        .group_by("partition")
+        .aggregate([("offset", "min"), ("offset", "max"), ("offset", "count")])
+    )
+    for row in landed.to_pylist():
+        summary.add_range(
+            row["partition"], row["offset_min"], row["offset_max"], row["offset_count"]
+        )
     if out.as_json:
         from broker.core.verify import sha256
 
         values = columnar_module("--arrow").record_columns(batch).values
+        partitions = results.column("partition").to_pylist()
+        offsets = results.column("offset").to_pylist()
         for value, partition, offset in zip(values, partitions, offsets, strict=True):
             fields: dict[str, object] = {
                 "topic": summary.topic,

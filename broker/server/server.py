@@ -182,17 +182,7 @@ class Server:
                 hint="pass --auth-token-file (Kafka clients then log in with SASL/PLAIN), "
                 "or listen on 127.0.0.1",
             )
-        writer = Engine.open(
-            self.data_dir, durability=self.durability, limits=self.limits, clock=self._clock
-        )
-        self._lock = ServerLock(self.data_dir)
-        self._writer = writer
-        self._reader = Engine.open(
-            self.data_dir, durability=self.durability, limits=self.limits, clock=self._clock
-        )
-        self._fetcher = Engine.open(
-            self.data_dir, durability=self.durability, limits=self.limits, clock=self._clock
-        )
+        self._open_engines()
         for engine in (self._writer, self._reader, self._fetcher):
             engine.owners.served_sessions = self.sessions.keys
         self._group_commit = GroupCommit(
@@ -230,6 +220,7 @@ class Server:
             kafka_address,
             http_address,
         )
+        assert self._lock is not None  # _open_engines took it
         self._lock.publish(self.info)
         self._background = [
             asyncio.create_task(self._group_commit.run(), name="group-commit"),
@@ -237,13 +228,13 @@ class Server:
             asyncio.create_task(self._expire_txns(), name="txn-expiry"),
             asyncio.create_task(self._clean_topics(), name="cleaner"),
         ]
-        for txn_id in writer.recovered:
+        for txn_id in self._writer.recovered:
             log.info(
                 "recovery: applied transaction %d, prepared before a stop",
                 txn_id,
                 extra={"event": "recovery", "txn_id": txn_id},
             )
-        for txn_id, why in writer.txns.damaged.items():
+        for txn_id, why in self._writer.txns.damaged.items():
             log.error(
                 "recovery: transaction %d stays prepared: %s",
                 txn_id,
@@ -325,6 +316,37 @@ class Server:
         self.kafka = api
         log.info("Kafka listener on %s:%d", host, port)
         return f"{host}:{port}"
+
+    def _open_engines(self) -> None:
+        """The writer, the server's lock on the directory, the reader and the fetcher;
+        on a failure, what was opened is closed and the lock released."""
+        writer = Engine.open(
+            self.data_dir, durability=self.durability, limits=self.limits, clock=self._clock
+        )
+        try:
+            self._lock = ServerLock(self.data_dir)
+        except BaseException:
+            writer.close()
+            raise
+        self._writer = writer
+        opened = [writer]
+        try:
+            for _ in range(2):
+                opened.append(
+                    Engine.open(
+                        self.data_dir,
+                        durability=self.durability,
+                        limits=self.limits,
+                        clock=self._clock,
+                    )
+                )
+        except BaseException:
+            for engine in opened:
+                engine.close()
+            self._lock.release()
+            self._lock = None
+            raise
+        self._reader, self._fetcher = opened[1:]
 
     def _release_start(self) -> None:
         self._writer.close()

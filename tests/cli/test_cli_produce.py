@@ -379,7 +379,7 @@ def test_arrow_into_a_transaction_lands_at_commit(
 @pytest.mark.parametrize(
     ("content", "said"),
     [
-        (b"not arrow at all", "is not an Arrow IPC file or stream, nor a Parquet file"),
+        (b"not arrow at all", "as Parquet, an Arrow IPC file or an IPC stream"),
         (None, "cannot read"),
     ],
 )
@@ -406,4 +406,50 @@ def test_arrow_refuses_other_columns_and_record_options(
     assert "it has 'topic'" in result.stderr
     result = expect(orders("produce", "orders", "--arrow", str(path), "--key", "k", "-p", "1"), 10)
     assert "--arrow does not combine with --key, --partition" in result.stderr
+    result = expect(orders("produce", "orders", "--arrow", str(path), "--format", "hex"), 10)
+    assert "--arrow does not combine with --format" in result.stderr
+    result = expect(orders("produce", "orders", "--arrow", str(path), "--generation", "1"), 10)
+    assert "--arrow does not combine with --generation" in result.stderr
     assert read_all(data_dir) == []
+
+
+def test_arrow_cuts_a_large_batch_into_appends_and_a_bad_one_stops_it(
+    orders: Invoke, data_dir: Path, tmp_path: Path
+) -> None:
+    """A batch of the file larger than one append is cut as stdin's lines are: every
+    append that landed is reported, then the refused one stops the command."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    count = 25_000  # three appends of at most 10,000; the last names a missing partition
+    partitions = [0] * 20_000 + [99] * 5_000
+    path = tmp_path / "big.parquet"
+    pq.write_table(
+        pa.table({"value": [b"v%d" % i for i in range(count)], "partition": partitions}), path
+    )
+    result = expect(orders("produce", "orders", "--arrow", str(path), "--json"), 21)
+    assert len(json_lines(result.stdout)) == 20_000
+    with broker.open(data_dir) as engine:
+        assert [p.end_offset for p in engine.describe_topic("orders").partition_details] == [
+            20_000,
+            0,
+            0,
+            0,
+        ]
+    plain = expect(orders("produce", "orders", "--arrow", str(path)), 21)
+    assert plain.stdout == "produced 20000 records to orders: partition 0 offsets 20000-39999\n"
+
+
+def test_arrow_checks_the_file_before_joining_as_a_member(
+    orders: Invoke, data_dir: Path, tmp_path: Path
+) -> None:
+    """Joining again discards a member's earlier records: a file refused at once must
+    not join."""
+    begun = json_lines(expect(orders("txn-begin", "--group", "g", "--json"), 0).stdout)[0]
+    txn = str(begun["txn_id"])
+    expect(orders("produce", "orders", "--txn", txn, "--member", "m", "-p", "1", "-v", "kept"), 0)
+    empty = tmp_path / "empty.bin"
+    empty.write_bytes(b"")
+    expect(orders("produce", "orders", "--arrow", str(empty), "--txn", txn, "--member", "m"), 10)
+    expect(orders("txn-commit", txn), 0)
+    assert [r.value for r in read_all(data_dir)] == [b"kept"]

@@ -931,3 +931,30 @@ def test_a_malformed_produce_is_refused_and_its_neighbours_are_stored(
     assert refused.code is ErrorCode.PROTOCOL_ERROR
     assert refused.message == message
     assert stored == [b"before", b"after"]
+
+
+def test_a_start_that_fails_to_open_its_engines_leaves_the_directory_free(
+    data_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An engine that fails to open (a reader's, here) closes the ones opened before
+    it and releases the server's lock: the next start is not refused as in use."""
+    opened: list[int] = []
+    real_open = Engine.open
+
+    def open_third_fails(*args: Any, **kwargs: Any) -> Any:
+        opened.append(1)
+        if len(opened) == 3:
+            raise BrokerError(ErrorCode.STORAGE_BUSY, "the third engine cannot open")
+        return real_open(*args, **kwargs)
+
+    monkeypatch.setattr(Engine, "open", open_third_fails)
+
+    async def start() -> None:
+        await Server(data_dir).start(HOST, 0, unix=False)
+
+    with pytest.raises(BrokerError, match="the third engine cannot open"):
+        asyncio.run(start())
+    monkeypatch.setattr(Engine, "open", real_open)
+    with served(data_dir) as server, connect(server.address) as client:
+        client.create_topic("t", 1)
+        assert client.list_topics()[0].name == "t"
