@@ -358,6 +358,11 @@ def served_phase(
         copier_done = _copier_and_kills(
             processes, tally, rng, server, proxy, producers, seed, time.monotonic() + duration_s
         )
+        # The faults end here: none new, and a link the last ones black-holed is cut, as
+        # a network that comes back resets it. Otherwise a producer's request on such a
+        # link waits out its 30 s timeout, and the bound below would count from that.
+        proxy.enabled = False
+        proxy.cut_all()
         bound = time.monotonic() + STEP_S * 2
         for proc in producers:
             status = proc.wait(max(bound - time.monotonic(), 0.1))
