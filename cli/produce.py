@@ -5,7 +5,6 @@
 # twice over.
 
 import contextlib
-import itertools
 import signal
 import sys
 import threading
@@ -15,13 +14,14 @@ from types import FrameType
 from typing import TYPE_CHECKING, Annotated
 
 import click
+import msgspec
 import typer
 
 from broker.client.client import Client, columnar_module
+from broker.core import records as record_rules
 from broker.core.exclusive import parse_access
 from broker.core.txn import parse_txn_id
 from broker.errors import BrokerError, ErrorCode
-from broker.limits import Limits
 from broker.types import AppendResult, Fence, Headers, NewRecord, ProducerFields
 from cli.context import state
 from cli.formats import Format, decode_input, parse_duration
@@ -154,7 +154,7 @@ def produce(
     With --txn the records wait in the transaction's journal: offset is null, and they
     get their offsets when the transaction commits.
     With --arrow the records are the rows of a file, appended column by column, batch
-    by batch (as Client.produce_arrow appends them).
+    by batch, each cut into atomic appends as stdin lines are.
     """
     _arrow_options(
         arrow,
@@ -293,28 +293,6 @@ def _arrow_batches(path: str) -> Iterator["pa.RecordBatch"]:
         ) from exc
 
 
-def _appends(batch: "pa.RecordBatch", limits: Limits) -> Iterator["pa.RecordBatch"]:
-    """A file's batch cut into what the broker appends atomically (append_records_max
-    records, half of append_bytes_max of values and keys, as stdin's lines are cut), so
-    each piece's results are printed before the next is sent."""
-    import pyarrow.compute as pc
-
-    sizes = pc.binary_length(batch.column("value").cast("large_binary"))
-    if "key" in batch.schema.names:
-        keys = pc.binary_length(batch.column("key").cast("large_binary"))
-        sizes = pc.add(sizes, pc.fill_null(keys, 0))
-    sizes = sizes.fill_null(0).to_pylist()
-    start, size = 0, 0
-    for index, record_size in enumerate(sizes):
-        full = index - start >= limits.append_records_max
-        if index > start and (full or size + record_size > limits.append_bytes_max // 2):
-            yield batch.slice(start, index - start)
-            start, size = index, 0
-        size += record_size
-    if start < batch.num_rows:
-        yield batch.slice(start)
-
-
 def _produce_file(
     client: Client,
     path: str,
@@ -323,81 +301,36 @@ def _produce_file(
     member: str | None,
     fences: Sequence[Fence],
 ) -> None:
-    """--arrow: the file's batches appended piece by piece (into summary.txn_id, if
-    any). The file is opened and its first batch's columns checked before anything is
-    sent (or a member joined: joining again discards the member's earlier records); a
-    later batch that is refused ends it, what was appended before it said."""
+    """--arrow: each batch of the file as columns (broker.types.RecordColumns), cut
+    into atomic appends as stdin's lines are, each reported as _emit reports lines
+    (into summary.txn_id, if any). The first batch's columns are checked before
+    anything is sent or a member joined (joining again discards the member's earlier
+    records); a later batch refused ends it, what landed before it said."""
+    columnar = columnar_module("--arrow")
+    limits = msgspec.structs.replace(
+        client.limits, append_bytes_max=client.limits.append_bytes_max // 2
+    )
+    batches = _arrow_batches(path)
+    first = next(batches, None)
+    records = None if first is None else columnar.record_columns(first)
+    fields = ProducerFields(txn_id=summary.txn_id)
+    if records is not None and summary.txn_id is not None and member is not None:
+        fields = client.txn_join(summary.txn_id, member).producer
+    stop = threading.Event()
     try:
-        _produce_batches(client, path, out, summary, member, fences)
+        with _stopped_by_signals(stop), acknowledged(f"producing to {summary.topic}") as advance:
+            while records is not None and not stop.is_set():
+                for piece in record_rules.split_batches(records, limits):
+                    if stop.is_set():
+                        break
+                    results = client.produce(summary.topic, piece, producer=fields, fences=fences)
+                    _emit(out, summary, piece, results, idempotent=False)
+                    advance(len(piece))
+                batch = next(batches, None)
+                records = None if batch is None else columnar.record_columns(batch)
     finally:  # also when a later batch is refused: what landed before it
         if not out.as_json and (summary.count or sys.exc_info()[0] is None):
             out.line(summary.text())
-
-
-def _produce_batches(
-    client: Client,
-    path: str,
-    out: Output,
-    summary: "_Summary",
-    member: str | None,
-    fences: Sequence[Fence],
-) -> None:
-    columnar = columnar_module("--arrow")
-    batches = _arrow_batches(path)
-    first = next(batches, None)
-    if first is None:
-        return
-    columnar.record_columns(first.slice(0, 0))  # its columns and types
-    fields = ProducerFields(txn_id=summary.txn_id)
-    if summary.txn_id is not None and member is not None:
-        fields = client.txn_join(summary.txn_id, member).producer
-    stop = threading.Event()
-    with (
-        _stopped_by_signals(stop),
-        acknowledged(f"producing to {summary.topic}") as advance,
-    ):
-        for batch in itertools.chain([first], batches):
-            for piece in _appends(batch, client.limits):
-                if stop.is_set():
-                    return
-                results = client.produce_arrow(summary.topic, piece, producer=fields, fences=fences)
-                _emit_arrow(out, summary, piece, results)
-                advance(piece.num_rows)
-
-
-def _emit_arrow(
-    out: Output, summary: "_Summary", batch: "pa.RecordBatch", results: "pa.RecordBatch"
-) -> None:
-    """An append's results: into the summary, and with --json one object per record
-    as _emit writes them."""
-    import pyarrow as pa
-
-    landed = (
-        pa.Table.from_batches([results])
-        .group_by("partition")
-        .aggregate([("offset", "min"), ("offset", "max"), ("offset", "count")])
-    )
-    for row in landed.to_pylist():
-        summary.add_range(
-            row["partition"], row["offset_min"], row["offset_max"], row["offset_count"]
-        )
-    if out.as_json:
-        from broker.core.verify import sha256
-
-        values = columnar_module("--arrow").record_columns(batch).values
-        partitions = results.column("partition").to_pylist()
-        offsets = results.column("offset").to_pylist()
-        for value, partition, offset in zip(values, partitions, offsets, strict=True):
-            fields: dict[str, object] = {
-                "topic": summary.topic,
-                "partition": partition,
-                "offset": offset if offset >= 0 else None,
-                "value_sha256": sha256(value),
-            }
-            if summary.txn_id is not None:
-                fields["txn_id"] = summary.txn_id
-            out.json(fields)
-    out.flush()
 
 
 @contextlib.contextmanager
@@ -538,12 +471,9 @@ class _Summary:
         self.count = 0
 
     def add(self, result: AppendResult) -> None:
-        self.add_range(result.partition, result.offset, result.offset, 1)
-
-    def add_range(self, partition: int, first: int, last: int, count: int) -> None:
-        low, high = self.ranges.get(partition, (first, last))
-        self.ranges[partition] = (min(low, first), max(high, last))
-        self.count += count
+        low, high = self.ranges.get(result.partition, (result.offset, result.offset))
+        self.ranges[result.partition] = (min(low, result.offset), max(high, result.offset))
+        self.count += 1
 
     def text(self) -> str:
         plural = "record" if self.count == 1 else "records"
@@ -563,7 +493,7 @@ class _Summary:
 def _emit(
     out: Output,
     summary: _Summary,
-    records: list[NewRecord],
+    records: Sequence[NewRecord],
     results: list[AppendResult],
     *,
     idempotent: bool,
