@@ -20,7 +20,7 @@ from collections.abc import Sequence
 
 from broker.errors import BrokerError, ErrorCode
 from broker.limits import Limits
-from broker.types import CLEANUP_POLICIES, NewRecord, RecordColumns, TopicConfig, keys_of, values_of
+from broker.types import CLEANUP_POLICIES, NewRecord, RecordColumns, TopicConfig, values_of
 
 _VALUE, _KEY, _HEADERS = (operator.itemgetter(i) for i in range(3))
 
@@ -207,10 +207,9 @@ def split_batches(records: Sequence[NewRecord], limits: Limits) -> list[Sequence
 
 def _values_only(records: Sequence[NewRecord]) -> bool:
     """No key (an empty one is within any bound) and no headers: the usual batch."""
-    keys = keys_of(records)
-    if keys is not None and any(keys):
-        return False
-    return isinstance(records, RecordColumns) or not any(map(_HEADERS, records))
+    if isinstance(records, RecordColumns):
+        return records.keys is None or not any(records.keys)
+    return not any(map(_KEY, records)) and not any(map(_HEADERS, records))
 
 
 def _key_lengths(records: Sequence[NewRecord]) -> list[int] | None:
