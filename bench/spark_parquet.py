@@ -98,6 +98,12 @@ FINDINGS: Final = (
     "1.58-1.94 s (a new process, whose close waits about 0.22 s for the checkpoint of "
     "a WAL of about 150 MB). Tried and dropped: keeping one batch in flight per task "
     "(no change: the server's thread, not the round trip, is the bound).",
+    "- Without Spark (session 17, scratch runs on the same machine): a served 1M-row "
+    "write into one transaction by two processes (Arrow batches of 10,000) took "
+    "3.4-3.8 s before records travelled as columns and 2.6-2.9 s after; two processes "
+    "reading the two partitions of a 1M-record topic as Arrow pages from a server, on "
+    "a quiet machine, three runs each, 0.41-0.45 s with one reading thread and "
+    "0.38-0.42 s with two.",
     "- What still bounds writes: double journaling writes every record twice, each "
     "through the WAL and a checkpoint, and the copy is one SQLite writer's work (1M "
     "rows: its inserts 0.63 s, its COMMIT 0.36 s, dropping the journal 0.10 s, while "
