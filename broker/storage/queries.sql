@@ -140,6 +140,13 @@ SELECT ifnull(CAST(group_concat(value, '') AS BLOB), X''), sum(length(value)), c
 FROM records
 WHERE topic_id = ?1 AND partition = ?2 AND offset >= ?3 AND offset <= ?4;
 
+-- name: records_page_values
+-- The page's values concatenated, where its batches' shapes give every record's value
+-- length: the page checks the concatenation's length instead of SQLite counting.
+SELECT ifnull(CAST(group_concat(value, '') AS BLOB), X'')
+FROM records
+WHERE topic_id = ?1 AND partition = ?2 AND offset >= ?3 AND offset <= ?4;
+
 -- name: records_page_last
 -- The last record at offsets [?3, ?4): one seek of the primary key.
 SELECT offset, value FROM records

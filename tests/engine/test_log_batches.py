@@ -202,3 +202,34 @@ def test_check_names_a_shape_that_does_not_match(invoke: Invoke, data_dir: Path)
     assert said in result.stdout
     report = json_lines(expect(invoke("check", "--json"), 37).stdout)[0]
     assert report["ok"] is False and len(report["problems"]) == 1
+
+
+@pytest.mark.parametrize(
+    "damage",
+    [
+        "DELETE FROM records WHERE offset = 20",
+        "UPDATE records SET value = X'00' WHERE offset = 20",
+        "UPDATE records SET value = CAST(X'0000000000000000' || value AS BLOB) WHERE offset = 20",
+    ],
+)
+def test_a_batch_unlike_its_shape_is_read_as_its_rows(
+    data_dir: Path, shaped: ShapedReads, damage: str
+) -> None:
+    """The shapes say every record's value length, and the page trusts the values'
+    total length to stand for their count: a record gone from under its shape, or
+    made shorter or longer, must send the page to the scan, which reads what is
+    there, never columns that disagree with the values."""
+    with connect(data_dir, durability="normal") as client:
+        client.create_topic(TOPIC, 1)
+        client.produce(TOPIC, [NewRecord(b"%08d" % i) for i in range(BIG)])
+    damaged = sqlite3.connect(data_dir / DB_FILE)
+    with damaged:
+        damaged.execute(damage)
+    damaged.close()
+    with connect(data_dir, durability="normal") as client:
+        shaped.pages = 0
+        got = client.fetch_arrow(TOPIC, 0, 0, max_records=10_000)
+        rows = records_of(TOPIC, client.fetch_rows(TOPIC, {0: 0}, max_records=10_000))
+        assert shaped.pages == 0
+        assert got.column("offset").to_pylist() == [row.offset for row in rows]
+        assert got.column("value").to_pylist() == [row.value for row in rows]
