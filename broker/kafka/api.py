@@ -60,6 +60,7 @@ class Backend(Protocol):
 
     async def write(self, work: Callable[[], T]) -> T: ...
     async def read(self, work: Callable[[], T]) -> T: ...
+    async def fetch_read(self, read: Callable[[Engine], T]) -> T: ...
     async def produce(self, request: ProduceRequest) -> ProduceOutcome: ...
     def appended(self, topic: str) -> asyncio.Event: ...
     def wake(self, topic: str | None = None) -> None: ...
@@ -309,10 +310,11 @@ class KafkaApi:
         ]
         max_bytes = body.max_bytes if version >= 3 else 0x7FFFFFFF
         min_bytes = max(1, body.min_bytes)
-        reader = self.backend.reader
         while True:
             events = {topic: self.backend.appended(topic) for topic, _ in wanted}
-            found = await self.backend.read(lambda: _read_fetch(reader, wanted, max_bytes))
+            found = await self.backend.fetch_read(
+                lambda reader: _read_fetch(reader, wanted, max_bytes)
+            )
             size = sum(len(part[3] or b"") for parts in found.values() for part in parts)
             errors = any(part[1] for parts in found.values() for part in parts)
             remaining = deadline - loop.time()
@@ -779,7 +781,7 @@ class KafkaApi:
         await self.coordinator.stop()
 
 
-# readers (run on the reader thread) -----------------------------------------------------
+# readers (run on a reading thread: the reader, or for a fetch the reader or the fetcher) ---
 
 
 def _read_fetch(

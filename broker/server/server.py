@@ -765,13 +765,7 @@ class Server:
         deadline = loop.time() + wait_ms / 1000
         while True:
             appended = self._topic_events.setdefault(topic, asyncio.Event())
-            self._fetch_turn ^= 1
-            engine, pool = (
-                (self._fetcher, self._fetcher_pool)
-                if self._fetch_turn
-                else (self._reader, self._reader_pool)
-            )
-            result = await loop.run_in_executor(pool, read, engine)
+            result = await self._fetch_read(read)
             remaining = deadline - loop.time()
             if found(result) or remaining <= 0 or self._stopping.is_set():
                 return result
@@ -923,6 +917,17 @@ class Server:
     async def _read(self, work: Callable[[], T]) -> T:
         return await asyncio.get_running_loop().run_in_executor(self._reader_pool, work)
 
+    async def _fetch_read(self, read: Callable[[Engine], T]) -> T:
+        """read(engine) for a fetch, on the reader's or the fetcher's thread: they take
+        turns, so two fetches read at once (SQLite reads with Python's lock released)."""
+        self._fetch_turn ^= 1
+        engine, pool = (
+            (self._fetcher, self._fetcher_pool)
+            if self._fetch_turn
+            else (self._reader, self._reader_pool)
+        )
+        return await asyncio.get_running_loop().run_in_executor(pool, read, engine)
+
     def _wake(self, topic: str) -> None:
         event = self._topic_events.pop(topic, None)
         if event is not None:
@@ -943,6 +948,9 @@ class Server:
 
     async def read(self, work: Callable[[], T]) -> T:
         return await self._read(work)
+
+    async def fetch_read(self, read: Callable[[Engine], T]) -> T:
+        return await self._fetch_read(read)
 
     async def produce(self, request: ProduceRequest) -> ProduceOutcome:
         return await self._group_commit.submit(request)
