@@ -50,6 +50,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, ParamSpec, TypeVar
 
 import pyarrow as pa
+import pyarrow.compute as pc
 from msgspec import Struct
 from pyspark import TaskContext
 from pyspark.sql.datasource import (
@@ -954,23 +955,49 @@ def _bytes(value: bytes | str) -> bytes:
 def journal_rows(
     client: Client, txn_id: int, member: str, batches: Iterator[pa.RecordBatch], topic: str | None
 ) -> Written:
-    """Join txn_id as member and journal every row into it."""
+    """Join txn_id as member and journal every row into it: as columns
+    (Transaction.produce_arrow), topic by topic, unless a row has headers."""
     joined = client.join_transaction(txn_id, member)
     count = 0
-    for batch in batches:
+    for batch in map(without_empty_headers, batches):
         names = batch.schema.names
-        if topic is not None and "headers" not in names:  # the usual rows: as columns
-            if batch.column("value").null_count:
-                raise _option_error("a row has a null value; fencelog records need one")
-            chosen = [name for name in columnar.PRODUCE_COLUMNS if name in names]
-            joined.produce_arrow(topic, batch.select(chosen))
-            count += batch.num_rows
+        if "headers" in names:
+            for name, records in records_of(batch, topic).items():
+                joined.produce(name, records)
+                count += len(records)
             continue
-        for name, records in records_of(batch, topic).items():
-            joined.produce(name, records)
-            count += len(records)
+        if batch.column("value").null_count:
+            raise _option_error("a row has a null value; fencelog records need one")
+        chosen = [name for name in columnar.PRODUCE_COLUMNS if name in names]
+        for name, rows in by_topic(batch, topic):
+            joined.produce_arrow(name, rows.select(chosen))
+            count += rows.num_rows
     assert joined.member is not None
     return Written(txn_id, member, joined.member.generation, count)
+
+
+def without_empty_headers(batch: pa.RecordBatch) -> pa.RecordBatch:
+    """The batch without its headers column where no row has a header: a DataFrame
+    read from fencelog or Kafka carries one, on most rows empty."""
+    if "headers" not in batch.schema.names:
+        return batch
+    lengths = pc.list_value_length(batch.column("headers"))
+    if pc.max(lengths).as_py() in (None, 0):  # null: no header either
+        return batch.drop_columns(["headers"])
+    return batch
+
+
+def by_topic(batch: pa.RecordBatch, topic: str | None) -> Iterator[tuple[str, pa.RecordBatch]]:
+    """The batch's rows by topic, each topic's in their order: all of them to the
+    topic option, which overrides a topic column as in Spark's Kafka sink."""
+    if topic is not None:
+        yield topic, batch
+        return
+    topics = batch.column("topic")
+    if topics.null_count:
+        raise _option_error("a row has no topic: set .option('topic', ...) or a topic column")
+    for name in pc.unique(topics).to_pylist():
+        yield name, batch.filter(pc.equal(topics, name))
 
 
 def task_member() -> str:

@@ -909,3 +909,46 @@ def test_write_rows_become_records_column_by_column(as_text: bool) -> None:
     nulls = pa.RecordBatch.from_pydict({"value": pa.array([b"a", None], pa.binary())})
     with pytest.raises(BrokerError, match="null value"):
         broker.spark.records_of(nulls, "t")
+
+
+def test_a_task_journals_rows_by_topic_as_columns_and_headers_as_records(
+    data_dir: Path,
+) -> None:
+    """What a write task journals (no Spark needed): rows of a topic column go to their
+    topics in row order, a headers column whose rows have none (a DataFrame read from
+    fencelog carries one) is dropped, and rows with headers keep them; a row without a
+    topic is refused before anything of its batch is journaled."""
+    headers_type = pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))
+    routed = pa.RecordBatch.from_pydict(
+        {
+            "value": pa.array([b"a1", b"b1", b"a2", b"b2"]),
+            "topic": pa.array(["a", "b", "a", "b"]),
+            "headers": pa.array([[], None, [], []], headers_type),
+        }
+    )
+    headed = pa.RecordBatch.from_pydict(
+        {
+            "value": pa.array([b"a3", b"b3"]),
+            "topic": pa.array(["a", "b"]),
+            "headers": pa.array([[{"key": "h", "value": b"1"}], []], headers_type),
+        }
+    )
+    with connect(data_dir) as client:
+        for topic in ("a", "b"):
+            client.create_topic(topic)
+        txn = client.txn_begin("g")
+        written = broker.spark.journal_rows(client, txn.txn_id, "p0", iter([routed, headed]), None)
+        assert written.records == 6
+        client.txn_commit(txn.txn_id, members={"p0": written.generation})
+        got = {t: client.fetch(t, {0: 0}, max_records=10) for t in ("a", "b")}
+        assert [(r.value, r.headers) for r in got["a"]] == [
+            (b"a1", ()),
+            (b"a2", ()),
+            (b"a3", (("h", b"1"),)),
+        ]
+        assert [(r.value, r.headers) for r in got["b"]] == [(b"b1", ()), (b"b2", ()), (b"b3", ())]
+        lost = routed.set_column(1, "topic", pa.array(["a", None, "a", "b"]))
+        txn = client.txn_begin("g")
+        with pytest.raises(BrokerError, match="a row has no topic"):
+            broker.spark.journal_rows(client, txn.txn_id, "p0", iter([lost]), None)
+        assert client.txn_show(txn.txn_id).info.records == 0
