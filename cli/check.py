@@ -51,8 +51,8 @@ def check(as_json: JsonFlag = False) -> None:
         )
     elif found.ok:
         out.line(
-            f"ok: {found.db_path} passed SQLite's integrity check, the journaled "
-            f"batches' and the batch shapes' (schema {found.schema_version}, "
+            f"ok: {found.db_path} passed SQLite's integrity check and the checks of "
+            f"its journaled batches and batch shapes (schema {found.schema_version}, "
             f"{found.bytes} bytes)"
         )
     else:

@@ -16,7 +16,7 @@ import json
 import os
 import sys
 from collections.abc import MutableMapping
-from typing import Any
+from typing import Any, Final
 
 import click
 from typer.core import TyperGroup
@@ -49,6 +49,11 @@ def exit_status_table() -> list[tuple[int, str]]:
     return rows
 
 
+# Typer's own "Did you mean" for a mistyped command: click 8.4+ (NoSuchCommand) says it
+# already, and both would print it.
+SUGGEST_COMMANDS: Final = not hasattr(click.exceptions, "NoSuchCommand")
+
+
 def _failed(ctx: click.Context) -> None:
     """Let the command's state undo what a failed command created (a data directory)."""
     from cli.context import State
@@ -72,6 +77,18 @@ class FencelogGroup(TyperGroup):
         # scripts in completions/ are generated for; Typer's variant needs private setup.
         click.Command._main_shell_completion(self, ctx_args, prog_name, complete_var)
 
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        try:
+            return super().parse_args(ctx, args)
+        except click.NoSuchOption as error:
+            if error.option_name != "--json":
+                raise
+            raise click.UsageError(
+                "--json is an option of each command, not of fencelog itself: give it "
+                "after the command (fencelog COMMAND ... --json)",
+                ctx=ctx,
+            ) from None
+
     def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
@@ -83,6 +100,16 @@ class FencelogGroup(TyperGroup):
             if stop.exit_code != 0:
                 _failed(ctx)
             raise
+        except click.NoSuchOption as error:
+            _failed(ctx)
+            if not any(error.option_name in param.opts for param in self.params):
+                raise
+            command = error.ctx.command_path.partition(" ")[2] if error.ctx else "COMMAND"
+            raise click.UsageError(
+                f"{error.option_name} is an option of fencelog itself, not of the command: "
+                f"give it before the command (fencelog {error.option_name} ... {command} ...)",
+                ctx=error.ctx,
+            ) from None
         except Exception:
             _failed(ctx)
             raise

@@ -105,6 +105,6 @@ def parse_duration(text: str) -> float:
         raise BrokerError(
             ErrorCode.INVALID_ARGUMENT,
             f"{text!r} is not a duration",
-            hint="use e.g. 500ms, 30s, 2m or a number of seconds",
+            hint="use e.g. 500ms, 30s, 2m, 1h, 7d or a number of seconds",
         )
     return float(match.group(1)) * _SCALE_S[match.group(2)]

@@ -21,11 +21,16 @@ from broker.core.ownership import check_name
 from broker.errors import BrokerError, ErrorCode
 from broker.rows import GroupOffsetRow
 from cli.context import state
+from cli.errors import SUGGEST_COMMANDS
 from cli.options import JsonFlag
 from cli.output import Output
 from cli.positions import offsets_for, parse_where
 
-app = typer.Typer(help="Consumer groups: committed offsets, lag, reset.", no_args_is_help=True)
+app = typer.Typer(
+    help="Consumer groups: committed offsets, lag, reset.",
+    no_args_is_help=True,
+    suggest_commands=SUGGEST_COMMANDS,
+)
 
 COLUMNS = ("group", "topic", "partition", "committed offset", "end offset", "lag")
 GroupArgument = Annotated[str, typer.Argument(help="The consumer group.")]

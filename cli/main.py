@@ -21,7 +21,7 @@ from broker.errors import BrokerError, ErrorCode
 from broker.limits import DEFAULT_LIMITS
 from broker.types import DURABILITIES, check_durability
 from cli.context import State
-from cli.errors import FencelogGroup, exit_status_table
+from cli.errors import SUGGEST_COMMANDS, FencelogGroup, exit_status_table
 from cli.formats import parse_duration
 
 _EXIT_STATUSES = "\n".join(f"  {status_:>3}  {name}" for status_, name in exit_status_table())
@@ -55,6 +55,7 @@ SETTINGS: Final = dict(
     help="fencelog: a local message broker on SQLite for exactly-once work.",
     epilog=f"Exit statuses (one per error class; see fencelog(1)):\n\n\b\n{_EXIT_STATUSES}",
     no_args_is_help=True,
+    suggest_commands=SUGGEST_COMMANDS,
     add_completion=False,
     pretty_exceptions_enable=False,
     rich_markup_mode=None,

@@ -32,6 +32,7 @@ from broker.core.ownership import parse_fence
 from broker.errors import BrokerError, ErrorCode
 from broker.types import Claimed, Fence
 from cli.context import state
+from cli.errors import SUGGEST_COMMANDS
 from cli.formats import parse_duration
 from cli.options import JsonFlag
 from cli.output import Output
@@ -63,6 +64,7 @@ app = typer.Typer(
     cls=OwnGroup,
     help="Claim ownership of (group, resource) with generations; list, release, history.",
     no_args_is_help=True,
+    suggest_commands=SUGGEST_COMMANDS,
 )
 
 

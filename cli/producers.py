@@ -7,10 +7,15 @@ from typing import Annotated
 import typer
 
 from cli.context import state
+from cli.errors import SUGGEST_COMMANDS
 from cli.options import JsonFlag
 from cli.output import Output
 
-app = typer.Typer(help="Inspect idempotent producers.", no_args_is_help=True)
+app = typer.Typer(
+    help="Inspect idempotent producers.",
+    no_args_is_help=True,
+    suggest_commands=SUGGEST_COMMANDS,
+)
 
 
 def lease_pid(

@@ -12,12 +12,14 @@ import typer
 from broker.client.embedded import restore_snapshot
 from broker.errors import BrokerError, ErrorCode
 from cli.context import state
+from cli.errors import SUGGEST_COMMANDS
 from cli.options import JsonFlag
 from cli.output import Output, progress
 
 app = typer.Typer(
     help="Producer-state snapshots, and one-file copies of the whole broker.",
     no_args_is_help=True,
+    suggest_commands=SUGGEST_COMMANDS,
 )
 
 

@@ -10,6 +10,7 @@ from msgspec.structs import replace
 from broker.errors import BrokerError, ErrorCode
 from broker.types import AccessInfo, Attached, TopicConfig, TopicInfo
 from cli.context import state
+from cli.errors import SUGGEST_COMMANDS
 from cli.formats import parse_duration, parse_size
 from cli.options import JsonFlag
 from cli.output import Output
@@ -42,7 +43,9 @@ CleanupOption = Annotated[
 ]
 
 app = typer.Typer(
-    help="Create, alter, clean, list, describe and delete topics.", no_args_is_help=True
+    help="Create, alter, clean, list, describe and delete topics.",
+    no_args_is_help=True,
+    suggest_commands=SUGGEST_COMMANDS,
 )
 
 
@@ -151,7 +154,8 @@ def alter(
     if as_json:
         out.json(topic_dict(info, partitions=False))
     else:
-        out.line(f"topic {info.name}: {info.partitions} partitions, {_config_text(info.config)}")
+        count = f"{info.partitions} partition{'' if info.partitions == 1 else 's'}"
+        out.line(f"topic {info.name}: {count}, {_config_text(info.config)}")
 
 
 @app.command("clean")
@@ -168,7 +172,7 @@ def clean(
     if as_json:
         out.json({"topic": name, "deleted": deleted} | topic_dict(info, partitions=True))
     else:
-        out.line(f"cleaned {name}: {deleted} records deleted")
+        out.line(f"cleaned {name}: {deleted} record{'' if deleted == 1 else 's'} deleted")
 
 
 def _config(
@@ -195,7 +199,7 @@ def _config_text(config: TopicConfig) -> str:
     if config.retention_ms is not None:
         parts.append(f"retention {config.retention_ms} ms")
     if config.retention_bytes is not None:
-        parts.append(f"retention {config.retention_bytes} bytes per partition")
+        parts.append(f"at most {config.retention_bytes} bytes per partition")
     return ", ".join(parts)
 
 

@@ -18,11 +18,16 @@ from broker.core.txn import parse_txn_id
 from broker.types import TxnInfo
 from cli.consume import record_dict
 from cli.context import state
+from cli.errors import SUGGEST_COMMANDS
 from cli.formats import Format, Rendering, parse_duration
 from cli.options import FormatOption, JsonFlag
 from cli.output import Output
 
-app = typer.Typer(help="List and inspect transactions.", no_args_is_help=True)
+app = typer.Typer(
+    help="List and inspect transactions.",
+    no_args_is_help=True,
+    suggest_commands=SUGGEST_COMMANDS,
+)
 
 TxnArgument = Annotated[str, typer.Argument(help="The transaction id txn-begin printed.")]
 GroupCheck = Annotated[

@@ -970,7 +970,7 @@ def connect(
                     f"data directory {name} does not exist",
                     path=name,
                     hint="check --broker or FENCELOG_BROKER; topic create, produce, "
-                    "own, txn-begin and serve create a new one",
+                    "own, txn-begin, serve and snapshot restore create a new one",
                 )
             # the engine is imported only for an embedded open (a served client needs none)
             from broker.client.embedded import EmbeddedTransport

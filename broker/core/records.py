@@ -94,7 +94,7 @@ def check_keyed(topic: str, records: Sequence[NewRecord]) -> None:
             ErrorCode.INVALID_ARGUMENT,
             f"topic {topic} is compacted (cleanup compact): every record needs a key",
             topic=topic,
-            hint="give each record a key (produce --key, or KEY<separator>VALUE lines)",
+            hint="give each record a key: produce --key, or KEY<separator>VALUE lines",
         )
 
 

@@ -317,3 +317,40 @@ def test_every_exit_status_is_listed_once(runner: CliRunner) -> None:
     for status in ("1", "36", "37", "83", "126", "127"):
         assert status in statuses
     assert "119" not in statuses, "INTERNAL exits 1, as any bug does"
+
+
+# usage mistakes: what to type instead ---------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("args", "said"),
+    [
+        (("statsu",), "No such command 'statsu'. Did you mean 'status'?"),
+        (("topic", "lst"), "No such command 'lst'. Did you mean 'list'?"),
+        (
+            ("serve", "--broker", "x"),
+            "--broker is an option of fencelog itself, not of the command: give it before "
+            "the command (fencelog --broker ... serve ...)",
+        ),
+        (
+            ("topic", "create", "t", "-b", "x"),
+            "-b is an option of fencelog itself, not of the command: give it before the "
+            "command (fencelog -b ... topic create ...)",
+        ),
+        (
+            ("--json", "produce", "t", "--value", "x"),
+            "--json is an option of each command, not of fencelog itself: give it after the "
+            "command (fencelog COMMAND ... --json)",
+        ),
+    ],
+)
+def test_a_usage_mistake_says_what_to_type_once(
+    runner: CliRunner, tmp_path: Path, args: tuple[str, ...], said: str
+) -> None:
+    """A mistyped command is suggested once (click and Typer would both suggest it), and
+    an option given on the wrong side of the command says which side it belongs on;
+    nothing is created."""
+    result = expect(fencelog(runner, *args, cwd=tmp_path), 2)
+    errors = [line for line in result.stderr.splitlines() if line.startswith("Error: ")]
+    assert errors == [f"Error: {said}"], result.stderr
+    assert list(tmp_path.iterdir()) == []

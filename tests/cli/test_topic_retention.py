@@ -28,7 +28,7 @@ def test_create_alter_describe_and_clean(invoke: Invoke) -> None:
     }
     altered = expect(invoke("topic", "alter", "events", "--retention", "none", "-p", "3"), 0)
     assert altered.stdout.strip() == (
-        "topic events: 3 partitions, cleanup delete, retention 1073741824 bytes per partition"
+        "topic events: 3 partitions, cleanup delete, at most 1073741824 bytes per partition"
     )
     expect(invoke("topic", "create", "state", "--cleanup", "compact"), 0)
     expect(invoke("produce", "state", "-K", "=", input="a=1\nb=2\na=3\n"), 0)
