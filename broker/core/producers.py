@@ -13,6 +13,8 @@ sequence s and n records:
 - a pid with no state on the partition starts at H = 0, so its first batch has s = 1.
 - a pid's lease lasts pid_lease_ms from its first record on the partition; a batch after
   that gets PID_EXPIRED, never a silent accept.
+- a Kafka producer's batch (decide's `restarts`): g > G by any step starts the epoch
+  again, so it appends only at s = 1, and the state becomes (g, n).
 
 ProducerEntry and Batch are NamedTuples, as NewRecord is: one of each is built for every
 idempotent append, and a frozen dataclass costs about a microsecond more to build.
@@ -104,8 +106,21 @@ def next_entry(
     )
 
 
-def decide(entry: ProducerEntry | None, batch: Batch, now_ms: int, pid_lease_ms: int) -> Verdict:
-    """Append, or a duplicate; anything else raises the BrokerError to answer with."""
+def decide(
+    entry: ProducerEntry | None,
+    batch: Batch,
+    now_ms: int,
+    pid_lease_ms: int,
+    *,
+    restarts: bool = False,
+) -> Verdict:
+    """Append, or a duplicate; anything else raises the BrokerError to answer with.
+
+    restarts: Kafka's rule for a batch through the Kafka listener, where the generation
+    is the producer's epoch. An idempotent Kafka producer bumps its epoch by itself after
+    a batch failed for good (KIP-360) and numbers the new epoch's batches from the start
+    again: a batch of a newer epoch (by any step) appends if it is its epoch's first
+    sequence, and is OUT_OF_ORDER_SEQUENCE otherwise."""
     if entry is None:
         generation, high_water = batch.generation, 0
     elif now_ms >= entry.first_record_ms + pid_lease_ms:
@@ -126,6 +141,17 @@ def decide(entry: ProducerEntry | None, batch: Batch, now_ms: int, pid_lease_ms:
             producer_id=batch.producer_id,
             stored_generation=generation,
             received_generation=batch.generation,
+        )
+    if restarts and batch.generation > generation:
+        if batch.first_sequence == 1:
+            return APPEND
+        raise BrokerError(
+            ErrorCode.OUT_OF_ORDER_SEQUENCE,
+            f"producer {batch.producer_id} epoch {batch.generation} is new here and must "
+            f"start at sequence 0, not {batch.first_sequence - 1}",
+            producer_id=batch.producer_id,
+            expected_sequence=1,
+            received_sequence=batch.first_sequence,
         )
     if batch.generation > generation + 1:
         raise BrokerError(

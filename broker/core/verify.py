@@ -14,7 +14,8 @@ What it finds, each a `kind` (their names are part of the JSON output):
   on a partition is its sequences'.
 - gap: offsets missing between a partition's start and end offsets.
 - sequence_skip, sequence_repeat: an idempotent producer's sequences on a partition that
-  do not go up by one (pid 0 opts out, as it does in the broker).
+  do not go up by one (pid 0 opts out, as it does in the broker); a newer generation
+  that starts again at 1 is a Kafka producer's new epoch, which numbers from the start.
 - fenced_generation: a record of a pid's older generation after the first record of a
   newer one on the same partition (a zombie that was not fenced).
 - older_epoch: a record of an older exclusive-producer epoch after the first record of a
@@ -332,6 +333,14 @@ class Checker:
                 newer_generation=before.generation,
             )
             return  # the zombie's sequences are not the producer's
+        if record.generation > before.generation and record.sequence == 1:
+            # a Kafka producer's new epoch numbers its records from the start again
+            before.generation, before.sequence, before.offset = (
+                record.generation,
+                record.sequence,
+                record.offset,
+            )
+            return
         expected = before.sequence + 1
         if record.sequence != expected:
             kind = "sequence_skip" if record.sequence > expected else "sequence_repeat"

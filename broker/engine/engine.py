@@ -83,6 +83,7 @@ class ProduceRequest(NamedTuple):
     producer: ProducerFields = NO_PRODUCER
     fences: Sequence[Fence] = ()
     attachment: int | None = None  # an exclusive or shared producer's attachment
+    kafka_epochs: bool = False  # a Kafka producer's: a new generation restarts sequences
 
 
 ProduceOutcome = list[AppendResult] | BrokerError
@@ -474,7 +475,9 @@ class Engine:
                     )
                     if entry is None:  # its first batch here: judged against the pid as issued
                         judged = self.producers.first_batch(conn, producer_id, now_ms)
-                verdict = producer_rules.decide(judged, batch, now_ms, lease_ms)
+                verdict = producer_rules.decide(
+                    judged, batch, now_ms, lease_ms, restarts=request.kafka_epochs
+                )
                 if verdict is _DUPLICATE:
                     assert entry is not None, "only a pid with state has duplicates"
                     return self._duplicates(conn, row, partition, entry, batch, appends)

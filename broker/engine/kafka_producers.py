@@ -3,9 +3,11 @@
 - InitProducerId without a transactional.id: a fresh fencelog pid, issued at generation
   0, which is the Kafka epoch: an idempotent Kafka producer's batches are judged by the
   seed's rules exactly as a native idempotent producer's (broker/core/producers.py), its
-  Kafka sequence s being fencelog's s + 1 (Kafka counts from 0, fencelog from 1).
-  A producer that asks again (KIP-360's epoch bump after an error) gets a new pid: its
-  sequences start again at 0, which a new generation of the same pid could not do.
+  Kafka sequence s being fencelog's s + 1 (Kafka counts from 0, fencelog from 1), but
+  for one rule of Kafka's: a newer epoch starts its sequences again at 0 (decide's
+  `restarts`). librdkafka bumps an idempotent producer's epoch by itself, without
+  asking, after a batch failed for good (KIP-360), and numbers the new epoch from 0; a
+  producer that asks InitProducerId again gets a new pid instead.
 - InitProducerId with a transactional.id: the same pid at epoch + 1 (a new pid at epoch
   0 the first time, or when the epoch would overflow Kafka's int16). The bump fences
   every older incarnation: each of its later requests carries an older epoch and is

@@ -6,9 +6,11 @@ server's group commit. The mappings users rely on:
 
 - one broker (node 0) leads every partition; leader epochs are 0.
 - Produce: a batch of an idempotent producer carries (pid, epoch, sequence) and is judged
-  by the seed's rules, Kafka's sequence s being fencelog's s + 1; a retry is answered with
-  the original offsets. A transactional batch goes to its transaction's data journals:
-  its records have no offset until the commit, so its answer's base offset is -1.
+  by the seed's rules, Kafka's sequence s being fencelog's s + 1, except that a newer
+  epoch starts its sequences again at 0 (Kafka's rule: librdkafka bumps the epoch itself
+  after a batch failed for good); a retry is answered with the original offsets. A
+  transactional batch goes to its transaction's data journals: its records have no
+  offset until the commit, so its answer's base offset is -1.
 - Fetch: records are in the log only once committed, so the last stable offset is the
   high watermark and there are never aborted transactions to list, whatever the
   isolation level. No fetch sessions: every fetch is a full one (session id 0).
@@ -291,7 +293,8 @@ class KafkaApi:
             )
         else:
             fields = ProducerFields()
-        outcome = await backend.produce(ProduceRequest(topic, batch.records, fields))
+        request = ProduceRequest(topic, batch.records, fields, kafka_epochs=True)
+        outcome = await backend.produce(request)
         if isinstance(outcome, BrokerError):
             raise outcome
         first: AppendResult = outcome[0]

@@ -173,6 +173,41 @@ def test_idempotent_producer_lands_every_record_once_in_order(
     assert records[0].producer_id > 0
 
 
+def test_an_idempotent_producers_own_epoch_bump_lands_its_later_records(
+    kafka_server: ServeProcess, kafka: str
+) -> None:
+    """After a message fails for good (here too large for the broker), librdkafka bumps
+    its idempotent producer's epoch by itself and numbers the next batches from 0 again:
+    they are new records, not retries of the first ones, and must be written (they were
+    acknowledged with the first records' offsets and dropped)."""
+    producer = Producer(
+        {"bootstrap.servers": kafka, "enable.idempotence": True, "message.max.bytes": 4 << 20}
+    )
+    delivered: list[tuple[bytes, int | None, int]] = []
+
+    def note(error: Any, message: Message) -> None:
+        code = 0 if error is None else error.code()
+        delivered.append(((message.value() or b"")[:6], message.offset(), code))
+
+    for i in range(50):
+        producer.produce("bumped", value=b"before%d" % i, on_delivery=note)
+    assert producer.flush(STEP_S) == 0
+    producer.produce("bumped", value=b"x" * ((1 << 20) + 1), on_delivery=note)  # refused
+    assert producer.flush(STEP_S) == 0
+    for i in range(50):
+        producer.produce("bumped", value=b"after%d" % i, on_delivery=note)
+    assert producer.flush(STEP_S) == 0
+    failed = [entry for entry in delivered if entry[2] != 0]
+    assert [value for value, _, _ in failed] == [b"xxxxxx"]
+    later = [offset for value, offset, code in delivered if value.startswith(b"after")]
+    assert later == list(range(50, 100))
+    with connect(kafka_server.address) as client:
+        records = client.fetch("bumped", {0: 0}, max_records=1000)
+    expected = [b"before%d" % i for i in range(50)] + [b"after%d" % i for i in range(50)]
+    assert [r.value for r in records] == expected
+    assert records[50].generation == records[0].generation + 1  # the epoch the client bumped
+
+
 # transactions ------------------------------------------------------------------------------
 
 

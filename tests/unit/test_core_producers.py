@@ -103,6 +103,27 @@ def test_a_replay_one_generation_up_is_a_duplicate() -> None:
     assert decide(stored(5, 10), batch(6, 8, count=3), NOW, LEASE_MS) is Verdict.DUPLICATE
 
 
+def test_a_kafka_producers_newer_epoch_starts_its_sequences_again() -> None:
+    # librdkafka bumps an idempotent producer's epoch by itself after a batch failed for
+    # good and numbers the new epoch from Kafka's 0 (fencelog's 1): by the native rules
+    # that batch is a duplicate of sequence 1 and would be answered, never written.
+    assert decide(stored(5, 10), batch(6, 1, count=3), NOW, LEASE_MS) is Verdict.DUPLICATE
+    for epoch in (6, 9):  # any step up, as bumps pass partitions the producer skipped
+        sent = batch(epoch, 1, count=3)
+        assert decide(stored(5, 10), sent, NOW, LEASE_MS, restarts=True) is Verdict.APPEND
+        after = after_append(stored(5, 10), sent, NOW, last_offset=120)
+        assert (after.generation, after.high_water_sequence) == (epoch, 3)
+    with pytest.raises(BrokerError) as raised:
+        decide(stored(5, 10), batch(6, 11), NOW, LEASE_MS, restarts=True)
+    assert raised.value.code is ErrorCode.OUT_OF_ORDER_SEQUENCE
+    assert raised.value.details["expected_sequence"] == 1
+    # within an epoch, and for older epochs, the rules are the native ones
+    assert decide(stored(5, 10), batch(5, 4), NOW, LEASE_MS, restarts=True) is Verdict.DUPLICATE
+    with pytest.raises(BrokerError) as raised:
+        decide(stored(5, 10), batch(4, 1), NOW, LEASE_MS, restarts=True)
+    assert raised.value.code is ErrorCode.FENCED
+
+
 def test_a_batch_straddling_the_high_water_mark_is_out_of_order() -> None:
     error = refused(stored(5, 10), batch(5, 9, count=3))
     assert error.code is ErrorCode.OUT_OF_ORDER_SEQUENCE

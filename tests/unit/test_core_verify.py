@@ -100,6 +100,20 @@ def test_a_new_generation_continues_the_sequence_and_an_old_one_is_fenced() -> N
     assert kinds(check(records)) == {"fenced_generation": 1}
 
 
+def test_a_kafka_producers_new_epoch_starts_at_one_and_its_repeats_are_found() -> None:
+    """A Kafka producer's epoch bump numbers its records from 1 again (the broker's
+    Kafka rule): no finding. A repeat inside the new epoch still is one."""
+    records = [
+        rec(0, b"a", pid=5, generation=0, sequence=1),
+        rec(1, b"b", pid=5, generation=0, sequence=2),
+        rec(2, b"c", pid=5, generation=1, sequence=1),
+        rec(3, b"d", pid=5, generation=1, sequence=2),
+    ]
+    assert kinds(check(records)) == {}
+    repeated = [*records, rec(4, b"e", pid=5, generation=1, sequence=2)]
+    assert kinds(check(repeated)) == {"sequence_repeat": 1}
+
+
 def test_acks_of_a_partition_that_does_not_exist_and_trailing_gaps_are_found() -> None:
     acks = (Ack(3, 0, source="a.ndjson", line=4),)
     report = check([rec(0, b"a")], ends=(3,), acks=acks)
