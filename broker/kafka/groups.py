@@ -301,18 +301,26 @@ class Coordinator:
     def heartbeat(self, group_id: str, generation: int, member_id: str) -> int:
         return self._current_member(group_id, generation, member_id)
 
-    def _current_member(self, group_id: str, generation: int, member_id: str) -> int:
+    def _current_member(
+        self, group_id: str, generation: int, member_id: str, *, committing: bool = False
+    ) -> int:
         """NONE when member_id is a member of the group's current, stable generation (it
-        is seen alive); the Kafka error that says why not otherwise."""
+        is seen alive); the Kafka error that says why not otherwise. A commit (Kafka's
+        rule) is also taken while the group prepares a rebalance, from a member of the
+        generation still current (a consumer commits what it read as it gives up its
+        partitions), and refused only once the new generation is formed but not yet
+        synced."""
         group = self.groups.get(group_id)
         member = None if group is None else group.members.get(member_id)
         if group is None or member is None:
             return wire.UNKNOWN_MEMBER_ID
         member.last_seen = asyncio.get_running_loop().time()
-        if group.state is State.PREPARING:
+        if group.state is State.PREPARING and not committing:
             return wire.REBALANCE_IN_PROGRESS
         if generation != group.generation:
             return wire.ILLEGAL_GENERATION
+        if group.state is State.COMPLETING and committing:
+            return wire.REBALANCE_IN_PROGRESS
         return wire.NONE
 
     def leave(self, group_id: str, member_ids: list[str]) -> list[int]:
@@ -362,7 +370,7 @@ class Coordinator:
             if group is None or not group.members:
                 return wire.NONE
             return wire.ILLEGAL_GENERATION
-        return self._current_member(group_id, generation, member_id)
+        return self._current_member(group_id, generation, member_id, committing=True)
 
     # expiry ---------------------------------------------------------------------------
 

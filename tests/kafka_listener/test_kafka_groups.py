@@ -123,3 +123,37 @@ def test_a_zombie_members_commit_is_refused(kafka_server: ServeProcess, kafka: s
     finally:
         for member in (first, second, third):
             member.close()
+
+
+def test_a_member_commits_while_its_group_prepares_a_rebalance(
+    kafka_server: ServeProcess, kafka: str
+) -> None:
+    """Kafka's rule, on which a consumer's "commit what I read as I give my partitions
+    up" rests (librdkafka's on_revoke, its auto-commit): while the group prepares a
+    rebalance, a member of the generation still current may commit. Once the new
+    generation is formed, and until it is synced, a commit is REBALANCE_IN_PROGRESS."""
+    with connect(kafka_server.address) as client:
+        client.create_topic("work")
+    first, second, third = RawKafka(kafka), RawKafka(kafka), RawKafka(kafka)
+    try:
+        joined = join(first)
+        one, first_id = joined.generation_id, joined.member_id
+        assert sync(first, one, first_id, {first_id: b"p0"}).assignment == b"p0"
+        with concurrent.futures.ThreadPoolExecutor(2) as pool:
+            newcomer = pool.submit(join, second)
+            beat = HeartbeatRequest(group_id=GROUP, generation_id=one, member_id=first_id)
+            code = wait_until(
+                lambda: first.call(beat, 3).error_code or None,
+                STEP_TIMEOUT_S,
+                message="a heartbeat telling of the rebalance",
+            )
+            assert code == wire.REBALANCE_IN_PROGRESS
+            assert commit(first, one, first_id, 7) == wire.NONE  # what it read, as it revokes
+            rejoined = pool.submit(join, first, first_id).result(STEP_TIMEOUT_S)
+            newcomer.result(STEP_TIMEOUT_S)
+        two = rejoined.generation_id
+        assert commit(first, two, first_id, 8) == wire.REBALANCE_IN_PROGRESS  # not synced
+        assert committed(third) == 7
+    finally:
+        for member in (first, second, third):
+            member.close()
