@@ -62,6 +62,10 @@ class Limits(Struct, frozen=True):
     # A served request's deadline (its own wait added for a long poll): past it the
     # connection is taken for dead, closed, and what was in flight has an unknown outcome.
     request_timeout_ms: int = 30_000
+    # Kafka's connections.max.idle.ms: a Kafka client's connection with no request in
+    # flight and none begun for this long is closed (the client connects again when it
+    # needs to). A frame begun and never finished counts as none.
+    kafka_idle_ms: int = 10 * 60 * 1000
 
 
 DEFAULT_LIMITS = Limits()

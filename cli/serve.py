@@ -102,6 +102,15 @@ def serve(
             "(Kafka's auto.create.topics.enable).",
         ),
     ] = True,
+    kafka_idle_timeout: Annotated[
+        str,
+        typer.Option(
+            "--kafka-idle-timeout",
+            help="Close a Kafka client's connection after this long with no request "
+            "(Kafka's connections.max.idle.ms; a frame left unfinished counts as none).",
+            metavar="DURATION",
+        ),
+    ] = "10m",
     kafka_advertised_host: Annotated[
         str | None,
         typer.Option(
@@ -188,7 +197,15 @@ def serve(
     clean_ms = int(parse_duration(clean_interval) * 1000)
     if clean_ms <= 0:
         raise BrokerError(ErrorCode.INVALID_ARGUMENT, "--clean-interval must be positive")
-    limits = replace(DEFAULT_LIMITS, session_timeout_ms=timeout_ms, clean_interval_ms=clean_ms)
+    kafka_idle_ms = int(parse_duration(kafka_idle_timeout) * 1000)
+    if kafka_idle_ms <= 0:
+        raise BrokerError(ErrorCode.INVALID_ARGUMENT, "--kafka-idle-timeout must be positive")
+    limits = replace(
+        DEFAULT_LIMITS,
+        session_timeout_ms=timeout_ms,
+        clean_interval_ms=clean_ms,
+        kafka_idle_ms=kafka_idle_ms,
+    )
     current.creating()
     server = Server(
         Path(current.broker),

@@ -48,6 +48,7 @@ class KafkaConnection(asyncio.Protocol):
         self.sasl_mechanism: str | None = None
         self.client_id = ""  # the last request's client id (Kafka names members after it)
         self.closed: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self.active_at = asyncio.get_running_loop().time()  # the last request read or answered
 
     # asyncio.Protocol -----------------------------------------------------------------
 
@@ -95,6 +96,7 @@ class KafkaConnection(asyncio.Protocol):
                 break
             frame = bytes(self._buffer[4 : 4 + size])
             del self._buffer[: 4 + size]
+            self.active_at = asyncio.get_running_loop().time()
             self._start(frame)
         if len(self._answers) >= _READ_PAUSE_ANSWERS and not self._paused and self.transport:
             self._paused = True
@@ -186,11 +188,16 @@ class KafkaConnection(asyncio.Protocol):
             out += data
         if self.transport is not None and out and not self._closing:
             self.transport.write(bytes(out))
+            self.active_at = asyncio.get_running_loop().time()
         if close:
             self._close()
         elif self._paused and len(self._answers) < _READ_PAUSE_ANSWERS // 2 and self.transport:
             self._paused = False
             self.transport.resume_reading()
+
+    def idle_for(self, now: float) -> float:
+        """Seconds without a request read or answered, and nothing in flight (0: busy)."""
+        return 0.0 if self._answers else now - self.active_at
 
     def _close(self) -> None:
         self._closing = True
@@ -220,6 +227,26 @@ producer_key: Final = 0  # Produce's API key
 def _log_failure(task: asyncio.Future[Any]) -> None:
     if not task.cancelled() and task.exception() is not None:
         log.error("a Kafka produce with acks=0 failed", exc_info=task.exception())
+
+
+async def close_idle(connections: set[KafkaConnection], idle_s: float) -> None:
+    """Close, from now until cancelled, each connection idle for idle_s (Kafka's
+    connections.max.idle.ms), so that clients gone quiet, or stalled halfway through a
+    frame, do not keep the listener's connections."""
+    loop = asyncio.get_running_loop()
+    while True:
+        await asyncio.sleep(min(max(idle_s / 4, 0.05), 10.0))
+        now = loop.time()
+        for connection in list(connections):
+            idle = connection.idle_for(now)
+            if idle >= idle_s:
+                log.info(
+                    "closing Kafka connection %s: no request for %.0f s",
+                    connection.peer,
+                    idle,
+                    extra={"event": "idle_closed", "client": connection.peer},
+                )
+                connection._close()
 
 
 async def close_all(connections: set[KafkaConnection], grace_s: float) -> None:

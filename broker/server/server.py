@@ -222,7 +222,7 @@ class Server:
         )
         assert self._lock is not None  # _open_engines took it
         self._lock.publish(self.info)
-        self._background = [
+        self._background += [
             asyncio.create_task(self._group_commit.run(), name="group-commit"),
             asyncio.create_task(self._reap_sessions(), name="session-reaper"),
             asyncio.create_task(self._expire_txns(), name="txn-expiry"),
@@ -283,7 +283,7 @@ class Server:
         listen = self._kafka_listen
         assert listen is not None
         from broker.kafka.api import KafkaApi  # the Kafka codec: only with a Kafka listener
-        from broker.kafka.listener import KafkaConnection
+        from broker.kafka.listener import KafkaConnection, close_idle
 
         api = KafkaApi(
             self,
@@ -313,6 +313,10 @@ class Server:
         host, port = server.sockets[0].getsockname()[:2]
         api.host, api.port = listen.advertised or host, port
         api.coordinator.start()
+        idle_s = self.limits.kafka_idle_ms / 1000
+        self._background.append(
+            asyncio.create_task(close_idle(api.connections, idle_s), name="kafka-idle")
+        )
         self.kafka = api
         log.info("Kafka listener on %s:%d", host, port)
         return f"{host}:{port}"
@@ -349,6 +353,8 @@ class Server:
         self._reader, self._fetcher = opened[1:]
 
     def _release_start(self) -> None:
+        for task in self._background:  # a Kafka listener's, started before the failure
+            task.cancel()
         self._writer.close()
         self._reader.close()
         self._fetcher.close()

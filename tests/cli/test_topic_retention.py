@@ -112,6 +112,7 @@ def test_a_read_below_the_log_start_is_offset_out_of_range(invoke: Invoke, data_
     [
         (("serve", "--log-format", "xml"), "--log-format 'xml' is not one of text, json"),
         (("serve", "--clean-interval", "0s"), "--clean-interval must be positive"),
+        (("serve", "--kafka-idle-timeout", "0s"), "--kafka-idle-timeout must be positive"),
         (("serve", "--http-listen", "nowhere"), "--http-listen 'nowhere' is not HOST:PORT"),
         (("wait-ready", "--timeout", "0s"), "--timeout must be positive"),
         (("--request-timeout", "0s", "topic", "list"), "--request-timeout must be positive"),

@@ -51,7 +51,7 @@ from broker.client.client import connect
 from support.helpers import Processes, stored_rows, user_env
 from support.kafka_proxy import Action, KafkaFrame, KafkaProxy
 from support.producing import delivery_faults
-from support.servers import HOST, ServeProcess
+from support.servers import HOST, ServeProcess, serving
 from support.waiting import wait_until
 
 STEP_S: Final = 20.0
@@ -625,6 +625,34 @@ def test_api_versions_of_an_unknown_version_gets_unsupported_version_and_the_tab
         assert again is not None, "the connection was closed after UNSUPPORTED_VERSION"
         assert api_versions_v0(again) == (42, 0, table)
     assert_round_trip(kafka_server.kafka, "kept", stored_before)
+
+
+def test_idle_and_stalled_connections_are_closed_and_clients_go_on(tmp_path: Path) -> None:
+    """--kafka-idle-timeout (Kafka's connections.max.idle.ms): connections with no
+    request for that long, a frame left half sent among them, are closed, so they do not
+    hold the listener's connections; one that keeps asking stays open, and a Kafka
+    client works throughout."""
+    serve_args = ("--no-unix", "--kafka-listen", f"{HOST}:0", "--kafka-idle-timeout", "1s")
+    with serving(tmp_path / "data", tmp_path / "ready.json", serve_args=serve_args) as server:
+        port = port_of(server)
+        with contextlib.ExitStack() as stack:
+            quiet = stack.enter_context(socket.create_connection((HOST, port), timeout=STEP_S))
+            stalled = stack.enter_context(socket.create_connection((HOST, port), timeout=STEP_S))
+            busy = stack.enter_context(socket.create_connection((HOST, port), timeout=STEP_S))
+            stalled.sendall(request(METADATA_KEY, 1, 5, b"\x00" * 40)[:30])  # never finished
+            began = time.monotonic()
+            for correlation_id in range(6):  # a request every 0.4 s, for 2.4 s in all
+                busy.sendall(request(API_VERSIONS_KEY, 0, correlation_id))
+                assert answer_or_close(busy) is not None, "an active connection was closed"
+                time.sleep(0.4)
+            assert answer_or_close(quiet) is None  # closed: it asked nothing for 1 s
+            assert answer_or_close(stalled) is None
+            assert time.monotonic() - began < STEP_S
+            busy.sendall(request(API_VERSIONS_KEY, 0, 99))
+            assert answer_or_close(busy) is not None
+        create_topics(server.kafka, {"after": 1})
+        produce_all(server.kafka, "after", {0: [b"x"]})
+        assert read_topic(server.kafka, "after", 1) == {0: [(0, b"x")]}
 
 
 def port_of(server: ServeProcess) -> int:
