@@ -163,7 +163,7 @@ def txn_show(
     detail = state().client().txn_show(parse_txn_id(txn), records_max=records)
     rendering = Rendering(fmt)
     out = Output(as_json)
-    journal = [
+    entries = [
         {"journal": e.journal, "position": e.position, "kind": e.kind, "at_ms": e.at_ms}
         | ({"body": e.body} if e.body else {})
         for e in detail.journal
@@ -174,7 +174,8 @@ def txn_show(
         for r in detail.records
     ]
     if as_json:
-        out.json(txn_dict(detail.info) | {"journal": journal, "journaled": journaled})
+        # "journal" stays the journal's number, as in `txn list --json`
+        out.json(txn_dict(detail.info) | {"entries": entries, "journaled": journaled})
         return
     _print_txn(out, detail.info)
     out.table(

@@ -556,7 +556,8 @@ def test_show_gives_the_journal_and_the_journaled_records(cli: Invoke) -> None:
     shown = json.loads(expect(cli("txn", "show", str(txn), "--json"), 0).stdout)
     assert (shown["txn_id"], shown["state"]) == (txn, "open")
     assert sum(p["records"] for p in shown["partitions"]) == 3
-    assert [e["kind"] for e in shown["journal"]] == ["BEGIN"]
+    assert [e["kind"] for e in shown["entries"]] == ["BEGIN"]
+    assert shown["journal"] == shown["entries"][0]["journal"]  # its number, as txn list says
     assert [
         (r["topic"], r["partition"], r["position"], r["key"], r["value"], r["headers"], r["txn_id"])
         for r in shown["journaled"]
@@ -590,7 +591,7 @@ def test_show_gives_the_journal_and_the_journaled_records(cli: Invoke) -> None:
 
     expect(cli("txn-commit", str(txn)), 0)
     done = json.loads(expect(cli("txn", "show", str(txn), "--json"), 0).stdout)
-    assert [e["kind"] for e in done["journal"]] == ["BEGIN", "PREPARE_COMMIT", "COMPLETE"]
+    assert [e["kind"] for e in done["entries"]] == ["BEGIN", "PREPARE_COMMIT", "COMPLETE"]
     assert done["journaled"] == []
     assert [(p["topic"], p["base_offset"]) for p in done["partitions"]] == [
         ("invoices", 0),
