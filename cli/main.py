@@ -128,6 +128,12 @@ def main(
     if request_timeout_s <= 0:
         raise BrokerError(ErrorCode.INVALID_ARGUMENT, "--request-timeout must be positive")
     source = ctx.get_parameter_source
+    if not broker.strip() and source("broker") is click.core.ParameterSource.COMMANDLINE:
+        raise BrokerError(  # `--broker "$BROKER"` with the variable unset
+            ErrorCode.INVALID_ARGUMENT,
+            "--broker is empty",
+            hint="give a data directory or HOST:PORT, or leave --broker out for ./.fencelog",
+        )
     ctx.obj = State(
         broker=broker,
         durability=check_durability(durability),

@@ -116,6 +116,7 @@ def test_a_read_below_the_log_start_is_offset_out_of_range(invoke: Invoke, data_
         (("serve", "--http-listen", "nowhere"), "--http-listen 'nowhere' is not HOST:PORT"),
         (("wait-ready", "--timeout", "0s"), "--timeout must be positive"),
         (("--request-timeout", "0s", "topic", "list"), "--request-timeout must be positive"),
+        (("--broker", "", "topic", "create", "t"), "--broker is empty"),
     ],
 )
 def test_bad_operator_options_are_one_line_errors(
