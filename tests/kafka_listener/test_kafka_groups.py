@@ -84,6 +84,17 @@ def committed(member: RawKafka) -> int:
     return int(answer.topics[0].partitions[0].committed_offset)
 
 
+def hear_of_rebalance(member: RawKafka, generation: int, member_id: str) -> None:
+    """Heartbeat until the answer is REBALANCE_IN_PROGRESS: the group prepares one."""
+    beat = HeartbeatRequest(group_id=GROUP, generation_id=generation, member_id=member_id)
+    code = wait_until(
+        lambda: member.call(beat, 3).error_code or None,
+        STEP_TIMEOUT_S,
+        message="a heartbeat telling of the rebalance",
+    )
+    assert code == wire.REBALANCE_IN_PROGRESS
+
+
 def test_a_zombie_members_commit_is_refused(kafka_server: ServeProcess, kafka: str) -> None:
     with connect(kafka_server.address) as client:
         client.create_topic("work")
@@ -98,13 +109,7 @@ def test_a_zombie_members_commit_is_refused(kafka_server: ServeProcess, kafka: s
         with concurrent.futures.ThreadPoolExecutor(2) as pool:
             newcomer = pool.submit(join, second)
             # the first member hears of the rebalance on its heartbeat and joins again
-            beat = HeartbeatRequest(group_id=GROUP, generation_id=one, member_id=first_id)
-            code = wait_until(
-                lambda: first.call(beat, 3).error_code or None,
-                STEP_TIMEOUT_S,
-                message="a heartbeat telling of the rebalance",
-            )
-            assert code == wire.REBALANCE_IN_PROGRESS
+            hear_of_rebalance(first, one, first_id)
             rejoined = pool.submit(join, first, first_id).result(STEP_TIMEOUT_S)
             second_joined = newcomer.result(STEP_TIMEOUT_S)
         two = rejoined.generation_id
@@ -141,13 +146,7 @@ def test_a_member_commits_while_its_group_prepares_a_rebalance(
         assert sync(first, one, first_id, {first_id: b"p0"}).assignment == b"p0"
         with concurrent.futures.ThreadPoolExecutor(2) as pool:
             newcomer = pool.submit(join, second)
-            beat = HeartbeatRequest(group_id=GROUP, generation_id=one, member_id=first_id)
-            code = wait_until(
-                lambda: first.call(beat, 3).error_code or None,
-                STEP_TIMEOUT_S,
-                message="a heartbeat telling of the rebalance",
-            )
-            assert code == wire.REBALANCE_IN_PROGRESS
+            hear_of_rebalance(first, one, first_id)
             assert commit(first, one, first_id, 7) == wire.NONE  # what it read, as it revokes
             rejoined = pool.submit(join, first, first_id).result(STEP_TIMEOUT_S)
             newcomer.result(STEP_TIMEOUT_S)
