@@ -15,6 +15,10 @@ Rules (DESIGN.md section 4):
   then each unacknowledged batch is resent in order, one at a time, until acknowledged
   or delivery_timeout_s passes. A batch that had landed answers as a duplicate with its
   original offsets, so the log never holds M1, M3, M2;
+- delivery_timeout_s, counted from the send, bounds a batch even while an attempt waits
+  on a broker that does not answer (stopped): the batch fails (CONNECTION_FAILED, its
+  outcome unknown), with the later ones in flight, and the partition starts again with
+  a new pid;
 - FENCED, INVALID_GENERATION, PID_EXPIRED and the like fail the batch and every later
   one of that partition; a fenced producer never sends again;
 - it leases a new pid before its lease runs out (renew_before_ms), between batches;
@@ -141,8 +145,22 @@ class _Partition:
 class _Batch:
     records: list[NewRecord]
     done: concurrent.futures.Future[list[AppendResult]]
+    deadline: float  # time.monotonic() by which it is acknowledged, or failed
     fields: ProducerFields = NO_PRODUCER
     attempt: asyncio.Future[list[AppendResult]] | None = None
+
+    def remaining_s(self) -> float:
+        return max(0.0, self.deadline - time.monotonic())
+
+
+def _undelivered(batch: _Batch, timeout_s: float) -> BrokerError:
+    return BrokerError(
+        ErrorCode.CONNECTION_FAILED,
+        f"a batch of {len(batch.records)} records was not acknowledged within "
+        f"delivery_timeout_s ({timeout_s:g} s): it may or may not have been appended",
+        hint="the broker did not answer in time (stopped, or unreachable); "
+        "a larger delivery_timeout_s waits longer",
+    )
 
 
 Send = Callable[[list[NewRecord], ProducerFields], Awaitable[list[AppendResult]]]
@@ -295,7 +313,7 @@ class Producer:
             records = [record for _, record in items]
             record_rules.check_records(records, self.client.limits)
             done: concurrent.futures.Future[list[AppendResult]] = concurrent.futures.Future()
-            self._enqueue(target, _Batch(records, done))
+            self._enqueue(target, _Batch(records, done, time.monotonic() + self.delivery_timeout_s))
             submitted[target] = ([index for index, _ in items], done)
         return submitted
 
@@ -366,7 +384,7 @@ class Producer:
             self._acknowledge(partition, batch, results)
 
     def _retry_sync(self, batch: _Batch) -> list[AppendResult]:
-        deadline = time.monotonic() + self.delivery_timeout_s
+        deadline = batch.deadline
         delay = _BACKOFF_FIRST_S
         while True:
             try:
@@ -413,7 +431,10 @@ class Producer:
             oldest = inflight[0]
             assert oldest.attempt is not None
             try:
-                results = await oldest.attempt
+                results = await self._within_deadline(oldest, oldest.attempt)
+            except _Expired:
+                self._expire(partition, inflight)
+                continue
             except BrokerError as error:
                 if not self._may_retry(error):
                     inflight.popleft()
@@ -429,8 +450,10 @@ class Producer:
         self, partition: int, inflight: collections.deque[_Batch], send: Send
     ) -> None:
         """Let every in-flight batch finish, then resend the unacknowledged ones in order."""
-        await asyncio.gather(*(b.attempt for b in inflight if b.attempt), return_exceptions=True)
-        deadline = time.monotonic() + self.delivery_timeout_s
+        settled = asyncio.gather(
+            *(b.attempt for b in inflight if b.attempt), return_exceptions=True
+        )
+        await asyncio.wait([settled], timeout=inflight[0].remaining_s())
         while inflight:
             batch = inflight[0]
             assert batch.attempt is not None
@@ -440,11 +463,19 @@ class Producer:
                 continue
             delay = _BACKOFF_FIRST_S
             while True:
+                if batch.remaining_s() <= 0:
+                    self._expire(partition, inflight)
+                    return
+                attempt = asyncio.ensure_future(send(batch.records, batch.fields))
+                attempt.add_done_callback(_retrieved)
                 try:
-                    results = await send(batch.records, batch.fields)
+                    results = await self._within_deadline(batch, attempt)
                     break
+                except _Expired:
+                    self._expire(partition, inflight)
+                    return
                 except BrokerError as error:
-                    if not self._may_retry(error) or time.monotonic() + delay > deadline:
+                    if not self._may_retry(error) or time.monotonic() + delay > batch.deadline:
                         inflight.popleft()
                         self._fail(partition, batch, error)
                         self._fail_all(partition, inflight, error)
@@ -453,6 +484,29 @@ class Producer:
                 delay = min(delay * 2, _BACKOFF_MAX_S)
             inflight.popleft()
             self._acknowledge(partition, batch, results)
+
+    async def _within_deadline(
+        self, batch: _Batch, attempt: asyncio.Future[list[AppendResult]]
+    ) -> list[AppendResult]:
+        """The attempt's results; _Expired once the batch's delivery deadline passes
+        first (the attempt goes on, its outcome unknown and unheard)."""
+        if attempt.done():
+            return attempt.result()
+        try:
+            return await asyncio.wait_for(asyncio.shield(attempt), batch.remaining_s())
+        except TimeoutError:
+            raise _Expired from None
+
+    def _expire(self, partition: int, inflight: collections.deque[_Batch]) -> None:
+        """The oldest batch's delivery deadline passed with its outcome unknown: it and
+        every later batch in flight fail (they wait on the same broker), and the
+        partition's numbering starts again with a new pid, so that the batches still
+        queued are not refused as out of order behind a batch that may never have
+        landed."""
+        error = _undelivered(inflight[0], self.delivery_timeout_s)
+        while inflight:
+            self._fail(partition, inflight.popleft(), error)
+        self._partitions.pop(partition, None)
 
     def _async_send(self) -> Send:
         client = self.client._transport.client  # type: ignore[attr-defined]
@@ -554,6 +608,10 @@ class Producer:
             lease.producer_id, lease.generation + 1, saved.sequence, lease.expire_ms, lease.now_ms
         )
         self._partitions[partition] = _Partition(resumed, saved.sequence + 1, self.renew_before_ms)
+
+
+class _Expired(Exception):
+    """A batch's delivery deadline passed while an attempt was in flight."""
 
 
 def _retrieved(attempt: asyncio.Future[list[AppendResult]]) -> None:

@@ -17,6 +17,7 @@ ending in a checker that counts lost, duplicated and out-of-order records (must 
 from __future__ import annotations
 
 import json
+import os
 import signal
 import sqlite3
 import time
@@ -563,6 +564,39 @@ def test_an_idempotent_producer_gives_up_at_its_delivery_timeout(data_dir: Path)
                 producer.send([b"b"], partition=0)
         assert [r.value for r in all_records(direct)] in ([b"a"], [b"a", b"b"])
     assert raised.value.code is ErrorCode.CONNECTION_FAILED
+
+
+def test_a_producers_delivery_timeout_bounds_a_send_to_a_stopped_broker(
+    tmp_path: Path,
+) -> None:
+    """delivery_timeout_s is a bound, as Kafka's delivery.timeout.ms is: batches a
+    stopped broker (SIGSTOP) does not answer fail once it passes, long before the
+    request timeout (60 s here) would end their attempt. When the broker runs again the
+    producer goes on, with a new pid: no later batch is refused as out of order behind
+    one that may never have landed."""
+    with serving(tmp_path / "data", tmp_path / "ready.json", serve_args=("--no-unix",)) as server:
+        with connect(server.address) as direct:
+            direct.create_topic(TOPIC)
+        with connect(server.address, request_timeout_s=60) as client:
+            producer = client.producer(TOPIC, delivery_timeout_s=1.0)
+            producer.send([b"a"], partition=0)
+            os.kill(server.pid, signal.SIGSTOP)
+            try:
+                stuck = [producer.send_async([b"%d" % i], partition=0) for i in range(3)]
+                for future in stuck:
+                    with pytest.raises(BrokerError) as raised:
+                        future.result(timeout=20)  # well inside the request timeout
+                    assert raised.value.code is ErrorCode.CONNECTION_FAILED
+                    said = "not acknowledged within delivery_timeout_s (1 s)"
+                    assert said in raised.value.message
+            finally:
+                os.kill(server.pid, signal.SIGCONT)
+            producer.send([b"after"], partition=0)
+        with connect(server.address) as direct:
+            stored = all_records(direct)
+    assert stored[0].value == b"a" and stored[-1].value == b"after"
+    assert stored[-1].producer_id != stored[0].producer_id  # the numbering started again
+    assert [r.value for r in stored][1:-1] in ([], [b"0"], [b"0", b"1"], [b"0", b"1", b"2"])
 
 
 def test_consume_against_a_broker_that_stopped_answering_exits_80(
