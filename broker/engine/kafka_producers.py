@@ -19,6 +19,7 @@
 
 from __future__ import annotations
 
+import os
 from typing import Final, NamedTuple
 
 from broker.core import retention as retention_rules
@@ -28,10 +29,12 @@ from broker.engine.transactions import Transactions
 from broker.errors import BrokerError, ErrorCode
 from broker.limits import Limits
 from broker.storage import kafka as store
+from broker.storage import producers as counters
 from broker.storage.database import Database
 from broker.types import Clock
 
 EPOCH_MAX: Final = 32767  # Kafka's producer epoch is an int16
+CLUSTER_COUNTER: Final = "kafka_cluster_id"
 GROUP_PREFIX: Final = "kafka:"
 
 
@@ -54,6 +57,16 @@ class KafkaProducers:
         self.txns = txns
         self.limits = limits
         self.clock = clock
+
+    def cluster_id(self) -> str:
+        """The data directory's Kafka cluster id: made on the first call, then kept, as
+        Kafka's is (a client that sees it change warns of two clusters)."""
+        with self.database.write() as conn:
+            number = counters.counter(conn, CLUSTER_COUNTER)
+            if not number:
+                number = int.from_bytes(os.urandom(8), "big") >> 1 or 1
+                counters.set_counter(conn, CLUSTER_COUNTER, number)
+        return f"fencelog-{number:016x}"
 
     def init(self, transactional_id: str | None, txn_timeout_ms: int) -> KafkaProducer:
         now_ms = self.clock()

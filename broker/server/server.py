@@ -285,6 +285,7 @@ class Server:
         from broker.kafka.api import KafkaApi  # the Kafka codec: only with a Kafka listener
         from broker.kafka.listener import KafkaConnection, close_idle
 
+        cluster_id = await self._write(self._writer.kafka.cluster_id)
         api = KafkaApi(
             self,
             host=listen.host,
@@ -292,7 +293,7 @@ class Server:
             auth_token=self._auth_token,  # the native rule: a token given binds every client
             auto_create=listen.auto_create,
             default_partitions=listen.partitions,
-            cluster_id=f"fencelog-{self._run}",
+            cluster_id=cluster_id,
         )
         loop = asyncio.get_running_loop()
         try:

@@ -13,6 +13,7 @@ import asyncio
 import json
 import subprocess
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -21,7 +22,7 @@ from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-def
 
 from broker.client.client import connect
 from broker.types import NewRecord
-from support.servers import ServeProcess
+from support.servers import ServeProcess, serving
 from support.waiting import wait_until
 
 STEP_S = 20.0  # every wait of a test is bounded by this
@@ -206,6 +207,23 @@ def test_an_idempotent_producers_own_epoch_bump_lands_its_later_records(
     expected = [b"before%d" % i for i in range(50)] + [b"after%d" % i for i in range(50)]
     assert [r.value for r in records] == expected
     assert records[50].generation == records[0].generation + 1  # the epoch the client bumped
+
+
+def test_the_cluster_id_is_the_data_directorys_across_restarts(tmp_path: Path) -> None:
+    """Kafka's cluster id is persistent, and librdkafka warns of "multiple clusters"
+    when it changes: a restarted server keeps it; another data directory has its own."""
+
+    def cluster_id(data: Path) -> str:
+        serve_args = ("--no-unix", "--kafka-listen", "127.0.0.1:0")
+        with serving(data, tmp_path / "ready.json", serve_args=serve_args) as server:
+            admin = AdminClient({"bootstrap.servers": server.kafka})
+            found: str = admin.describe_cluster(request_timeout=STEP_S).result(STEP_S).cluster_id
+            return found
+
+    first = cluster_id(tmp_path / "one")
+    assert first.startswith("fencelog-")
+    assert cluster_id(tmp_path / "one") == first
+    assert cluster_id(tmp_path / "two") != first
 
 
 # transactions ------------------------------------------------------------------------------
