@@ -1,8 +1,10 @@
 """Finding an offset by time: a binary search over the records' primary key.
 
 There is no index on timestamp_ms (and no schema change for one): the records table's
-primary key (topic_id, partition, offset) is the index. As Kafka's time index does, the
-search takes a partition's timestamps to ascend with its offsets, and probes
+primary key (topic_id, partition, offset) is the index. The search takes a partition's
+timestamps to ascend with its offsets (Kafka's time index, which keeps the greatest
+timestamp so far, does not need to: it finds the first record at or after the time
+whatever their order), and probes
 O(log2(end offset)) records, each one seek of the primary key reading one timestamp
 (`record_time_at_or_after`): 25 probes on a partition of 10M records.
 
