@@ -126,6 +126,13 @@ FINDINGS: Final = (
     "walks a large value's overflow pages one read at a time): such a log would speed "
     "the commit's copy, not reads. 16 KiB pages: reads 0.072 -> 0.060 s, a one-record "
     "commit 5.8 -> 18.6 KiB of WAL.",
+    "- Session 18's runs, two of this bench at 5668812 (the second not recorded above): "
+    "embedded read 1.85M and 1.49M rows/s (0.62 and 0.46 of Parquet), served read 1.44M "
+    "and 1.45M (0.49 and 0.45), embedded write 308K and 358K (0.23 and 0.26), served "
+    "write 331K and 342K (0.2466 and 0.2460), served read of embedded 0.78 and 0.98; "
+    "Parquet read 2.96M and 3.23M, write 1.34M and 1.39M. The embedded goals and the "
+    "served-of-embedded one pass in one run and fail in the other; the served read and "
+    "write miss in both, the write by a hair.",
     "- Tried and dropped: 16 KiB SQLite pages (a 1M-row commit in a scratch loop 0.32 -> "
     "0.20 s, but every small commit would write its pages to the WAL four times as "
     "large; not measured); memory-mapped reads (6% off the values "
