@@ -1,7 +1,9 @@
 """Kafka's consumer group coordinator (the classic JoinGroup/SyncGroup protocol).
 
-A group's members and their assignments live here, in memory, as in Kafka, where they
-are soft state that clients rebuild by joining again; what must survive is elsewhere:
+A group's members and their assignments live here, in memory, as soft state that
+clients rebuild by joining again (Kafka keeps them in its offsets topic, so a restart
+costs its groups no rebalance; here each member's next request after a restart is
+UNKNOWN_MEMBER_ID, and it joins again). What must survive is elsewhere:
 committed offsets in fencelog's group offsets, and the generation in fencelog's
 ownership table. Each completed rebalance claims the resource `<group>` of the ownership
 group `kafka` for a new session, which gives a generation one above the last one ever
