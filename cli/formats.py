@@ -85,6 +85,10 @@ _SCALE_B = {
 }
 
 
+_STORED_MAX = (1 << 63) - 1  # a 64-bit integer, as SQLite and the wire store them
+_DURATION_MAX_S = _STORED_MAX / 1e6  # microseconds of it still fit: about 292,000 years
+
+
 def parse_size(text: str) -> int:
     """Bytes from '500MB', '1GiB', '64KiB' or a plain number of bytes."""
     match = _SIZE.match(text.strip())
@@ -94,7 +98,10 @@ def parse_size(text: str) -> int:
             f"{text!r} is not a size",
             hint="use e.g. 500MB, 1GiB or a number of bytes",
         )
-    return int(float(match.group(1)) * _SCALE_B[match.group(2)])
+    size = int(float(match.group(1)) * _SCALE_B[match.group(2)])
+    if size > _STORED_MAX:
+        raise BrokerError(ErrorCode.INVALID_ARGUMENT, f"{text!r} is past the largest size, 8EiB")
+    return size
 
 
 def parse_duration(text: str) -> float:
@@ -107,4 +114,7 @@ def parse_duration(text: str) -> float:
             f"{text!r} is not a duration",
             hint="use e.g. 500ms, 30s, 2m, 1h, 7d or a number of seconds",
         )
-    return float(match.group(1)) * _SCALE_S[match.group(2)]
+    seconds = float(match.group(1)) * _SCALE_S[match.group(2)]
+    if seconds > _DURATION_MAX_S:
+        raise BrokerError(ErrorCode.INVALID_ARGUMENT, f"{text!r} is past the longest duration")
+    return seconds

@@ -159,6 +159,13 @@ def serve(
             hint="fencelog --broker PATH serve",
         )
     host, port = _host_port(listen)
+    if ready_file is not None and (ready_file.is_dir() or not ready_file.parent.is_dir()):
+        raise BrokerError(
+            ErrorCode.INVALID_ARGUMENT,
+            f"--ready-file {ready_file}: "
+            + ("is a directory" if ready_file.is_dir() else "its directory does not exist"),
+            hint="name a file in an existing directory",
+        )
     kafka = None
     if kafka_listen is not None:
         from broker.kafka.options import KafkaListen
@@ -270,10 +277,16 @@ def _host_port(listen: str, option: str = "--listen") -> tuple[str, int]:
 
 def read_token(path: Path) -> str:
     try:
-        token = path.read_text().strip()
+        token = path.read_text(encoding="utf-8").strip()
     except OSError as exc:
         raise BrokerError(
             ErrorCode.INVALID_ARGUMENT, f"cannot read the auth token file {path}: {exc.strerror}"
+        ) from exc
+    except UnicodeDecodeError as exc:
+        raise BrokerError(
+            ErrorCode.INVALID_ARGUMENT,
+            f"the auth token file {path} is not UTF-8 text (byte {exc.start})",
+            hint="a token is text, e.g. from `openssl rand -hex 32`",
         ) from exc
     if len(token) < 16:
         raise BrokerError(

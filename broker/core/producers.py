@@ -50,6 +50,22 @@ class Batch(NamedTuple):
         return self.first_sequence + self.record_count - 1
 
 
+INT64_MIN, INT64_MAX = -(1 << 63), (1 << 63) - 1  # what a stored integer holds
+
+
+def check_stored_range(producer: tuple[int | None, ...], names: tuple[str, ...]) -> None:
+    """Each producer field a 64-bit integer, as SQLite stores them: a number past that
+    would fail the write itself, and with it every request of the group commit it
+    joined, not only its own."""
+    for name, value in zip(names, producer, strict=True):
+        if value is not None and not INT64_MIN <= value <= INT64_MAX:
+            raise BrokerError(
+                ErrorCode.INVALID_ARGUMENT,
+                f"producer field {name} is {value}, past the 64-bit integers fencelog stores",
+                field=name,
+            )
+
+
 def check_batch_fields(batch: Batch) -> None:
     if batch.producer_id < 0 or batch.generation < 0 or batch.first_sequence < 0:
         raise BrokerError(

@@ -169,6 +169,13 @@ def _check_record(index: int, record: NewRecord, limits: Limits) -> int:
         )
     size += key_size
     for name, value in record.headers:
+        if not isinstance(name, str) or not isinstance(value, bytes | bytearray):
+            raise BrokerError(
+                ErrorCode.INVALID_ARGUMENT,
+                f"record {index}: a header is (name: str, value: bytes), not "
+                f"({type(name).__name__}, {type(value).__name__})",
+                hint="encode a text header value, e.g. value.encode()",
+            )
         if not name or len(name) > limits.header_key_chars_max:
             raise BrokerError(
                 ErrorCode.INVALID_ARGUMENT,

@@ -389,6 +389,8 @@ class Engine:
         appends: logs.Appends,
     ) -> list[AppendResult]:
         topic, records, producer = request.topic, request.records, request.producer
+        if producer is not NO_PRODUCER:
+            producer_rules.check_stored_range(producer, ProducerFields._fields)
         row = self._hot.topic(topic, lambda: self._topic(conn, topic))
         by_partition = self._route(row, records)
         if row.cleanup == "compact":
@@ -508,8 +510,8 @@ class Engine:
 
     def lease_pid(self, topic: str, partition: int, producer_id: int | None = None) -> Lease:
         """A new pid for (topic, partition), or an existing pid's state there."""
-        if producer_id is not None and producer_id <= 0:
-            raise BrokerError(ErrorCode.INVALID_ARGUMENT, "producer ids are >= 1")
+        if producer_id is not None and not 0 < producer_id <= producer_rules.INT64_MAX:
+            raise BrokerError(ErrorCode.INVALID_ARGUMENT, "producer ids are 1..2^63-1")
         staged = self.producers.stage()
         with self.database.write() as conn:
             row = self._topic(conn, topic)

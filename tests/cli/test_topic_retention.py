@@ -117,6 +117,10 @@ def test_a_read_below_the_log_start_is_offset_out_of_range(invoke: Invoke, data_
         (("wait-ready", "--timeout", "0s"), "--timeout must be positive"),
         (("--request-timeout", "0s", "topic", "list"), "--request-timeout must be positive"),
         (("--broker", "", "topic", "create", "t"), "--broker is empty"),
+        (("topic", "create", "t", "--retention-bytes", "1" + "0" * 22), "past the largest size"),
+        (("topic", "create", "t", "--retention", "9999999999999d"), "past the longest duration"),
+        (("lease-pid", "t", "0", "--pid", "9" * 20), "producer ids are 1..2^63-1"),
+        (("serve", "--ready-file", "/nonexistent/r.json"), "its directory does not exist"),
     ],
 )
 def test_bad_operator_options_are_one_line_errors(

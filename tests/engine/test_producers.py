@@ -375,6 +375,35 @@ def test_a_group_commit_decides_each_request_on_what_the_earlier_ones_staged(
     assert engine.lease_pid(TOPIC, 0, lease.producer_id).sequence == 3
 
 
+@pytest.mark.parametrize(
+    "fields",
+    [
+        ProducerFields(1 << 63, 0, 1),
+        ProducerFields(7, 1 << 63, 1),
+        ProducerFields(7, 0, 1 << 64),
+        ProducerFields(0, 0, 0, 0, 1 << 63),
+    ],
+)
+def test_a_producer_field_past_64_bits_fails_only_its_own_request(
+    engine: Engine, fields: ProducerFields
+) -> None:
+    """A number SQLite cannot store failed the write itself, and the group commit took
+    every request with it (INTERNAL for the server's other clients): it is the one
+    request's INVALID_ARGUMENT now, and the others commit."""
+    engine.create_topic(TOPIC, 1)
+    good = ProduceRequest(TOPIC, [NewRecord(b"good", partition=0)])
+    outcomes = engine.produce_group(
+        [good, ProduceRequest(TOPIC, [NewRecord(b"bad", partition=0)], fields), good]
+    )
+    bad = outcomes[1]
+    assert isinstance(bad, BrokerError) and bad.code is ErrorCode.INVALID_ARGUMENT
+    assert "past the 64-bit integers" in bad.message
+    assert values(engine) == [b"good", b"good"]
+    with pytest.raises(BrokerError) as raised:
+        engine.lease_pid(TOPIC, 0, 1 << 63)
+    assert raised.value.code is ErrorCode.INVALID_ARGUMENT
+
+
 # the lease, the clock and the bounded table ----------------------------------------------
 
 

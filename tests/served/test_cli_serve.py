@@ -28,7 +28,7 @@ from broker.discovery import DB_FILE, INFO_FILE, LOCK_FILE, SOCKET_FILE, find_se
 from broker.errors import BrokerError, ErrorCode
 from broker.protocol.messages import Push
 from cli.main import command
-from support.helpers import Processes, expect, json_lines
+from support.helpers import Invoke, Processes, expect, json_lines
 from support.servers import RawClient, ServeProcess, served, serving
 from support.waiting import wait_until
 
@@ -383,6 +383,15 @@ def test_a_short_token_file_is_refused(tmp_path: Path, data_dir: Path) -> None:
         assert "tooshort" not in refused.stderr_text()
     finally:
         refused.close()
+
+
+def test_a_token_file_that_is_not_text_is_one_line_error(tmp_path: Path, invoke: Invoke) -> None:
+    binary = tmp_path / "token"
+    binary.write_bytes(b"\xff\xfe" + b"0123456789abcdef")
+    refused = expect(
+        invoke("--auth-token-file", str(binary), "topic", "list"), int(ErrorCode.INVALID_ARGUMENT)
+    )
+    assert "is not UTF-8 text" in refused.stderr and refused.stderr.count("\n") == 1
 
 
 # sessions ---------------------------------------------------------------------------------

@@ -236,3 +236,16 @@ def test_split_batches_keeps_each_batch_within_both_limits() -> None:
     ]
     assert [r for batch in batches for r in batch] == records
     assert split_batches([], limits) == []
+
+
+@pytest.mark.parametrize("header", [("h", "text"), (b"h", b"v"), ("h", None)])
+def test_a_header_of_other_types_is_refused_before_it_is_stored(
+    header: tuple[object, object],
+) -> None:
+    """An embedded client hands NewRecords to the engine as they are: a header whose
+    value is text was stored, and every later read of it failed."""
+    record = NewRecord(b"v", headers=(header,))  # type: ignore[arg-type]
+    with pytest.raises(BrokerError) as raised:
+        check_records([record], DEFAULT_LIMITS)
+    assert raised.value.code is ErrorCode.INVALID_ARGUMENT
+    assert "a header is (name: str, value: bytes)" in raised.value.message
