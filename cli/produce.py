@@ -212,21 +212,56 @@ def produce(
         encoded = [v.encode("utf-8", "surrogateescape") for v in values]
         records = records_of(encoded)
         _emit(out, summary, records, send(records), idempotent=numbered)
+        if not as_json:
+            out.line(summary.text())
     else:
-        if sys.stdin.isatty():
-            sys.stderr.write("reading records from stdin, one per line; Ctrl-D ends\n")
-        limits = client.limits
-        stop = threading.Event()
-        batches = line_batches(
-            sys.stdin.buffer, limits.append_records_max, limits.append_bytes_max // 2, stop
-        )
-        with _stopped_by_signals(stop), acknowledged(f"producing to {topic}") as advance:
+        _produce_stdin(client, out, summary, records_of, send, numbered)
+
+
+def _produce_stdin(
+    client: Client,
+    out: Output,
+    summary: "_Summary",
+    records_of: Callable[[Iterable[bytes]], list[NewRecord]],
+    send: "Send",
+    numbered: bool,
+) -> None:
+    """stdin's lines, a record each, appended batch by batch and reported; a refused
+    line names its line number, and the summary says what landed before it."""
+    if sys.stdin.isatty():
+        sys.stderr.write("reading records from stdin, one per line; Ctrl-D ends\n")
+    limits = client.limits
+    stop = threading.Event()
+    batches = line_batches(
+        sys.stdin.buffer, limits.append_records_max, limits.append_bytes_max // 2, stop
+    )
+    lines_before = 0
+    try:
+        with _stopped_by_signals(stop), acknowledged(f"producing to {summary.topic}") as advance:
             for batch in batches:
                 records = records_of(batch)
-                _emit(out, summary, records, send(records), idempotent=numbered)
+                try:
+                    results = send(records)
+                except BrokerError as error:
+                    raise _at_line(error, lines_before) from None
+                _emit(out, summary, records, results, idempotent=numbered)
+                lines_before += len(batch)
                 advance(len(batch))
-    if not as_json:
-        out.line(summary.text())
+    finally:  # also when a later line is refused: what landed before it
+        if not out.as_json and (summary.count or sys.exc_info()[0] is None):
+            out.line(summary.text())
+
+
+def _at_line(error: BrokerError, lines_before: int) -> BrokerError:
+    """A refused record of stdin's batch named by its input line, not its index in
+    the batch (`record 0: ...` -> `line 101: ...`)."""
+    index = error.details.get("index")
+    prefix = f"record {index}: "
+    if not isinstance(index, int) or not error.message.startswith(prefix):
+        return error
+    line = lines_before + index + 1
+    message = f"line {line}: {error.message.removeprefix(prefix)}"
+    return BrokerError(error.code, message, **{**error.details, "line": line})
 
 
 def _key(key: str | None, separator: str | None, fmt: Format) -> bytes | None:

@@ -105,6 +105,25 @@ def test_last_stdin_line_needs_no_newline(orders: Invoke, data_dir: Path) -> Non
     assert [r.value for r in read_all(data_dir)] == [b"a", b"", b"last"]
 
 
+def test_a_refused_line_is_named_and_what_landed_before_it_is_said(
+    orders: Invoke, data_dir: Path
+) -> None:
+    """stdin is appended batch by batch, so lines before a refused one may have landed:
+    the error names the refused line by its number in the input, and the summary says
+    what landed (a rerun of the whole input would repeat those)."""
+    big = "a" * (broker.limits.DEFAULT_LIMITS.record_value_bytes_max + 1)
+    lines = "".join(f"{i}\n" for i in range(1, 101)) + big + "\n"
+    result = expect(orders("produce", "orders", "-p", "0", input=lines), ErrorCode.RECORD_TOO_LARGE)
+    landed = len(read_all(data_dir))
+    assert "line 101: value is" in result.stderr
+    assert result.stderr.count("\n") == 1
+    if landed:
+        assert f"produced {landed} records to orders" in result.stdout
+    else:
+        assert result.stdout == ""
+    assert [r.value for r in read_all(data_dir)] == [b"%d" % i for i in range(1, landed + 1)]
+
+
 def test_key_separator_splits_each_line(orders: Invoke, data_dir: Path) -> None:
     result = orders(
         "produce", "orders", "--key-separator", ":", "--json", input="k1:v1\nk2:v:2\nk1:v3\n"
