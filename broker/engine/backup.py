@@ -124,12 +124,24 @@ def inspect(data_dir: Path, problems_max: int = 100) -> Inspection:
         ) from exc
     try:
         version = int(conn.execute("PRAGMA user_version").fetchone()[0])
-        application_id = conn.execute("PRAGMA application_id").fetchone()[0]
-        if application_id not in (APPLICATION_ID, 0):
+        application_id, tables = conn.execute(
+            "SELECT (SELECT application_id FROM pragma_application_id),"
+            " (SELECT count(*) FROM sqlite_schema)"
+        ).fetchone()
+        # as opening it would judge: fencelog's mark, or an empty database
+        if application_id != APPLICATION_ID and (application_id != 0 or tables != 0):
             raise BrokerError(
                 ErrorCode.FOREIGN_DATA_DIR,
                 f"{db_path} is a SQLite database, but not fencelog's",
                 path=str(db_path),
+            )
+        if version > SCHEMA_VERSION:
+            raise BrokerError(
+                ErrorCode.SCHEMA_TOO_NEW,
+                f"{db_path} has schema version {version}; this fencelog knows up to "
+                f"{SCHEMA_VERSION}",
+                path=str(db_path),
+                hint="upgrade fencelog to check this data directory",
             )
         rows = conn.execute(f"PRAGMA integrity_check({int(problems_max)})").fetchall()
         found = tuple(str(row[0]) for row in rows if row[0] != "ok")

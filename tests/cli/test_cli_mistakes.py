@@ -191,6 +191,24 @@ def test_check_passes_a_sound_database(invoke: Invoke, filled: Path) -> None:
     assert report[0]["ok"] is True and report[0]["problems"] == []
 
 
+def test_check_refuses_what_the_other_commands_refuse(invoke: Invoke, filled: Path) -> None:
+    """`check` said "ok" of another program's SQLite database and of a schema newer than
+    this fencelog's, which every other command refuses (31, 32)."""
+    with sqlite3.connect(filled / DB_FILE) as conn:
+        conn.execute("PRAGMA user_version = 99")
+    conn.close()
+    newer = expect(invoke("check"), ErrorCode.SCHEMA_TOO_NEW)
+    assert "has schema version 99" in one_line(newer)
+    (filled / DB_FILE).unlink()
+    for name in ("-wal", "-shm"):
+        (filled / (DB_FILE + name)).unlink(missing_ok=True)
+    with sqlite3.connect(filled / DB_FILE) as conn:
+        conn.execute("CREATE TABLE other (a)")
+    conn.close()
+    foreign = expect(invoke("check"), ErrorCode.FOREIGN_DATA_DIR)
+    assert "is a SQLite database, but not fencelog's" in one_line(foreign)
+
+
 @pytest.mark.parametrize("damage", [truncate, scribble])
 def test_check_names_the_damage_and_what_to_do(
     invoke: Invoke, filled: Path, damage: object
