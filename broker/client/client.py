@@ -982,7 +982,11 @@ def connect(
     from broker.client.served import Address, ServedTransport
 
     transport = ServedTransport(
-        Address.parse(url), token=token, request_timeout_s=request_timeout_s
+        Address.parse(url),
+        token=token,
+        request_timeout_s=request_timeout_s,
+        # connecting (its retries while the port refuses) waits no longer than a request
+        connect_timeout_s=min(DEFAULT_LIMITS.connect_timeout_ms / 1000, request_timeout_s),
     )
     return Client(transport, name)
 

@@ -233,6 +233,24 @@ def test_wait_ready_gives_up_with_connection_failed(tmp_path: Path) -> None:
     assert f"no server answered at tcp://127.0.0.1:{port} within 300ms" in late.stderr
 
 
+def test_a_refused_port_is_given_up_within_the_time_asked(tmp_path: Path) -> None:
+    """Connecting retried a refused port for its own 5 s whatever the command was given
+    (`wait-ready --timeout 1s` took 8.7 s): no connect outlasts the request timeout."""
+    with socket.socket() as free:
+        free.bind(("127.0.0.1", 0))
+        port = free.getsockname()[1]
+    script, broker = str(fencelog_script()), f"tcp://127.0.0.1:{port}"
+    commands = [
+        [script, "--broker", broker, "wait-ready", "--timeout", "1s"],
+        [script, "--broker", broker, "--request-timeout", "1s", "status"],
+    ]
+    for command in commands:
+        done = subprocess.run(
+            command, capture_output=True, text=True, timeout=4.5, env=user_env(), check=False
+        )  # the old retries took 5 s or more; a subprocess.TimeoutExpired fails the test
+        assert done.returncode == int(ErrorCode.CONNECTION_FAILED), done.stderr
+
+
 def prepared_commit(data_dir: Path) -> int:
     """A transaction of one record in topic t, prepared by a `fencelog txn-commit` that
     was killed before applying it; its id."""
