@@ -487,8 +487,18 @@ class Client:
         remaining = max_records
         idle_deadline = None if timeout_s is None else time.monotonic() + timeout_s
         ahead = _FetchesAhead(self, topic, fences)
+        # a topic deleted and created again while followed starts its offsets again
+        created_ms = self.describe_topic(topic).created_ms if follow else None
         while positions and remaining != 0:
             batch = ahead.take(positions, remaining, _wait_ms(follow, poll_ms, idle_deadline))
+            if batch and follow and self.describe_topic(topic).created_ms != created_ms:
+                raise BrokerError(
+                    ErrorCode.UNKNOWN_TOPIC,
+                    f"topic {topic} was deleted and created again while it was followed: "
+                    "its offsets started again",
+                    topic=topic,
+                    hint="follow it again, from its beginning",
+                )
             taken = _within_ends(batch, stop_at)[:remaining]
             for record in taken:
                 positions[record.partition] = record.offset + 1

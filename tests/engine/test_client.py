@@ -155,6 +155,42 @@ def test_follow_wakes_for_a_record_from_another_connection(orders: Client, data_
     assert records == [(1, 0, b"late")]
 
 
+def test_a_topic_recreated_under_a_follower_is_said_not_skipped(
+    orders: Client, data_dir: Path
+) -> None:
+    """A topic deleted and created again while a follower waits starts its offsets
+    again: the follower, at offset 3 of the old one, read the new one's offset 3 on and
+    skipped what came before. It says so instead (UNKNOWN_TOPIC, as a served follower
+    whose long poll sees the topic go)."""
+
+    def recreate_once_it_waits() -> None:
+        wait_until(
+            lambda: getattr(orders._transport, "_watcher", None) is not None,
+            message="the follower waits for new records",
+        )
+        with connect(data_dir) as other:
+            other.delete_topic("orders")
+            other.create_topic("orders", partitions=3)
+            other.produce("orders", [b"n0", b"n1", b"n2", b"n3"], partition=0)
+
+    writer = threading.Thread(target=recreate_once_it_waits)
+    writer.start()
+    got: list[tuple[int, int, bytes]] = []
+    try:
+        with pytest.raises(BrokerError) as raised:
+            within(
+                15,
+                lambda: got.extend(
+                    seen(orders.consume("orders", start="end", follow=True, timeout_s=30))
+                ),
+            )
+    finally:
+        writer.join(timeout=20)
+    assert raised.value.code is ErrorCode.UNKNOWN_TOPIC
+    assert "deleted and created again" in raised.value.message
+    assert got == []
+
+
 @pytest.mark.parametrize("start", [-1, "middle", True, 1.5, None])
 def test_invalid_start_is_invalid_argument(orders: Client, start: Any) -> None:
     with pytest.raises(BrokerError) as excinfo:
