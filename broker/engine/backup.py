@@ -29,6 +29,8 @@ from broker.storage.database import (
     SCHEMA_VERSION,
     TXN_BATCHES_SCHEMA,
     DataDir,
+    opens_as_fencelog,
+    schema_too_new,
 )
 from broker.types import Inspection
 
@@ -87,11 +89,7 @@ def check_file(path: Path) -> int:
     if application_id != APPLICATION_ID:
         raise BrokerError(ErrorCode.FOREIGN_DATA_DIR, f"{path} is not a fencelog snapshot")
     if version > SCHEMA_VERSION:
-        raise BrokerError(
-            ErrorCode.SCHEMA_TOO_NEW,
-            f"{path} has schema version {version}; this fencelog knows up to {SCHEMA_VERSION}",
-            hint="upgrade fencelog to restore it",
-        )
+        raise schema_too_new(path, version, "upgrade fencelog to restore it")
     if check != "ok":
         raise BrokerError(ErrorCode.DATA_CORRUPT, f"{path} is damaged: {check}")
     return version
@@ -128,21 +126,14 @@ def inspect(data_dir: Path, problems_max: int = 100) -> Inspection:
             "SELECT (SELECT application_id FROM pragma_application_id),"
             " (SELECT count(*) FROM sqlite_schema)"
         ).fetchone()
-        # as opening it would judge: fencelog's mark, or an empty database
-        if application_id != APPLICATION_ID and (application_id != 0 or tables != 0):
+        if not opens_as_fencelog(application_id, tables):
             raise BrokerError(
                 ErrorCode.FOREIGN_DATA_DIR,
                 f"{db_path} is a SQLite database, but not fencelog's",
                 path=str(db_path),
             )
         if version > SCHEMA_VERSION:
-            raise BrokerError(
-                ErrorCode.SCHEMA_TOO_NEW,
-                f"{db_path} has schema version {version}; this fencelog knows up to "
-                f"{SCHEMA_VERSION}",
-                path=str(db_path),
-                hint="upgrade fencelog to check this data directory",
-            )
+            raise schema_too_new(db_path, version, "upgrade fencelog to check this data directory")
         rows = conn.execute(f"PRAGMA integrity_check({int(problems_max)})").fetchall()
         found = tuple(str(row[0]) for row in rows if row[0] != "ok")
         if not found and version >= TXN_BATCHES_SCHEMA:  # SQLite's checks cannot see inside

@@ -63,6 +63,24 @@ def _schema_scripts() -> list[tuple[int, str]]:
 
 SCHEMA_SCRIPTS: Final = _schema_scripts()
 SCHEMA_VERSION: Final = len(SCHEMA_SCRIPTS)
+
+
+def opens_as_fencelog(application_id: int, tables: int) -> bool:
+    """A database fencelog may open: one with its mark, or an empty one (any other is
+    another program's, FOREIGN_DATA_DIR)."""
+    return application_id == APPLICATION_ID or (application_id == 0 and tables == 0)
+
+
+def schema_too_new(where: object, version: int, hint: str) -> BrokerError:
+    return BrokerError(
+        ErrorCode.SCHEMA_TOO_NEW,
+        f"{where} has schema version {version}; this fencelog knows up to {SCHEMA_VERSION}",
+        found=version,
+        supported=SCHEMA_VERSION,
+        hint=hint,
+    )
+
+
 TXN_BATCHES_SCHEMA: Final = 12  # data journals as packed batches, moved by a Python step
 LOG_BATCHES_SCHEMA: Final = 13  # the shapes of large batches beside their records
 
@@ -249,7 +267,7 @@ class Database:
                 path=str(self.data_dir.db_path),
                 hint="point --broker at an empty or fencelog directory",
             ) from exc
-        if application_id != APPLICATION_ID and (application_id != 0 or tables != 0):
+        if not opens_as_fencelog(application_id, tables):
             raise BrokerError(
                 ErrorCode.FOREIGN_DATA_DIR,
                 f"{self.data_dir.db_path} is a SQLite database, but not fencelog's",
@@ -289,13 +307,8 @@ class Database:
         with self.write() as conn:
             version = self.schema_version()
             if version > SCHEMA_VERSION:
-                raise BrokerError(
-                    ErrorCode.SCHEMA_TOO_NEW,
-                    f"{self.data_dir.path} has schema version {version}; "
-                    f"this fencelog knows up to {SCHEMA_VERSION}",
-                    found=version,
-                    supported=SCHEMA_VERSION,
-                    hint="upgrade fencelog to open this data directory",
+                raise schema_too_new(
+                    self.data_dir.path, version, "upgrade fencelog to open this data directory"
                 )
             for number, script in SCHEMA_SCRIPTS[version:]:
                 for statement in _statements(script):
