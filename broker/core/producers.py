@@ -26,7 +26,7 @@ import enum
 from typing import NamedTuple
 
 from broker.errors import BrokerError, ErrorCode
-from broker.types import ProducerEntry
+from broker.types import ProducerEntry, ProducerFields
 
 _tuple_new = tuple.__new__
 
@@ -53,11 +53,11 @@ class Batch(NamedTuple):
 INT64_MIN, INT64_MAX = -(1 << 63), (1 << 63) - 1  # what a stored integer holds
 
 
-def check_stored_range(producer: tuple[int | None, ...], names: tuple[str, ...]) -> None:
+def check_stored_range(producer: ProducerFields) -> None:
     """Each producer field a 64-bit integer, as SQLite stores them: a number past that
     would fail the write itself, and with it every request of the group commit it
     joined, not only its own."""
-    for name, value in zip(names, producer, strict=True):
+    for name, value in zip(producer._fields, producer, strict=True):
         if value is not None and not INT64_MIN <= value <= INT64_MAX:
             raise BrokerError(
                 ErrorCode.INVALID_ARGUMENT,

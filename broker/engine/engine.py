@@ -390,7 +390,7 @@ class Engine:
     ) -> list[AppendResult]:
         topic, records, producer = request.topic, request.records, request.producer
         if producer is not NO_PRODUCER:
-            producer_rules.check_stored_range(producer, ProducerFields._fields)
+            producer_rules.check_stored_range(producer)
         row = self._hot.topic(topic, lambda: self._topic(conn, topic))
         by_partition = self._route(row, records)
         if row.cleanup == "compact":
