@@ -104,7 +104,8 @@ def consume(
             "--follow",
             "-f",
             "-F",
-            help="Keep waiting for new records, as tail -f (Ctrl-C stops, exit 0).",
+            help="Keep waiting for new records, as tail -f (Ctrl-C stops, exit 0); "
+            "without --partition, partitions added meanwhile are read from their beginning.",
         ),
     ] = False,
     timeout: Annotated[

@@ -448,7 +448,9 @@ class Client:
 
         Without `follow` it stops at the end offsets as they were when it started (a
         bounded read); with `follow` it waits for new records until `max_records` have been
-        read or `timeout_s` passes with nothing new (None: forever).
+        read or `timeout_s` passes with nothing new (None: forever). Following every
+        partition (`partition` None), it also reads the partitions added meanwhile, each
+        from its beginning; a topic deleted and created again under it is UNKNOWN_TOPIC.
         """
         for batch in self.consume_batches(
             topic,
@@ -487,18 +489,15 @@ class Client:
         remaining = max_records
         idle_deadline = None if timeout_s is None else time.monotonic() + timeout_s
         ahead = _FetchesAhead(self, topic, fences)
-        # a topic deleted and created again while followed starts its offsets again
-        created_ms = self.describe_topic(topic).created_ms if follow else None
+        # Followed, the topic is described after each batch and each empty wait: one
+        # deleted and created again starts its offsets again (an error), and partitions
+        # added by `topic alter` are read from their beginning, as a Kafka consumer of
+        # the whole topic reads them.
+        watch = _Followed(self, topic, every_partition=partition is None) if follow else None
         while positions and remaining != 0:
             batch = ahead.take(positions, remaining, _wait_ms(follow, poll_ms, idle_deadline))
-            if batch and follow and self.describe_topic(topic).created_ms != created_ms:
-                raise BrokerError(
-                    ErrorCode.UNKNOWN_TOPIC,
-                    f"topic {topic} was deleted and created again while it was followed: "
-                    "its offsets started again",
-                    topic=topic,
-                    hint="follow it again, from its beginning",
-                )
+            if watch is not None:
+                positions.update(watch.added(batch=bool(batch)))
             taken = _within_ends(batch, stop_at)[:remaining]
             for record in taken:
                 positions[record.partition] = record.offset + 1
@@ -898,6 +897,37 @@ class _FetchesAhead:
         after = None if remaining is None else remaining - page
         if after != 0 and (stop_at is None or guess[partition] < stop_at[partition]):
             self._begin(guess, after, 0)
+
+
+class _Followed:
+    """The topic a consumer follows, described again as it goes."""
+
+    def __init__(self, client: Client, topic: str, *, every_partition: bool) -> None:
+        self._client, self._topic, self._every_partition = client, topic, every_partition
+        described = client.describe_topic(topic)
+        self._created_ms, self._partitions = described.created_ms, described.partitions
+
+    def added(self, *, batch: bool) -> dict[int, int]:
+        """The start of each partition added since the last look (every partition
+        followed; none otherwise). A topic deleted and created again is UNKNOWN_TOPIC.
+        Described after a batch, and after an empty wait when every partition is
+        followed (there is nothing else to notice otherwise)."""
+        if not batch and not self._every_partition:
+            return {}
+        described = self._client.describe_topic(self._topic)
+        if described.created_ms != self._created_ms:
+            raise BrokerError(
+                ErrorCode.UNKNOWN_TOPIC,
+                f"topic {self._topic} was deleted and created again while it was followed: "
+                "its offsets started again",
+                topic=self._topic,
+                hint="follow it again, from its beginning",
+            )
+        if not self._every_partition or described.partitions <= self._partitions:
+            return {}
+        added = range(self._partitions, described.partitions)
+        self._partitions = described.partitions
+        return {p: described.partition_details[p].start_offset for p in added}
 
 
 def _within_ends(batch: list[Record], stop_at: list[int] | None) -> list[Record]:

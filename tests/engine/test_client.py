@@ -191,6 +191,42 @@ def test_a_topic_recreated_under_a_follower_is_said_not_skipped(
     assert got == []
 
 
+def test_a_follower_of_every_partition_reads_partitions_added_under_it(
+    orders: Client, data_dir: Path
+) -> None:
+    """A partition added by `topic alter` while a follower of the whole topic waits is
+    read from its beginning, as a Kafka consumer of the topic reads it; a follower of
+    named partitions keeps to them."""
+
+    def add_once_it_waits() -> None:
+        wait_until(
+            lambda: getattr(orders._transport, "_watcher", None) is not None,
+            message="the follower waits for new records",
+        )
+        with connect(data_dir) as other:
+            other.alter_topic("orders", partitions=4)
+            other.produce("orders", [b"n0", b"n1"], partition=3)
+            other.produce("orders", [b"old"], partition=1)
+
+    writer = threading.Thread(target=add_once_it_waits)
+    writer.start()
+    try:
+        records = within(
+            15,
+            lambda: seen(
+                orders.consume("orders", start="end", follow=True, timeout_s=30, max_records=3)
+            ),
+        )
+    finally:
+        writer.join(timeout=20)
+    assert sorted(records) == [(1, 0, b"old"), (3, 0, b"n0"), (3, 1, b"n1")]
+    named = within(
+        15,
+        lambda: seen(orders.consume("orders", partition=[0, 1], follow=True, timeout_s=0.5)),
+    )
+    assert [(p, v) for p, _, v in named] == [(0, b"a0"), (0, b"a1"), (0, b"a2"), (1, b"old")]
+
+
 @pytest.mark.parametrize("start", [-1, "middle", True, 1.5, None])
 def test_invalid_start_is_invalid_argument(orders: Client, start: Any) -> None:
     with pytest.raises(BrokerError) as excinfo:

@@ -331,6 +331,37 @@ def test_consume_reads_to_the_end_offsets_and_follow_waits_for_more(
     assert sorted(followed) == [b"a", b"b", b"c", b"d"]
 
 
+def test_a_follower_reads_a_partition_added_while_it_waits(
+    server: ServerThread, client: Client
+) -> None:
+    client.create_topic("grows", partitions=1)
+    followed: list[tuple[int, bytes]] = []
+    failures: list[BaseException] = []
+
+    def follow() -> None:
+        try:
+            with connect(server.address) as follower:
+                for record in follower.consume(
+                    "grows", follow=True, max_records=2, timeout_s=20, poll_ms=200
+                ):
+                    followed.append((record.partition, record.value))
+        except BaseException as error:
+            failures.append(error)
+
+    thread = threading.Thread(target=follow)
+    thread.start()
+    try:
+        client.produce("grows", [NewRecord(b"first", partition=0)])
+        wait_until(lambda: followed or failures, 10, message="the follower read the first")
+        client.alter_topic("grows", partitions=2)
+        client.produce("grows", [NewRecord(b"added", partition=1)])
+    finally:
+        thread.join(timeout=30)
+    assert not thread.is_alive()
+    assert failures == []
+    assert followed == [(0, b"first"), (1, b"added")]
+
+
 def test_a_fetch_that_waits_longer_than_the_session_timeout_keeps_its_session(
     data_dir: Path,
 ) -> None:
