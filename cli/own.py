@@ -86,7 +86,10 @@ def claim(
         ),
     ] = 1,
     once: Annotated[
-        bool, typer.Option("--once", help="Claim, print and exit (the claim ends with it).")
+        bool,
+        typer.Option(
+            "--once", help="Claim, print and exit (the claim ends with it); runs no -- CMD."
+        ),
     ] = False,
     grace: Annotated[
         str,
@@ -104,6 +107,12 @@ def claim(
             ErrorCode.INVALID_ARGUMENT, f"--generation must be >= 0, not {generation}"
         )
     command: list[str] = ctx.meta.get(COMMAND_KEY, [])
+    if once and command:
+        raise BrokerError(
+            ErrorCode.INVALID_ARGUMENT,
+            "--once claims and exits: it runs no command",
+            hint="drop --once to hold the claim while the command runs",
+        )
     grace_s = parse_duration(grace)
     client = state().client(create=True)
     severed = threading.Event()

@@ -100,6 +100,15 @@ def test_own_once_claims_prints_json_and_ends_the_claim(invoke: Invoke) -> None:
     assert again.stdout == "claimed workers:orders/0 at generation 4\n"
 
 
+def test_own_once_with_a_command_is_refused_before_claiming(invoke: Invoke, tmp_path: Path) -> None:
+    # --once used to claim, print and exit without a word of the command it was given
+    ran = tmp_path / "ran"
+    result = expect(invoke("own", "workers", "orders/0", "--once", "--", "touch", str(ran)), 10)
+    assert "--once claims and exits: it runs no command" in result.stderr
+    assert not ran.exists()
+    assert listed(invoke) == []
+
+
 def test_own_list_shows_live_holders(invoke: Invoke, holder: Client) -> None:
     holder.own("workers", ["orders/0"], generation=2)
     [row] = listed(invoke)
