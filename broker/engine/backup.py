@@ -83,16 +83,48 @@ def check_file(path: Path) -> int:
         finally:
             conn.close()
     except sqlite3.DatabaseError as exc:
+        if _sqlite_header(path) is None:
+            raise BrokerError(
+                ErrorCode.FOREIGN_DATA_DIR, f"{path} is not a fencelog snapshot ({exc})"
+            ) from exc
         raise BrokerError(
-            ErrorCode.FOREIGN_DATA_DIR, f"{path} is not a fencelog snapshot ({exc})"
+            ErrorCode.DATA_CORRUPT,
+            f"{path} is damaged: {exc}{_truncation(path)}",
+            hint="copy the snapshot again, whole, or take another",
         ) from exc
     if application_id != APPLICATION_ID:
         raise BrokerError(ErrorCode.FOREIGN_DATA_DIR, f"{path} is not a fencelog snapshot")
     if version > SCHEMA_VERSION:
         raise schema_too_new(path, version, "upgrade fencelog to restore it")
     if check != "ok":
-        raise BrokerError(ErrorCode.DATA_CORRUPT, f"{path} is damaged: {check}")
+        raise BrokerError(ErrorCode.DATA_CORRUPT, f"{path} is damaged: {check}{_truncation(path)}")
     return version
+
+
+_SQLITE_MAGIC = b"SQLite format 3\x00"
+_HEADER_BYTES = 100
+
+
+def _sqlite_header(path: Path) -> bytes | None:
+    """The file's SQLite header (its first 100 bytes), or None: not an SQLite file."""
+    with contextlib.suppress(OSError), path.open("rb") as file:
+        header = file.read(_HEADER_BYTES)
+        if header.startswith(_SQLITE_MAGIC):
+            return header
+    return None
+
+
+def _truncation(path: Path) -> str:
+    """ "; truncated: N of M bytes" where the header's page count says the file is
+    longer than it is (the count is valid when bytes 24-27 match 92-95), else ""."""
+    header = _sqlite_header(path)
+    if header is None or len(header) < _HEADER_BYTES or header[24:28] != header[92:96]:
+        return ""
+    page_size = int.from_bytes(header[16:18], "big")
+    page_size = 65536 if page_size == 1 else page_size
+    expected = int.from_bytes(header[28:32], "big") * page_size
+    actual = path.stat().st_size
+    return f"; truncated: {actual} of {expected} bytes" if 0 < actual < expected else ""
 
 
 def inspect(data_dir: Path, problems_max: int = 100) -> Inspection:

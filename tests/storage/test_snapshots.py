@@ -255,9 +255,15 @@ BAD_FILES: dict[str, tuple[Callable[[Path, Path], Path], int]] = {
     "empty": (lambda fixture, tmp: _write(tmp / "empty.db", b""), 31),
     "another app": (lambda fixture, tmp: foreign_sqlite(tmp / "app.db"), 31),
     "newer schema": (lambda fixture, tmp: newer_schema(fixture, tmp / "future.db"), 32),
+    "truncated": (lambda fixture, tmp: _write(tmp / "cut.db", _half(fixture)), 37),
     "missing": (lambda fixture, tmp: tmp / "missing.db", 10),
     "a directory": (lambda fixture, tmp: tmp, 10),
 }
+
+
+def _half(path: Path) -> bytes:
+    data = path.read_bytes()
+    return data[: len(data) // 2]
 
 
 def _write(path: Path, data: bytes) -> Path:
@@ -283,6 +289,16 @@ def test_restore_refuses_what_is_not_a_fencelog_snapshot(
     plain = fencelog(runner, sandbox, "snapshot", "restore", str(bad))
     assert plain.exit_code == status
     assert plain.stderr.startswith("error: ") and f"[{error['error']}]" in plain.stderr
+
+
+def test_a_snapshot_cut_short_is_said_to_be_truncated_not_foreign(
+    runner: CliRunner, fixture_file: Path, tmp_path: Path
+) -> None:
+    cut = _write(tmp_path / "cut.db", _half(fixture_file))
+    result = expect(fencelog(runner, tmp_path / "sandbox", "snapshot", "restore", str(cut)), 37)
+    size = fixture_file.stat().st_size
+    assert f"truncated: {size // 2} of {size} bytes" in result.stderr
+    assert "DATA_CORRUPT" in result.stderr
 
 
 def test_restore_refuses_a_directory_of_someone_elses_files(
