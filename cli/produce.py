@@ -504,11 +504,15 @@ class _Summary:
         self.txn_id = txn_id
         self.ranges: dict[int, tuple[int, int]] = {}
         self.count = 0
+        self.duplicates = 0  # answered as a retry's duplicates: there already
 
     def add(self, result: AppendResult) -> None:
+        self.count += 1
+        self.duplicates += result.duplicate
+        if result.offset < 0:  # a duplicate whose record retention has deleted
+            return
         low, high = self.ranges.get(result.partition, (result.offset, result.offset))
         self.ranges[result.partition] = (min(low, result.offset), max(high, result.offset))
-        self.count += 1
 
     def text(self) -> str:
         plural = "record" if self.count == 1 else "records"
@@ -522,7 +526,19 @@ class _Summary:
             f"partition {p} offsets {lo}-{hi}" if lo != hi else f"partition {p} offset {lo}"
             for p, (lo, hi) in sorted(self.ranges.items())
         )
-        return f"produced {self.count} {plural} to {self.topic}" + (f": {where}" if where else "")
+        at = f": {where}" if where else ""
+        if self.duplicates == self.count:
+            return (
+                f"nothing new in {self.topic}: the {plural} {'was' if self.count == 1 else 'were'} "
+                f"there already (a retry's {'duplicate' if self.count == 1 else 'duplicates'}, "
+                f"not appended again){at}"
+            )
+        again = (
+            f" ({self.duplicates} of them there already: a retry's duplicates, not appended again)"
+            if self.duplicates
+            else ""
+        )
+        return f"produced {self.count} {plural} to {self.topic}{at}{again}"
 
 
 def _emit(

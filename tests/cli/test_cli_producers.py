@@ -136,6 +136,20 @@ def test_a_retry_with_the_same_numbers_answers_the_original_offset_as_a_duplicat
     )
 
 
+def test_a_retry_says_in_text_that_nothing_new_was_appended(orders: Invoke) -> None:
+    leased = lease(orders)
+    numbers = ["--pid", str(leased["pid"]), "--generation", str(leased["generation"])]
+    once = ["produce", "orders", "-p", "0", *numbers, "--sequence", "1", "-v", "a", "-v", "b"]
+    first = expect(orders(*once), 0).stdout
+    assert first == "produced 2 records to orders: partition 0 offsets 0-1\n"
+    # the retry's records are not appended again; the text said "produced 2 records"
+    retry = expect(orders(*once), 0).stdout
+    assert retry == (
+        "nothing new in orders: the records were there already (a retry's duplicates, "
+        "not appended again): partition 0 offsets 0-1\n"
+    )
+
+
 def test_several_values_take_consecutive_sequences(orders: Invoke, data_dir: Path) -> None:
     leased = lease(orders)
     expect(produce_as(orders, leased, 1, "a", "b", "c"), 0)
