@@ -224,13 +224,12 @@ class Transactions:
                     results[index] = pending
         return results
 
-    def is_open(self, txn_id: int) -> bool:
-        """Whether txn_id still takes records (open, and not past its deadline)."""
+    def view(self, txn_id: int) -> TxnView | None:
+        """txn_id as the rules see it now (open past its deadline: aborted, timed out);
+        None: no such transaction."""
         with self.database.read() as conn:
             row = store.by_id(conn, txn_id)
-            if row is None:
-                return False
-            return self._current(conn, row, self.clock(), persist=False).state is TxnState.OPEN
+            return None if row is None else self._current(conn, row, self.clock(), persist=False)
 
     def _in_sequence(
         self,

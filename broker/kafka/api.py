@@ -927,6 +927,8 @@ _ERRORS: Final = {
     ErrorCode.INVALID_ARGUMENT: wire.INVALID_REQUEST,
 }
 _PRODUCE_ERRORS: Final = _ERRORS | {
+    # the transaction was aborted under the producer (Kafka: its epoch was bumped)
+    ErrorCode.TXN_ABORTED: wire.INVALID_PRODUCER_EPOCH,
     ErrorCode.RECORD_TOO_LARGE: wire.MESSAGE_TOO_LARGE,
     ErrorCode.INVALID_TOPIC_NAME: wire.INVALID_TOPIC_EXCEPTION,
     ErrorCode.OUT_OF_ORDER_SEQUENCE: wire.OUT_OF_ORDER_SEQUENCE_NUMBER,
@@ -936,6 +938,8 @@ _PRODUCE_ERRORS: Final = _ERRORS | {
     ErrorCode.PRODUCER_BUSY: wire.CONCURRENT_TRANSACTIONS,
 }
 _TXN_ERRORS: Final = _ERRORS | {
+    # aborted without EndTxn (timed out): Kafka fences that incarnation (KAFKA-20785)
+    ErrorCode.TXN_ABORTED: wire.PRODUCER_FENCED,
     ErrorCode.UNKNOWN_PID: wire.INVALID_PRODUCER_ID_MAPPING,
     ErrorCode.STORAGE_BUSY: wire.CONCURRENT_TRANSACTIONS,
 }

@@ -293,6 +293,41 @@ def test_transactions_are_all_or_nothing_and_a_zombie_is_fenced(
     assert ("kafka:copier-1", "aborted") in states
 
 
+def test_a_transaction_the_broker_timed_out_commits_none_of_its_partitions(
+    kafka_server: ServeProcess, kafka: str
+) -> None:
+    """Its first partition's records were aborted with it; the partitions added after
+    the timeout used to go into a new transaction, which the commit then committed
+    (half a Kafka transaction, acknowledged). The producer is fenced instead, as
+    Kafka's coordinator fences it by bumping the epoch when it aborts."""
+    admin = AdminClient({"bootstrap.servers": kafka})
+    admin.create_topics([NewTopic("halves", 2, 1)])["halves"].result(STEP_S)
+    slow = Producer(
+        {
+            "bootstrap.servers": kafka,
+            "transactional.id": "slow-1",
+            "transaction.timeout.ms": 1000,
+        }
+    )
+    slow.init_transactions(STEP_S)
+    slow.begin_transaction()
+    slow.produce("halves", value=b"first", partition=0)
+    assert slow.flush(STEP_S) == 0
+    time.sleep(2.0)  # past transaction.timeout.ms: the broker aborts the transaction
+    with pytest.raises(KafkaException) as failed:
+        slow.produce("halves", value=b"second", partition=1)
+        slow.flush(STEP_S)
+        slow.commit_transaction(STEP_S)
+    assert failed.value.args[0].fatal(), failed.value.args[0]
+    reader = consumer(kafka, "halves-reader", **{"isolation.level": "read_committed"})
+    reader.assign([TopicPartition("halves", 0, 0), TopicPartition("halves", 1, 0)])
+    try:
+        assert reader.poll(2.0) is None
+    finally:
+        reader.close()
+    assert native_records(kafka_server, "halves") == []
+
+
 # consumer groups ---------------------------------------------------------------------------
 
 
