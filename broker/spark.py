@@ -37,13 +37,14 @@ message, without a Python traceback before it.
 
 from __future__ import annotations
 
+import contextlib
 import difflib
 import functools
 import json
 import math
 import os
 import re
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import pairwise
 from pathlib import Path
@@ -98,6 +99,7 @@ WRITE_COLUMNS: Final = {
 FETCH_RECORDS: Final = 10_000
 TXN_TIMEOUT_MS: Final = 15 * 60 * 1000
 COMMON_OPTIONS: Final = ("broker", "authTokenFile", "topic")
+ENDING_OPTIONS: Final = ("endingOffsets", "endingTimestamp", "endingOffsetsByTimestamp")
 READ_OPTIONS: Final = (
     *COMMON_OPTIONS,
     "subscribe",
@@ -313,12 +315,21 @@ class Subscription(Struct, frozen=True):
             raise _option_error(f"option {name} names no topic: {text!r}")
         return cls(names=names)
 
-    def topics(self, client: Client) -> dict[str, TopicInfo]:
-        """The topics it reads now, by name (a named topic that does not exist fails)."""
-        if self.pattern is None:
-            return {name: client.describe_topic(name) for name in self.names}
-        found = [t for t in client.list_topics() if self.pattern.fullmatch(t.name)]
-        return {t.name: t for t in sorted(found, key=lambda t: t.name)}
+    def topics(self, client: Client, *, deleted: Iterable[str] = ()) -> dict[str, TopicInfo]:
+        """The topics it reads now, by name. A named topic that does not exist fails
+        (UNKNOWN_TOPIC), but those in `deleted` (a stream has read them): they are left
+        out, for the stream to tell as data loss."""
+        if self.pattern is not None:
+            found = [t for t in client.list_topics() if self.pattern.fullmatch(t.name)]
+            return {t.name: t for t in sorted(found, key=lambda t: t.name)}
+        named = {}
+        for name in self.names:
+            try:
+                named[name] = client.describe_topic(name)
+            except BrokerError as error:
+                if error.code is not ErrorCode.UNKNOWN_TOPIC or name not in deleted:
+                    raise
+        return named
 
     def describe(self) -> str:
         if self.pattern is not None:
@@ -401,6 +412,38 @@ def resolve_offsets(
                 fail_on_data_loss,
             )
     return chosen
+
+
+def refuse_empty_bound(text: str | None, name: str, word: str, number: int, hint: str) -> None:
+    """A batch read starting at latest or ending at earliest (as a word, or a
+    partition's -1 / -2) is refused, as Spark's Kafka source refuses it: it reads none
+    of that partition's records, which is never what a batch query means."""
+    spec = (text or "").strip()
+    if not spec:
+        return
+    found = spec == word
+    if not found and spec.startswith("{"):
+        with contextlib.suppress(ValueError):
+            found = number in _offset_values(json.loads(spec))
+    if found:
+        raise _option_error(
+            f"{name} {word} ({number}) is not allowed in a batch read: it reads nothing "
+            "of that partition",
+            hint=hint,
+        )
+
+
+def _offset_values(given: object) -> list[int]:
+    """The offsets of an offsets JSON (Kafka's form by topic, or one topic's)."""
+    if not isinstance(given, dict):
+        return []
+    found: list[int] = []
+    for value in given.values():
+        if isinstance(value, dict):
+            found += _offset_values(value)
+        elif type(value) is int:
+            found.append(value)
+    return found
 
 
 def _json_object(text: str, not_json: str, not_an_object: str) -> dict[str, Any]:
@@ -615,6 +658,20 @@ class BatchReader(DataSourceReader):
         self.min_partitions = options.positive_int("minPartitions")
         options.max_per_trigger()  # checked here too: a streaming option, no use in a batch
         fail = options.fail_on_data_loss()
+        refuse_empty_bound(
+            options.get("startingOffsets"),
+            "startingOffsets",
+            "latest",
+            LATEST,
+            hint="a stream (spark.readStream) may start at latest, reading what comes next",
+        )
+        refuse_empty_bound(
+            options.get("endingOffsets"),
+            "endingOffsets",
+            "earliest",
+            EARLIEST,
+            hint="endingOffsets latest (-1) reads to the end, the default",
+        )
         with options.connect() as client:
             at = Positions.of(self.subscription.topics(client))
             self.starts = starting_offsets(client, options, at, "earliest")
@@ -663,9 +720,19 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.max_per_trigger = options.max_per_trigger()
         self.fail_on_data_loss = options.fail_on_data_loss()
         strategy_option(options)
+        for name in ENDING_OPTIONS:
+            if options.get(name) is not None:
+                raise _option_error(
+                    f"option {name} is for a batch read (spark.read): a stream reads on "
+                    "as records arrive",
+                    hint="stop the query when it has read what you need, or read a batch",
+                )
         self._client: Client | None = None
         self._target: Positions | None = None  # availableNow: the ends when it started
         self._created: dict[str, int] = {}  # when each topic read was created, as first seen
+        # failOnDataLoss false: a topic created again is read from its log start; these
+        # are Spark's start offsets of the old one, void until the micro-batch commits
+        self._voided: dict[str, dict[int, int]] = {}
         self._latest: Positions | None = None
 
     def __getstate__(self) -> dict[str, Any]:
@@ -678,16 +745,24 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             self._client = self.options.connect()
         return self._client
 
-    def _now(self) -> Positions:
-        """Every topic read and its partitions' log starts and ends, now; a topic
-        deleted and created again since this query first saw it is data loss."""
-        topics = self.subscription.topics(self._connected())
+    def _now(self, start: Mapping[str, Any] | None = None) -> Positions:
+        """Every topic read and its partitions' log starts and ends, now. A topic
+        deleted and created again since this query first saw it is data loss; with
+        failOnDataLoss false, its offsets in `start` (Spark's) are void and it is read
+        from its log start. A named topic the query read before and that is gone now is
+        left out (positions() tells)."""
+        start = start or {}
+        named = [t for t, parts in start.items() if isinstance(parts, dict)]  # Kafka's form
+        topics = self.subscription.topics(self._connected(), deleted={*self._created, *named})
         for name, info in topics.items():
             seen = self._created.setdefault(name, info.created_ms)
             if seen != info.created_ms:
                 self._created[name] = info.created_ms
                 if self.fail_on_data_loss:
                     raise data_loss(f"topic {name} was deleted and created again")
+                given = from_spark(start, self.subscription.names or list(topics))
+                if name in given:
+                    self._voided[name] = given[name]
         self._latest = Positions.of(topics)
         return self._latest
 
@@ -718,6 +793,8 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         positions: Offsets = {}
         for topic, ends in at.ends.items():
             firsts, known = at.firsts[topic], given.get(topic, {})
+            if known and self._voided.get(topic) == known:
+                known = {}  # the offsets of the topic before it was created again
             if known and max(known) >= len(ends) and self.fail_on_data_loss:
                 raise data_loss(f"topic {topic} has {len(ends)} partitions, fewer than before")
             positions[topic] = []
@@ -742,7 +819,7 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     @spark_facing
     def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, dict[str, int]]:
-        at = self._now()
+        at = self._now(start)
         positions = self.positions(start, at)
         ends = at.ends
         if self._target is not None:  # availableNow: no further than the run's start
@@ -757,7 +834,7 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
         named = from_spark(end, self.subscription.names)
         ends = {t: [o for _, o in sorted(parts.items())] for t, parts in named.items()}
-        at = self._now()
+        at = self._now(start)
         known = Positions(
             {t: at.firsts.get(t, [0] * len(e))[: len(e)] for t, e in ends.items()}, ends
         )
@@ -770,7 +847,9 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         yield from read_range(self.options, partition)
 
     def commit(self, end: dict[str, Any]) -> None:
-        pass  # the offsets live in Spark's checkpoint; fencelog keeps every record
+        # the offsets live in Spark's checkpoint; fencelog keeps every record. Offsets
+        # voided by a topic created again are behind the query once a batch commits.
+        self._voided.clear()
 
     def stop(self) -> None:
         if self._client is not None:
@@ -941,11 +1020,20 @@ def records_of(batch: pa.RecordBatch, default_topic: str | None) -> dict[str, li
             NewRecord(
                 _bytes(value),
                 None if key is None else _bytes(key),
-                tuple((h["key"], h["value"]) for h in header or ()),
+                tuple(_header(h) for h in header or ()),
                 partition,
             )
         )
     return by_topic
+
+
+def _header(header: Mapping[str, Any]) -> tuple[str, bytes]:
+    """A headers element as a record's header: a null value is stored empty, as the
+    Kafka listener stores one (Kafka's sink accepts it); a null key is refused."""
+    key, value = header["key"], header["value"]
+    if key is None:
+        raise _option_error("a row has a header with a null key; header keys are strings")
+    return key, b"" if value is None else value
 
 
 def _bytes(value: bytes | str) -> bytes:

@@ -166,7 +166,7 @@ def test_kafka_option_names_and_offsets_by_time(spark: SparkSession, embedded: B
     ) + span("orders", 1, 0, 2)
     # the time wins over the offsets, as in Kafka's source
     assert (
-        offsets(read(spark, url, "orders", startingTimestamp=STAMP, startingOffsets="latest"))
+        offsets(read(spark, url, "orders", startingTimestamp=STAMP, startingOffsets='{"0": 9}'))
         == everything
     )
 
