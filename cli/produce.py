@@ -505,11 +505,13 @@ class _Summary:
         self.ranges: dict[int, tuple[int, int]] = {}
         self.count = 0
         self.duplicates = 0  # answered as a retry's duplicates: there already
+        self.partitions: set[int] = set()
 
     def add(self, result: AppendResult) -> None:
         self.count += 1
         self.duplicates += result.duplicate
-        if result.offset < 0:  # a duplicate whose record retention has deleted
+        self.partitions.add(result.partition)
+        if result.offset < 0:  # journaled (offsets come at commit), or retention deleted it
             return
         low, high = self.ranges.get(result.partition, (result.offset, result.offset))
         self.ranges[result.partition] = (min(low, result.offset), max(high, result.offset))
@@ -517,7 +519,7 @@ class _Summary:
     def text(self) -> str:
         plural = "record" if self.count == 1 else "records"
         if self.txn_id is not None:
-            partitions = ", ".join(map(str, sorted(self.ranges)))
+            partitions = ", ".join(map(str, sorted(self.partitions)))
             return (
                 f"journaled {self.count} {plural} to {self.topic} (partitions {partitions}) "
                 f"in transaction {self.txn_id}; consumers see them after txn-commit"
