@@ -5,13 +5,19 @@ something: a row in the sessions table kept alive by a heartbeat thread on its o
 SQLite connection. When the heartbeat finds the session severed (a newer claim took a
 resource from it), the severed callbacks run. A reader waiting for other processes'
 writes watches the WAL file (broker/client/wal_watch.py).
+
+A client may be shared by threads: the engine's one SQLite connection is used by one
+thread at a time (a lock around every engine call; a waiting reader waits outside it,
+each thread on its own watch of the WAL). close() from any thread ends the waits of the
+others, and every later call is CONNECTION_FAILED ("this client is closed"), as served.
 """
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, ParamSpec, TypeVar
 
@@ -39,6 +45,8 @@ from broker.types import (
 )
 
 if TYPE_CHECKING:
+    import pyarrow as pa
+
     from broker.client.wal_watch import WalWatcher
 
 SeveredCallback = Callable[[str], None]
@@ -124,21 +132,46 @@ class EmbeddedTransport:
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
         self.limits = engine.limits
-        self._watcher: WalWatcher | None = None
         self._heartbeat: _Heartbeat | None = None
         self._pulse: _PulseBeat | None = None
         self._session_id: str | None = None
         self._severed_callbacks: list[SeveredCallback] = []
         self._severed_reason: str | None = None
         self._closed = False
-        self.backup = engine.backup
-        self.fetch_arrow = engine.fetch_arrow  # columnar; Client.fetch_arrow looks for it
+        self._lock = threading.RLock()  # one thread at a time on the engine's connection
+        self._stop = threading.Event()  # set by close(): every wait ends
+        self._watchers: dict[int, WalWatcher] = {}  # by thread: a watch cannot be shared
         self.broker_now_ms = engine.clock
+
+    @contextlib.contextmanager
+    def _engine(self) -> Iterator[Engine]:
+        """The engine, for one call, this thread's alone; CONNECTION_FAILED once closed."""
+        with self._lock:
+            if self._closed:
+                raise closed()
+            yield self.engine
 
     def call(self, entry: Operation[P, R], *args: P.args, **kwargs: P.kwargs) -> R:
         """One operation of the table: the engine method it names, called here."""
-        result: R = getattr(self.engine, entry.method)(*args, **kwargs)
+        with self._engine() as engine:
+            result: R = getattr(engine, entry.method)(*args, **kwargs)
         return result
+
+    def backup(self, path: str) -> int:
+        with self._engine() as engine:
+            return engine.backup(path)
+
+    def fetch_arrow(
+        self,
+        topic: str,
+        partition: int,
+        offset: int,
+        max_records: int | None,
+        fences: Sequence[Fence] = (),
+    ) -> pa.RecordBatch:
+        """Columnar (Client.fetch_arrow looks for it): Engine.fetch_arrow."""
+        with self._engine() as engine:
+            return engine.fetch_arrow(topic, partition, offset, max_records, fences)
 
     # records ------------------------------------------------------------------------
 
@@ -151,9 +184,10 @@ class EmbeddedTransport:
         fences: Sequence[Fence],
         attachment: int | None = None,
     ) -> list[AppendResult]:
-        return self.engine.produce(
-            topic, records, producer=producer, fences=fences, attachment=attachment
-        )
+        with self._engine() as engine:
+            return engine.produce(
+                topic, records, producer=producer, fences=fences, attachment=attachment
+            )
 
     def produce_columns(
         self,
@@ -163,9 +197,9 @@ class EmbeddedTransport:
         producer: ProducerFields,
         fences: Sequence[Fence],
     ) -> ResultColumns:
-        return codec.result_columns(
-            self.engine.produce(topic, records, producer=producer, fences=fences)
-        )
+        with self._engine() as engine:
+            results = engine.produce(topic, records, producer=producer, fences=fences)
+        return codec.result_columns(results)
 
     def fetch_rows(
         self,
@@ -174,7 +208,8 @@ class EmbeddedTransport:
         max_records: int,
         fences: Sequence[Fence],
     ) -> list[Row]:
-        return self.engine.fetch_rows(topic, positions, max_records, fences)
+        with self._engine() as engine:
+            return engine.fetch_rows(topic, positions, max_records, fences)
 
     def fetch_ahead(
         self,
@@ -195,18 +230,18 @@ class EmbeddedTransport:
         fences: Sequence[Fence],
     ) -> list[Record]:
         deadline = time.monotonic() + wait_ms / 1000
+        watching = False
         while True:
-            found = self.engine.fetch(topic, positions, max_records, fences)
+            with self._engine() as engine:
+                found = engine.fetch(topic, positions, max_records, fences)
             remaining = deadline - time.monotonic()
             if found or remaining <= 0:
                 return found
-            if self._watcher is None:
-                from broker.client.wal_watch import WalWatcher  # watchfiles: only when following
-
-                # Watch first, then read again: a write between the two is not missed.
-                self._watcher = WalWatcher(self.engine.database.data_dir.path)
+            if not watching:  # watch first, then read again: a write between is not missed
+                self._watcher_of_thread()
+                watching = True
                 continue
-            self._watcher.wait(remaining)
+            self._wait_for_change(remaining)
 
     # exclusive producers --------------------------------------------------------------
 
@@ -215,35 +250,61 @@ class EmbeddedTransport:
     ) -> Attachment:
         """Attach; a waiter polls (woken by other processes' writes) until promoted."""
         wait = ExclusiveWait(topic, wait_ms, recheck_s=0.5)
-        attached = self.engine.attach_producer(
-            topic, self.session_id(), parse_access(access), name, epoch
-        )
+        session_id = self.session_id()
+        with self._engine() as engine:
+            attached = engine.attach_producer(topic, session_id, parse_access(access), name, epoch)
         deadline = wait.deadline(time.monotonic())
         while step := wait.step(attached.mode, deadline, time.monotonic()):
             if isinstance(step, GiveUp):
-                self.engine.detach_producer(attached.attachment_id)
+                with self._engine() as engine:
+                    engine.detach_producer(attached.attachment_id)
                 raise step.error
+            # A holder that died writes nothing: the wait is short so that liveness is
+            # looked at again soon, not only when another process writes.
             self._wait_for_change(step.timeout_s)
-            attached = self.engine.poll_attachment(attached.attachment_id, topic)
+            with self._engine() as engine:
+                attached = engine.poll_attachment(attached.attachment_id, topic)
         return attached
 
-    def _wait_for_change(self, timeout_s: float) -> None:
-        if self._watcher is None:
-            from broker.client.wal_watch import WalWatcher
+    def _watcher_of_thread(self) -> WalWatcher:
+        """This thread's watch of the WAL file, started on its first wait."""
+        key = threading.get_ident()
+        with self._lock:
+            if self._closed:
+                raise closed()
+            watcher = self._watchers.get(key)
+            if watcher is None:
+                from broker.client.wal_watch import WalWatcher  # watchfiles: when waiting
 
-            self._watcher = WalWatcher(self.engine.database.data_dir.path)
-        # A holder that died writes nothing: the wait is short so that liveness is
-        # looked at again soon, not only when another process writes.
-        self._watcher.wait(timeout_s)
+                watcher = WalWatcher(self.engine.database.data_dir.path, stop=self._stop)
+                self._watchers[key] = watcher
+            return watcher
+
+    def _wait_for_change(self, timeout_s: float) -> None:
+        """Wait (outside the engine's lock) for another process's write, timeout_s at
+        most; CONNECTION_FAILED if the client is closed meanwhile."""
+        self._watcher_of_thread().wait(timeout_s)
+        if self._stop.is_set():
+            raise closed()
+
+    @property
+    def _watcher(self) -> WalWatcher | None:
+        """The calling thread's watch, if it has one (tests wait for a follower's)."""
+        return next(iter(self._watchers.values()), None)
 
     def detach(self, topic: str, attachment_id: int) -> None:
-        self.engine.detach_producer(attachment_id)
+        with self._engine() as engine:
+            engine.detach_producer(attachment_id)
 
     # ownership ----------------------------------------------------------------------
 
     def session_id(self) -> str:
+        with self._engine() as engine:
+            return self._session_of(engine)
+
+    def _session_of(self, engine: Engine) -> str:
         if self._session_id is None:
-            self._session_id = self.engine.owners.register_process()
+            self._session_id = engine.owners.register_process()
             self._pulse = _PulseBeat(self.engine, self._session_id, self._severed)
             self._pulse.start()
             self._heartbeat = _Heartbeat(self.engine, self._session_id, self._severed)
@@ -265,33 +326,45 @@ class EmbeddedTransport:
                 f"this client's session was {self._severed_reason}",
                 hint="open a new client to claim again",
             )
-        return list(self.engine.owners.own(self.session_id(), group, claims).claimed)
+        with self._engine() as engine:
+            return list(engine.owners.own(self._session_of(engine), group, claims).claimed)
 
     def release(self, group: str, resources: Sequence[str] | None, any_holder: bool) -> list[str]:
-        result = self.engine.owners.release(
-            self.session_id(), group, resources, any_holder=any_holder
-        )
+        with self._engine() as engine:
+            result = engine.owners.release(
+                self._session_of(engine), group, resources, any_holder=any_holder
+            )
         return list(result.released)
 
     def ownership(self, group: str | None) -> list[OwnershipInfo]:
-        return self.engine.owners.holdings(group)
+        with self._engine() as engine:
+            return engine.owners.holdings(group)
 
     def ownership_history(self, group: str | None, limit: int) -> list[AuditRow]:
-        return self.engine.owners.history(group, limit)
+        with self._engine() as engine:
+            return engine.owners.history(group, limit)
 
     def close(self) -> None:
-        if self._closed:
-            return
-        self._closed = True
-        if self._heartbeat is not None:
-            self._heartbeat.stop()
-        if self._session_id is not None:
-            self.engine.session_closed(self._session_id)
-        if self._pulse is not None:
-            self._pulse.stop()
-        if self._watcher is not None:
-            self._watcher.close()
-        self.engine.close()
+        """Close, from any thread: the waits of other threads end (CONNECTION_FAILED)
+        and their engine calls finish first."""
+        self._stop.set()
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            if self._heartbeat is not None:
+                self._heartbeat.stop()
+            if self._session_id is not None:
+                self.engine.session_closed(self._session_id)
+            if self._pulse is not None:
+                self._pulse.stop()
+            for watcher in self._watchers.values():
+                watcher.close()  # one still waiting in its thread ends by itself
+            self.engine.close()
+
+
+def closed() -> BrokerError:
+    return BrokerError(ErrorCode.CONNECTION_FAILED, "this client is closed")
 
 
 def restore_snapshot(

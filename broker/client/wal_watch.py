@@ -10,8 +10,11 @@ a hang.
 
 from __future__ import annotations
 
+import contextlib
+import inspect
+import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Generator
 from pathlib import Path
 
 from watchfiles import Change, watch
@@ -28,8 +31,12 @@ def _is_log_file(change: Change, path: str) -> bool:
 class WalWatcher:
     """Blocks until the data directory's database changes, or a timeout."""
 
-    def __init__(self, data_dir: Path, recheck_ms: int = 250) -> None:
-        self._changes: Iterator[set[tuple[Change, str]]] = watch(
+    def __init__(
+        self, data_dir: Path, recheck_ms: int = 250, stop: threading.Event | None = None
+    ) -> None:
+        """stop, once set, ends every wait within recheck_ms (a close from another thread)."""
+        self._stop = stop or threading.Event()
+        self._changes: Generator[set[tuple[Change, str]], None, None] = watch(
             data_dir,
             watch_filter=_is_log_file,
             debounce=50,
@@ -37,22 +44,26 @@ class WalWatcher:
             rust_timeout=recheck_ms,
             yield_on_timeout=True,
             recursive=False,
+            stop_event=self._stop,
         )
         # The first next() creates the inotify watch; do it now, before any read.
-        self._pending = bool(next(self._changes))
+        self._pending = bool(next(self._changes, None))
 
     def wait(self, timeout_s: float) -> bool:
-        """Wait up to timeout_s for a change; True if one was seen."""
+        """Wait up to timeout_s for a change; True if one was seen. Returns at once,
+        False, once stopped."""
         if self._pending:
             self._pending = False
             return True
         deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            if next(self._changes):
+        while time.monotonic() < deadline and not self._stop.is_set():
+            if next(self._changes, None):
                 return True
         return False
 
     def close(self) -> None:
-        close = getattr(self._changes, "close", None)
-        if close is not None:
-            close()
+        """Stop watching; a watch still waiting in another thread ends by itself."""
+        self._stop.set()
+        if inspect.getgeneratorstate(self._changes) != inspect.GEN_RUNNING:
+            with contextlib.suppress(ValueError):  # began running meanwhile
+                self._changes.close()

@@ -227,6 +227,70 @@ def test_a_follower_of_every_partition_reads_partitions_added_under_it(
     assert [(p, v) for p, _, v in named] == [(0, b"a0"), (0, b"a1"), (0, b"a2"), (1, b"old")]
 
 
+def test_an_embedded_client_shared_by_threads_keeps_every_acknowledged_record(
+    client: Client,
+) -> None:
+    """Threads sharing one embedded client interleaved their SQLite transactions on its
+    one connection: acknowledged offsets held other records or none, and errors came back
+    as STORAGE_FAILED. Each engine call now has the connection to itself."""
+    client.create_topic("shared")
+    acked: list[tuple[bytes, int]] = []
+    failures: list[BaseException] = []
+
+    def produce(thread: int) -> None:
+        try:
+            for i in range(150):
+                value = b"%d-%d" % (thread, i)
+                acked.append((value, client.produce("shared", [value], partition=0)[0].offset))
+        except BaseException as error:
+            failures.append(error)
+
+    threads = [threading.Thread(target=produce, args=(n,)) for n in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    assert failures == []
+    stored = {record.offset: record.value for record in client.consume("shared")}
+    assert len(acked) == 600
+    assert all(stored.get(offset) == value for value, offset in acked)
+    assert sorted(stored) == list(range(600))
+
+
+def test_closing_a_client_ends_another_threads_follow_and_later_calls(
+    orders: Client,
+) -> None:
+    """close() from another thread raised ValueError (the WAL watch was in use) and left
+    the database open; now the follower ends with CONNECTION_FAILED, as served."""
+    outcome: list[BaseException | None] = []
+
+    def follow() -> None:
+        try:
+            list(orders.consume("orders", start="end", follow=True, timeout_s=30))
+            outcome.append(None)
+        except BaseException as error:
+            outcome.append(error)
+
+    follower = threading.Thread(target=follow)
+    follower.start()
+    try:
+        wait_until(
+            lambda: getattr(orders._transport, "_watcher", None) is not None,
+            message="the follower waits for new records",
+        )
+        orders.close()
+    finally:
+        follower.join(timeout=20)
+    assert not follower.is_alive()
+    [error] = outcome
+    assert isinstance(error, BrokerError) and error.code is ErrorCode.CONNECTION_FAILED
+    with pytest.raises(BrokerError) as later:
+        orders.list_topics()
+    assert later.value.code is ErrorCode.CONNECTION_FAILED
+    assert later.value.message == "this client is closed"
+    orders.close()  # again: nothing to do
+
+
 @pytest.mark.parametrize("start", [-1, "middle", True, 1.5, None])
 def test_invalid_start_is_invalid_argument(orders: Client, start: Any) -> None:
     with pytest.raises(BrokerError) as excinfo:
