@@ -70,6 +70,8 @@ class Limits(Struct, frozen=True):
 
 DEFAULT_LIMITS = Limits()
 
+INT64_MIN, INT64_MAX = -(1 << 63), (1 << 63) - 1  # what a stored integer holds (SQLite)
+
 # How long `fencelog serve` keeps polling its sockets after a request before it sleeps
 # (broker.event_loop.BusyPoll says why). A Server used as a library does not poll unless
 # asked: in a process it shares with other threads, a polling loop holds the GIL they

@@ -22,10 +22,12 @@ import importlib
 import os
 import re
 import time
+import weakref
 from collections.abc import Callable, Generator, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Final, Literal, ParamSpec, Protocol, TypeVar, cast
 
+from broker.client import arguments
 from broker.core import records as record_rules
 from broker.discovery import find_server
 from broker.errors import BrokerError, ErrorCode
@@ -147,6 +149,7 @@ class Client:
         self._transport = transport
         self.target = target
         self.limits = transport.limits
+        self._producers: weakref.WeakSet[Producer] = weakref.WeakSet()  # closed with it
 
     def __enter__(self) -> Client:
         return self
@@ -155,7 +158,15 @@ class Client:
         self.close()
 
     def close(self) -> None:
-        self._transport.close()
+        """Close the producers made from this client first, as Producer.close() does
+        (each batch in flight is acknowledged or fails, within its delivery timeout),
+        then the connection. Once closed, a call is CONNECTION_FAILED."""
+        try:
+            for producer in list(self._producers):
+                with contextlib.suppress(BrokerError):  # each batch's future tells
+                    producer.close()
+        finally:
+            self._transport.close()
 
     @property
     def served(self) -> bool:
@@ -173,6 +184,7 @@ class Client:
         config: TopicConfig | None = None,
     ) -> TopicInfo:
         """A new topic; config: its retention and cleanup (TopicConfig), None for none."""
+        arguments.integer("partitions", partitions)
         return self._transport.call(
             ops.CREATE_TOPIC, name, partitions, owner_group=owner_group, config=config
         )
@@ -182,6 +194,7 @@ class Client:
     ) -> TopicInfo:
         """More partitions (never fewer), and/or a new retention and cleanup (the whole
         TopicConfig: what it leaves None is no limit)."""
+        arguments.integer("partitions", partitions, optional=True)
         return self._transport.call(ops.ALTER_TOPIC, name, partitions=partitions, config=config)
 
     def clean_topic(self, topic: str) -> int:
@@ -228,9 +241,17 @@ class Client:
         """
         if txn is not None:
             producer = producer._replace(txn_id=txn)
+        fences = arguments.fences_of(fences)
         results: list[AppendResult] = []
         for batch in self._batches(values, key, partition, headers):
-            results += self._transport.produce(topic, batch, producer=producer, fences=fences)
+            try:
+                results += self._transport.produce(topic, batch, producer=producer, fences=fences)
+            except (TypeError, ValueError, AttributeError) as exc:  # embedded
+                raise arguments.bad_record(batch) or exc from None
+            except BrokerError as error:  # served: the server found a field's type wrong
+                if error.code is not ErrorCode.PROTOCOL_ERROR:
+                    raise
+                raise arguments.bad_record(batch) or error from None
         return results
 
     def produce_arrow(
@@ -250,6 +271,11 @@ class Client:
         row per record in order: partition (int32), offset (int64; -1 in a
         transaction) and duplicate (bool). Needs pyarrow: install fencelog[spark]."""
         columnar = columnar_module("produce_arrow")
+        if not isinstance(batch, columnar.pa.RecordBatch | columnar.pa.Table):
+            raise arguments.refused(
+                f"produce_arrow takes a pyarrow RecordBatch or Table, not {type(batch).__name__}"
+            )
+        fences = arguments.fences_of(fences)
         if txn is not None:
             producer = producer._replace(txn_id=txn)
         parts = [  # a RecordColumns' batches are RecordColumns (its slices)
@@ -274,18 +300,30 @@ class Client:
         if isinstance(values, RecordColumns):
             records = values
         else:
-            default_key = _as_bytes(key) if key is not None else None
+            values = arguments.values_iterable(values)
+            default_key = None if key is None else arguments.as_bytes(key, "key")
+            headers = arguments.headers_of(headers)
+            arguments.integer("partition", partition, optional=True)
             records = [
                 value
                 if isinstance(value, NewRecord)
-                else NewRecord(_as_bytes(value), default_key, headers, partition)
+                else NewRecord(
+                    arguments.as_bytes(value, "a value"), default_key, headers, partition
+                )
                 for value in values
             ]
-        for batch in record_rules.split_batches(records, self.limits):
+        try:
+            batches = record_rules.split_batches(records, self.limits)
+        except (TypeError, ValueError, AttributeError) as exc:
+            raise arguments.bad_record(records) or exc from None
+        for batch in batches:
             if not self._transport.validates_records:
                 # The engine's own check, against the limits the broker announced: a batch
                 # too large for it fails here as it would embedded, never as a frame error.
-                record_rules.check_records(batch, self.limits)
+                try:
+                    record_rules.check_records(batch, self.limits)
+                except (TypeError, ValueError, AttributeError) as exc:
+                    raise arguments.bad_record(batch) or exc from None
             yield batch
 
     # consume ------------------------------------------------------------------------
@@ -301,8 +339,9 @@ class Client:
     ) -> list[Record]:
         """One fetch from several partitions ({partition: next offset}); waits up to
         wait_ms for a record when none is there yet."""
-        if wait_ms < 0:
-            raise BrokerError(ErrorCode.INVALID_ARGUMENT, f"wait_ms must be >= 0, not {wait_ms}")
+        positions, fences = arguments.positions_of(positions), arguments.fences_of(fences)
+        arguments.count("wait_ms", wait_ms)
+        arguments.count("max_records", max_records, optional=True)
         if max_records == 0:
             return []
         limit = self._page(max_records)
@@ -320,6 +359,8 @@ class Client:
         offset, timestamp_ms, key, value, headers as msgpack, producer_id, generation,
         sequence, epoch, txn_id). For bulk readers that turn pages into columns (the
         Spark connector); `broker.storage.logs.records_of(topic, rows)` makes Records."""
+        positions, fences = arguments.positions_of(positions), arguments.fences_of(fences)
+        arguments.count("max_records", max_records, optional=True)
         if max_records == 0:
             return []
         limit = self._page(max_records)
@@ -478,8 +519,8 @@ class Client:
     ) -> Iterator[list[Record]]:
         """consume()'s records as the fetches return them, a non-empty list each: a
         consumer that commits offsets commits once a batch is handled."""
-        if max_records is not None and max_records < 0:
-            raise BrokerError(ErrorCode.INVALID_ARGUMENT, "max_records must be >= 0")
+        arguments.count("max_records", max_records, optional=True)
+        fences = arguments.fences_of(fences)
         positions = self.positions(topic, partition, start)
         if fences:  # a stale fence fails even when there is nothing to read
             self.fetch(topic, {}, max_records=1, fences=fences)
@@ -561,7 +602,7 @@ class Client:
 
         if isinstance(state, bytes):
             state = ProducerState.from_bytes(state)
-        return Producer(
+        made = Producer(
             self,
             topic,
             idempotent=idempotent,
@@ -574,6 +615,8 @@ class Client:
             wait_timeout_s=wait_timeout_s,
             fences=fences,
         )
+        self._producers.add(made)
+        return made
 
     def topic_access(self, topic: str) -> AccessInfo:
         """A topic's epoch, its exclusive producer, shared producers and waiters."""
@@ -588,6 +631,8 @@ class Client:
 
     def lease_pid(self, topic: str, partition: int, pid: int | None = None) -> Lease:
         """A new producer id for (topic, partition), or an existing pid's state there."""
+        arguments.integer("partition", partition)
+        arguments.integer("pid", pid, optional=True)
         return self._transport.call(ops.LEASE_PID, topic, partition, pid)
 
     def producer_states(self, topic: str) -> list[tuple[int, ProducerEntry]]:
@@ -968,10 +1013,6 @@ def columnar_module(method: str = "fetch_arrow") -> ModuleType:
             hint="install fencelog's spark extra: pip install 'fencelog[spark]'",
         ) from exc
     return columnar
-
-
-def _as_bytes(value: bytes | str) -> bytes:
-    return value.encode("utf-8") if isinstance(value, str) else value
 
 
 def connect(

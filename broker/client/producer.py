@@ -37,6 +37,7 @@ import asyncio
 import collections
 import concurrent.futures
 import contextlib
+import math
 import os
 import secrets
 import socket
@@ -185,6 +186,11 @@ class Producer:
     ) -> None:
         if max_in_flight < 1:
             raise BrokerError(ErrorCode.INVALID_ARGUMENT, "max_in_flight must be >= 1")
+        if not 0 < delivery_timeout_s < math.inf:
+            raise BrokerError(
+                ErrorCode.INVALID_ARGUMENT,
+                f"delivery_timeout_s is a number of seconds > 0, not {delivery_timeout_s!r}",
+            )
         if state is not None and state.topic != topic:
             raise BrokerError(
                 ErrorCode.INVALID_ARGUMENT, f"the state is for topic {state.topic}, not {topic}"
@@ -381,7 +387,29 @@ class Producer:
             except BrokerError as error:
                 self._fail(partition, batch, error)
                 continue
+            except BaseException as error:  # a bug or an interrupt: not this batch's answer
+                self._stop_pump(partition, [batch], error)
+                raise
             self._acknowledge(partition, batch, results)
+
+    def _stop_pump(self, partition: int, batches: Sequence[_Batch], error: BaseException) -> None:
+        """A pump ended by an exception that is no broker's answer: its batches and
+        every one queued behind them fail with it (outcome unknown), and the partition
+        takes new batches again, numbered by a new pid."""
+        failed = BrokerError(
+            ErrorCode.INTERNAL,
+            f"the producer stopped on {type(error).__name__}: {error}; this batch may or "
+            "may not have been appended",
+        )
+        with self._pumping:
+            queue = self._queues.get(partition, collections.deque())
+            doomed = [*batches, *queue]
+            queue.clear()
+            self._running.discard(partition)
+        self._partitions.pop(partition, None)
+        for each in doomed:
+            if not each.done.done():
+                each.done.set_exception(failed)
 
     def _retry_sync(self, batch: _Batch) -> list[AppendResult]:
         deadline = batch.deadline
@@ -403,8 +431,15 @@ class Producer:
 
     async def _pump(self, partition: int) -> None:
         """Send this partition's queue with up to max_in_flight batches outstanding."""
-        queue = self._queues[partition]
         inflight: collections.deque[_Batch] = collections.deque()
+        try:
+            await self._pump_inflight(partition, inflight)
+        except BaseException as error:  # a bug, or the loop going away: fail, never hang
+            self._stop_pump(partition, list(inflight), error)
+            raise
+
+    async def _pump_inflight(self, partition: int, inflight: collections.deque[_Batch]) -> None:
+        queue = self._queues[partition]
         send = self._async_send()
         while inflight or not self._pump_may_exit(partition, queue):
             while (

@@ -26,6 +26,7 @@ import enum
 from typing import NamedTuple
 
 from broker.errors import BrokerError, ErrorCode
+from broker.limits import INT64_MAX, INT64_MIN
 from broker.types import ProducerEntry, ProducerFields
 
 _tuple_new = tuple.__new__
@@ -48,9 +49,6 @@ class Batch(NamedTuple):
     @property
     def last_sequence(self) -> int:
         return self.first_sequence + self.record_count - 1
-
-
-INT64_MIN, INT64_MAX = -(1 << 63), (1 << 63) - 1  # what a stored integer holds
 
 
 def check_stored_range(producer: ProducerFields) -> None:

@@ -19,10 +19,11 @@ import zlib
 from collections.abc import Sequence
 
 from broker.errors import BrokerError, ErrorCode
-from broker.limits import Limits
+from broker.limits import INT64_MAX, INT64_MIN, Limits
 from broker.types import CLEANUP_POLICIES, NewRecord, RecordColumns, TopicConfig, values_of
 
 _VALUE, _KEY, _HEADERS = (operator.itemgetter(i) for i in range(3))
+_TIMESTAMP = operator.itemgetter(4)
 
 
 _TOPIC_NAME = re.compile(r"^[A-Za-z0-9._-]+$")
@@ -141,6 +142,32 @@ def check_records(records: Sequence[NewRecord], limits: Limits) -> None:
             f"a batch holds at most {limits.append_bytes_max} bytes, not {total}",
             hint="split the batch",
         )
+    if not isinstance(records, RecordColumns) and any(map(_TIMESTAMP, records)):
+        _check_timestamps(records)
+
+
+def _check_timestamps(records: Sequence[NewRecord]) -> None:
+    """Each timestamp given an integer of ms that SQLite stores (64 bits): a float or a
+    number past that failed the write itself, and with it its group commit."""
+    for index, stamp in enumerate(map(_TIMESTAMP, records)):
+        if stamp is not None and (type(stamp) is not int or not INT64_MIN <= stamp <= INT64_MAX):
+            raise BrokerError(
+                ErrorCode.INVALID_ARGUMENT,
+                f"record {index}: timestamp_ms is {stamp!r}; it is an integer of milliseconds "
+                "since the epoch (64 bits)",
+                index=index,
+                hint="e.g. int(time.time() * 1000)",
+            )
+
+
+def check_offset(offset: int) -> None:
+    """An offset asked for: 0 or more, and within what SQLite stores (64 bits)."""
+    if not 0 <= offset <= INT64_MAX:
+        raise BrokerError(
+            ErrorCode.INVALID_ARGUMENT,
+            f"offsets are 0 to {INT64_MAX}, not {offset}",
+            offset=offset,
+        )
 
 
 def _check_record(index: int, record: NewRecord, limits: Limits) -> int:
@@ -181,10 +208,24 @@ def _check_record(index: int, record: NewRecord, limits: Limits) -> int:
                 ErrorCode.INVALID_ARGUMENT,
                 f"record {index}: header names are 1 to {limits.header_key_chars_max} characters",
             )
+        if not name.isascii():
+            try:
+                name.encode("utf-8")
+            except UnicodeEncodeError as exc:
+                raise BrokerError(
+                    ErrorCode.INVALID_ARGUMENT,
+                    f"record {index}: header name {name!r} is not valid Unicode ({exc.reason})",
+                ) from None
         if len(value) > limits.header_value_bytes_max:
             raise too_large(f"header {name!r}", len(value), limits.header_value_bytes_max)
-        size += len(value)
+        size += _header_bytes(name, value)
     return size
+
+
+def _header_bytes(name: str, value: bytes) -> int:
+    """A header's bytes as a batch counts them: its name's UTF-8 too (a batch of many
+    long names is as large on the wire as its values)."""
+    return len(value) + (len(name) if name.isascii() else len(name.encode("utf-8", "replace")))
 
 
 def split_batches(records: Sequence[NewRecord], limits: Limits) -> list[Sequence[NewRecord]]:
@@ -229,7 +270,7 @@ def _key_lengths(records: Sequence[NewRecord]) -> list[int] | None:
 
 def _stored_size(record: NewRecord) -> int:
     size = len(record.value) + (len(record.key) if record.key is not None else 0)
-    return size + sum(len(value) for _, value in record.headers)
+    return size + sum(_header_bytes(name, value) for name, value in record.headers)
 
 
 def choose_partition(key: bytes | None, partitions: int, round_robin: int) -> int:

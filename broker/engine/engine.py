@@ -31,7 +31,7 @@ from broker.engine.producer_table import ProducerTable, Staged, write_snapshot
 from broker.engine.transactions import Transactions
 from broker.engine.write_cache import WriteCache
 from broker.errors import BrokerError, ErrorCode
-from broker.limits import DEFAULT_LIMITS, Limits
+from broker.limits import DEFAULT_LIMITS, INT64_MAX, Limits
 from broker.storage import logs, pages, timestamps
 from broker.storage import producers as producer_store
 from broker.storage.database import SCHEMA_VERSION, Database
@@ -510,7 +510,7 @@ class Engine:
 
     def lease_pid(self, topic: str, partition: int, producer_id: int | None = None) -> Lease:
         """A new pid for (topic, partition), or an existing pid's state there."""
-        if producer_id is not None and not 0 < producer_id <= producer_rules.INT64_MAX:
+        if producer_id is not None and not 0 < producer_id <= INT64_MAX:
             raise BrokerError(ErrorCode.INVALID_ARGUMENT, "producer ids are 1..2^63-1")
         staged = self.producers.stage()
         with self.database.write() as conn:
@@ -706,7 +706,7 @@ class Engine:
             row = self._topic(conn, topic)
             for partition, offset in positions.items():
                 record_rules.check_partition(topic, partition, row.partitions)
-                _check_offset(offset)
+                record_rules.check_offset(offset)
                 if offset < (start := logs.start_offset(conn, row, partition)):
                     raise _below_start(topic, partition, offset, start)
                 chunk, count = read(conn, row, partition, offset, limit - taken)
@@ -726,7 +726,7 @@ class Engine:
         with self.database.read() as conn:
             row = self._topic(conn, topic)
             record_rules.check_partition(topic, partition, row.partitions)
-            _check_offset(offset)
+            record_rules.check_offset(offset)
             return logs.read_kafka_rows(conn, row, partition, offset, limit)
 
     def fetch_arrow(
@@ -970,13 +970,6 @@ def _below_start(topic: str, partition: int, offset: int, start: int) -> BrokerE
         start_offset=start,
         hint="read from the beginning (the log start) or a later offset",
     )
-
-
-def _check_offset(offset: int) -> None:
-    if offset < 0:
-        raise BrokerError(
-            ErrorCode.INVALID_ARGUMENT, f"offsets start at 0, not {offset}", offset=offset
-        )
 
 
 def _within_bytes(found: list[rows.Row], bytes_max: int) -> list[rows.Row]:

@@ -7,6 +7,7 @@ state, and lease renewal by the broker's clock.
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 import gc
 import json
@@ -256,12 +257,59 @@ def test_producer_arguments_and_saved_state_are_checked(kind: str, data_dir: Pat
         with pytest.raises(BrokerError) as in_flight:
             client.producer(TOPIC, max_in_flight=0)
         assert in_flight.value.code is ErrorCode.INVALID_ARGUMENT
+        for timeout in (0, -1.0, float("inf"), float("nan")):
+            # 0 failed every batch served as "may or may not have been appended" (a retry
+            # then wrote it twice); embedded, it was ignored
+            with pytest.raises(BrokerError) as no_time:
+                client.producer(TOPIC, delivery_timeout_s=timeout)
+            assert no_time.value.code is ErrorCode.INVALID_ARGUMENT
         with pytest.raises(BrokerError) as unknown:  # pid 7 was never leased
             client.producer(TOPIC, state=state)
         assert unknown.value.code is ErrorCode.UNKNOWN_PID
         with pytest.raises(BrokerError) as nothing:
             client.producer(TOPIC).send([], partition=0)
         assert nothing.value.code is ErrorCode.INVALID_ARGUMENT
+
+
+def test_closing_the_client_delivers_what_its_producers_have_in_flight(
+    kind: str, data_dir: Path
+) -> None:
+    """Leaving `with connect(url)` without a flush: served, the batches' futures were
+    never resolved (a send in another thread and flush() hung) and nothing landed.
+    close() now closes the client's producers first, as Producer.close() does."""
+    with broker_client(kind, data_dir) as client:
+        producer = client.producer(TOPIC)
+        futures = [producer.send_async([b"v%d" % i], partition=0) for i in range(100)]
+    done, _ = concurrent.futures.wait(futures, timeout=30)
+    assert len(done) == 100
+    offsets = [future.result()[0].offset for future in futures]
+    assert offsets == list(range(100))
+    with pytest.raises(BrokerError) as closed:
+        producer.send([b"late"], partition=0)
+    assert closed.value.code is ErrorCode.INVALID_ARGUMENT
+
+
+def test_a_batch_that_fails_on_no_broker_error_leaves_the_partition_sending(
+    data_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Embedded, an exception that was no BrokerError (a raw SQLite error) left the
+    partition marked as being pumped: every later send on it blocked for good."""
+    with broker_client("embedded", data_dir) as client:
+        producer = client.producer(TOPIC)
+        real = client._transport.produce
+        calls = iter([RuntimeError("disk on fire"), None])
+
+        def failing_once(*args: object, **kwargs: object) -> object:
+            if (error := next(calls, None)) is not None:
+                raise error
+            return real(*args, **kwargs)  # type: ignore[arg-type]
+
+        monkeypatch.setattr(client._transport, "produce", failing_once)
+        with pytest.raises(RuntimeError):
+            producer.send([b"lost"], partition=0)
+        results = send_within(producer, [b"next"], partition=0)
+        assert [r.offset for r in results] == [0]
+        assert stored(client) == [b"next"]
 
 
 def test_committed_offsets_answer_the_producer_state_stored_last(data_dir: Path) -> None:

@@ -199,6 +199,40 @@ PARITY_CASES = [
     Case("consume from a bad start", lambda c: list(c.consume("t", start=-1))),
 ]
 
+# Arguments of the wrong type or past 64 bits: a TypeError, OverflowError or raw SQLite
+# error embedded, PROTOCOL_ERROR or INTERNAL served; INVALID_ARGUMENT now, both alike.
+BAD_ARGUMENT_CASES = [
+    Case("produce None", lambda c: c.produce("t", None)),  # type: ignore[arg-type]
+    Case("produce one bytes value", lambda c: c.produce("t", b"abc")),  # type: ignore[arg-type]
+    Case("produce a None value", lambda c: c.produce("t", [None])),  # type: ignore[list-item]
+    Case("produce an int value", lambda c: c.produce("t", [5])),  # type: ignore[list-item]
+    Case("produce an int key", lambda c: c.produce("t", [b"a"], key=5)),  # type: ignore[arg-type]
+    Case("produce a headers dict", lambda c: c.produce("t", [b"a"], headers={"a": b"1"})),  # type: ignore[arg-type]
+    Case("produce a text partition", lambda c: c.produce("t", [b"a"], partition="1")),  # type: ignore[arg-type]
+    Case("produce a record of text", lambda c: c.produce("t", [NewRecord("abc")])),  # type: ignore[arg-type]
+    Case(
+        "produce a float timestamp",
+        lambda c: c.produce("t", [NewRecord(b"a", timestamp_ms=1.5e12)]),  # type: ignore[arg-type]
+    ),
+    Case(
+        "produce a timestamp past 64 bits",
+        lambda c: c.produce("t", [NewRecord(b"a", timestamp_ms=2**63)]),
+    ),
+    Case(
+        "produce a header name that is no Unicode",
+        lambda c: c.produce("t", [b"a"], headers=(("\ud800", b"1"),)),
+    ),
+    Case("produce with a text fence", lambda c: c.produce("t", [b"a"], fences=["g:r:1"])),  # type: ignore[list-item]
+    Case("fetch a list", lambda c: c.fetch("t", [0])),  # type: ignore[arg-type]
+    Case("fetch a text offset", lambda c: c.fetch("t", {0: "0"})),  # type: ignore[dict-item]
+    Case("fetch past 64 bits", lambda c: c.fetch("t", {0: 2**63})),
+    Case("fetch -1 records", lambda c: c.fetch("t", {0: 0}, max_records=-1)),
+    Case("create a topic of text partitions", lambda c: c.create_topic("u", partitions="2")),  # type: ignore[arg-type]
+    Case("lease a pid of a text partition", lambda c: c.lease_pid("t", "0")),  # type: ignore[arg-type]
+    Case("produce_arrow None", lambda c: c.produce_arrow("t", None)),
+]
+PARITY_CASES += BAD_ARGUMENT_CASES
+
 
 def outcome(client: Client, case: Case) -> tuple[str, Any]:
     """What a user of either transport sees: the result, or the error's code and text."""
@@ -222,6 +256,14 @@ def test_served_and_embedded_give_the_same_outcome(tmp_path: Path, case: Case) -
     ):
         got = outcome(remote, case)
     assert got == expected
+
+
+@pytest.mark.parametrize("case", BAD_ARGUMENT_CASES, ids=[case.name for case in BAD_ARGUMENT_CASES])
+def test_a_bad_argument_is_invalid_argument_and_writes_nothing(tmp_path: Path, case: Case) -> None:
+    with connect(tmp_path / "embedded", limits=PARITY_LIMITS) as client:
+        kind, (code, message, _) = outcome(client, case)
+        assert (kind, code) == ("error", ErrorCode.INVALID_ARGUMENT), message
+        assert client.end_offsets("t") == [1, 0]
 
 
 def test_a_batch_larger_than_a_frame_is_split_alike_embedded_and_served(tmp_path: Path) -> None:

@@ -202,6 +202,29 @@ def test_batch_over_the_byte_bound_is_too_large() -> None:
     assert code_of(excinfo) is ErrorCode.RECORD_TOO_LARGE
 
 
+def test_header_names_count_towards_the_batch_bytes() -> None:
+    """They travel as much as values do: a batch of long names that the client let
+    through as small broke the served connection with a frame over the limit."""
+    named = [NewRecord(b"v", headers=(("hhhhh", b"x"),))] * 3  # 3 x (1 + 5 + 1) = 21 bytes
+    check_records(named, SMALL)
+    heavier = [NewRecord(b"vvv", headers=(("hhhhh", b"xx"),))] * 3  # 3 x 10 = 30 bytes
+    with pytest.raises(BrokerError) as excinfo:
+        check_records(heavier, SMALL)
+    assert code_of(excinfo) is ErrorCode.RECORD_TOO_LARGE
+    assert [len(batch) for batch in split_batches(heavier, SMALL)] == [2, 1]
+
+
+@pytest.mark.parametrize("stamp", [1.5, 2**63, -(2**63) - 1, "1700000000000"])
+def test_a_timestamp_is_a_64_bit_integer(stamp: object) -> None:
+    with pytest.raises(BrokerError) as excinfo:
+        check_records([NewRecord(b"v"), NewRecord(b"v", timestamp_ms=stamp)], SMALL)  # type: ignore[arg-type]
+    assert code_of(excinfo) is ErrorCode.INVALID_ARGUMENT
+    assert "record 1: timestamp_ms" in excinfo.value.message
+    check_records(
+        [NewRecord(b"v", timestamp_ms=-1), NewRecord(b"v", timestamp_ms=2**63 - 1)], SMALL
+    )
+
+
 # choosing a partition -----------------------------------------------------------------
 
 
