@@ -329,10 +329,23 @@ class Transactions:
         if refused is not None:
             raise refused
         self.failpoints.reached("prepare")
-        for earlier in pending:
-            if earlier != txn_id:
-                self._apply(earlier)
-        return self._apply(txn_id)
+        try:
+            for earlier in pending:
+                if earlier != txn_id:
+                    self._apply(earlier)
+            return self._apply(txn_id)
+        except BrokerError as error:
+            if error.code not in (ErrorCode.STORAGE_FAILED, ErrorCode.STORAGE_BUSY):
+                raise
+            raise BrokerError(
+                error.code,
+                f"transaction {txn_id} is prepared: its commit is decided, but copying it "
+                f"into the logs failed ({error.message}); the copy is done when its group "
+                "next commits or the broker next opens the directory",
+                txn_id=txn_id,
+                decided=True,
+                hint=f"fencelog txn show {txn_id} says when it is committed",
+            ) from error
 
     def keep_alive(self, txn_id: int, group: str | None, timeout_ms: int) -> TxnInfo:
         """Move an open transaction's deadline to timeout_ms from now (a job still at

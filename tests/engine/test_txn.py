@@ -1009,6 +1009,32 @@ def test_commits_of_a_group_are_applied_in_journal_order(
     assert len(stored(engine, "invoices")) == 3
 
 
+def test_a_copy_that_fails_after_the_commit_point_says_the_commit_is_decided(
+    opened: list[Engine], data_dir: Path, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A disk that fills during APPLY_COMMIT: the error read as a plain failure ("storage
+    failed during commit"), while the commit was decided and landed later."""
+    engine = open_engine(opened, data_dir, clock)
+    engine.create_topic("invoices")
+    txn = engine.txn_begin("billing")
+    journal_into(engine, txn.txn_id, "invoices", ["a"])
+
+    def disk_full(*args: object) -> int:
+        raise sqlite3.OperationalError("database or disk is full")
+
+    with monkeypatch.context() as patched:
+        patched.setattr("broker.storage.txns.copy_partition", disk_full)
+        with pytest.raises(BrokerError) as caught:
+            engine.txn_commit(txn.txn_id)
+    assert caught.value.code is ErrorCode.STORAGE_FAILED
+    assert f"transaction {txn.txn_id} is prepared: its commit is decided" in caught.value.message
+    assert "database or disk is full" in caught.value.message
+    assert caught.value.details["decided"] is True
+    assert engine.txn_show(txn.txn_id).info.state == "prepared"
+    assert engine.txns.recover() == [txn.txn_id]
+    assert stored(engine, "invoices") == [(0, 0, b"a", txn.txn_id)]
+
+
 def test_recovery_twice_changes_nothing(
     opened: list[Engine], data_dir: Path, clock: FakeClock
 ) -> None:
