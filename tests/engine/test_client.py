@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -130,28 +130,47 @@ def test_follow_returns_after_the_timeout(orders: Client) -> None:
     assert len(records) == 5
 
 
-def test_follow_wakes_for_a_record_from_another_connection(orders: Client, data_dir: Path) -> None:
-    def produce_once_it_waits() -> None:
-        # the follower waits on the WAL once it has read to the end
+def follow_while(
+    client: Client,
+    data_dir: Path,
+    change: Callable[[Client], object],
+    max_records: int | None,
+    got: list[tuple[int, int, bytes]] | None = None,
+) -> list[tuple[int, int, bytes]]:
+    """What a follower of the whole topic "orders", from its end, reads (into `got` as
+    it goes) while another connection makes `change` once the follower waits (on the
+    WAL, having read to the end); its error, if it ends with one. Bounded: 15 s, though
+    it follows for 30."""
+    got = [] if got is None else got
+
+    def follow() -> list[tuple[int, int, bytes]]:
+        records = client.consume(
+            "orders", start="end", follow=True, timeout_s=30, max_records=max_records
+        )
+        got.extend((r.partition, r.offset, r.value) for r in records)
+        return got
+
+    def change_once_it_waits() -> None:
         wait_until(
-            lambda: getattr(orders._transport, "_watcher", None) is not None,
+            lambda: getattr(client._transport, "_watcher", None) is not None,
             message="the follower waits for new records",
         )
         with connect(data_dir) as other:
-            other.produce("orders", [b"late"], partition=1)
+            change(other)
 
-    writer = threading.Thread(target=produce_once_it_waits)
+    writer = threading.Thread(target=change_once_it_waits)
     writer.start()
     try:
-        # it wakes for the record, long before its own 30 s timeout would end it
-        records = within(
-            15,
-            lambda: seen(
-                orders.consume("orders", start="end", follow=True, timeout_s=30, max_records=1)
-            ),
-        )
+        return within(15, follow)
     finally:
         writer.join(timeout=20)
+
+
+def test_follow_wakes_for_a_record_from_another_connection(orders: Client, data_dir: Path) -> None:
+    # it wakes for the record, long before its own 30 s timeout would end it
+    records = follow_while(
+        orders, data_dir, lambda other: other.produce("orders", [b"late"], partition=1), 1
+    )
     assert records == [(1, 0, b"late")]
 
 
@@ -163,29 +182,14 @@ def test_a_topic_recreated_under_a_follower_is_said_not_skipped(
     skipped what came before. It says so instead (UNKNOWN_TOPIC, as a served follower
     whose long poll sees the topic go)."""
 
-    def recreate_once_it_waits() -> None:
-        wait_until(
-            lambda: getattr(orders._transport, "_watcher", None) is not None,
-            message="the follower waits for new records",
-        )
-        with connect(data_dir) as other:
-            other.delete_topic("orders")
-            other.create_topic("orders", partitions=3)
-            other.produce("orders", [b"n0", b"n1", b"n2", b"n3"], partition=0)
+    def recreate(other: Client) -> None:
+        other.delete_topic("orders")
+        other.create_topic("orders", partitions=3)
+        other.produce("orders", [b"n0", b"n1", b"n2", b"n3"], partition=0)
 
-    writer = threading.Thread(target=recreate_once_it_waits)
-    writer.start()
     got: list[tuple[int, int, bytes]] = []
-    try:
-        with pytest.raises(BrokerError) as raised:
-            within(
-                15,
-                lambda: got.extend(
-                    seen(orders.consume("orders", start="end", follow=True, timeout_s=30))
-                ),
-            )
-    finally:
-        writer.join(timeout=20)
+    with pytest.raises(BrokerError) as raised:
+        follow_while(orders, data_dir, recreate, None, got)
     assert raised.value.code is ErrorCode.UNKNOWN_TOPIC
     assert "deleted and created again" in raised.value.message
     assert got == []
@@ -198,27 +202,12 @@ def test_a_follower_of_every_partition_reads_partitions_added_under_it(
     read from its beginning, as a Kafka consumer of the topic reads it; a follower of
     named partitions keeps to them."""
 
-    def add_once_it_waits() -> None:
-        wait_until(
-            lambda: getattr(orders._transport, "_watcher", None) is not None,
-            message="the follower waits for new records",
-        )
-        with connect(data_dir) as other:
-            other.alter_topic("orders", partitions=4)
-            other.produce("orders", [b"n0", b"n1"], partition=3)
-            other.produce("orders", [b"old"], partition=1)
+    def add_partition(other: Client) -> None:
+        other.alter_topic("orders", partitions=4)
+        other.produce("orders", [b"n0", b"n1"], partition=3)
+        other.produce("orders", [b"old"], partition=1)
 
-    writer = threading.Thread(target=add_once_it_waits)
-    writer.start()
-    try:
-        records = within(
-            15,
-            lambda: seen(
-                orders.consume("orders", start="end", follow=True, timeout_s=30, max_records=3)
-            ),
-        )
-    finally:
-        writer.join(timeout=20)
+    records = follow_while(orders, data_dir, add_partition, 3)
     assert sorted(records) == [(1, 0, b"old"), (3, 0, b"n0"), (3, 1, b"n1")]
     named = within(
         15,
