@@ -133,6 +133,17 @@ FINDINGS: Final = (
     "Parquet read 2.96M and 3.23M, write 1.34M and 1.39M. The embedded goals and the "
     "served-of-embedded one pass in one run and fail in the other; the served read and "
     "write miss in both, the write by a hair.",
+    "- Session 19's runs, three of this bench at d52ac88 (the second and third not re"
+    "corded above): embedded read 1.54M, 1.47M and 1.51M rows/s (0.61, 0.42 and 0.47 "
+    "of Parquet), served read 1.38M, 1.45M and 1.46M (0.55, 0.41 and 0.46), embedded "
+    "write 372K, 397K and 388K (0.27, 0.28 and 0.30), served write 342K, 371K and 342"
+    "K (0.2501, 0.26 and 0.26), served read of embedded 0.89, 0.99 and 0.97; Parquet "
+    "read 2.52M, 3.51M and 3.19M, write 1.37M, 1.42M and 1.30M; the PySpark ceiling r"
+    "ead 2.03M, 1.99M and 1.94M (0.80, 0.57 and 0.61 of Parquet). The write goals and"
+    " the served-of-embedded one pass in every run. Our reads hold at 1.4M-1.5M rows/"
+    "s, 0.73-0.78 of PySpark's own ceiling; against Parquet they pass only when Parqu"
+    "et reads below about 3M rows/s: to reach 0.5 of a 3.5M Parquet read a Python sou"
+    "rce needs 0.88 of PySpark's ceiling, about half the connector's cost per row.",
     "- Tried and dropped: 16 KiB SQLite pages (a 1M-row commit in a scratch loop 0.32 -> "
     "0.20 s, but every small commit would write its pages to the WAL four times as "
     "large; not measured); memory-mapped reads (6% off the values "
