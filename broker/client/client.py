@@ -338,7 +338,8 @@ class Client:
         fences: Sequence[Fence] = (),
     ) -> list[Record]:
         """One fetch from several partitions ({partition: next offset}); waits up to
-        wait_ms for a record when none is there yet."""
+        wait_ms for a record when none is there yet (at most the broker's
+        fetch_wait_ms_max, 30 s by default, embedded as served: then it answers [])."""
         positions, fences = arguments.positions_of(positions), arguments.fences_of(fences)
         arguments.count("wait_ms", wait_ms)
         arguments.count("max_records", max_records, optional=True)

@@ -229,7 +229,8 @@ class EmbeddedTransport:
         wait_ms: int,
         fences: Sequence[Fence],
     ) -> list[Record]:
-        deadline = time.monotonic() + wait_ms / 1000
+        # at most fetch_wait_ms_max, as a server bounds a long poll
+        deadline = time.monotonic() + min(wait_ms, self.limits.fetch_wait_ms_max) / 1000
         watching = False
         while True:
             with self._engine() as engine:

@@ -138,6 +138,12 @@ def inspect(data_dir: Path, problems_max: int = 100) -> Inspection:
             hint="check --broker or FENCELOG_BROKER",
         )
     db_path = data_dir / DB_FILE
+    if db_path.exists() and not db_path.is_file():  # as every other command says of it
+        raise BrokerError(
+            ErrorCode.DATA_DIR_UNREADABLE,
+            f"cannot open {db_path}: it is not a file",
+            path=str(db_path),
+        )
     if not db_path.is_file():
         raise BrokerError(
             ErrorCode.DATA_DIR_MISSING,

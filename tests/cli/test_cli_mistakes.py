@@ -207,6 +207,11 @@ def test_check_refuses_what_the_other_commands_refuse(invoke: Invoke, filled: Pa
     conn.close()
     foreign = expect(invoke("check"), ErrorCode.FOREIGN_DATA_DIR)
     assert "is a SQLite database, but not fencelog's" in one_line(foreign)
+    (filled / DB_FILE).unlink()
+    (filled / DB_FILE).mkdir()  # every other command: DATA_DIR_UNREADABLE (check said 36)
+    for args in (("check",), ("topic", "list")):
+        unreadable = expect(invoke(*args), ErrorCode.DATA_DIR_UNREADABLE)
+        assert f"cannot open {filled / DB_FILE}" in one_line(unreadable)
 
 
 @pytest.mark.parametrize("damage", [truncate, scribble])

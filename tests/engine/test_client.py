@@ -8,11 +8,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from msgspec.structs import replace
 
 import broker
 from broker.client.client import Client, connect
 from broker.errors import BrokerError, ErrorCode
-from broker.limits import Limits
+from broker.limits import DEFAULT_LIMITS, Limits
 from broker.types import NewRecord
 from support.waiting import wait_until, within
 
@@ -278,6 +279,15 @@ def test_closing_a_client_ends_another_threads_follow_and_later_calls(
     assert later.value.code is ErrorCode.CONNECTION_FAILED
     assert later.value.message == "this client is closed"
     orders.close()  # again: nothing to do
+
+
+def test_a_fetch_waits_no_longer_than_the_broker_allows(data_dir: Path) -> None:
+    """A server answers a long poll after fetch_wait_ms_max at most; embedded, a fetch
+    waited as long as it was asked (here, about eleven days)."""
+    limits = replace(DEFAULT_LIMITS, fetch_wait_ms_max=200)
+    with connect(data_dir, limits=limits) as client:
+        client.create_topic("quiet")
+        assert within(10, lambda: client.fetch("quiet", {0: 0}, wait_ms=10**9)) == []
 
 
 @pytest.mark.parametrize("start", [-1, "middle", True, 1.5, None])
