@@ -29,6 +29,7 @@ from broker.storage.database import (
     SCHEMA_VERSION,
     TXN_BATCHES_SCHEMA,
     DataDir,
+    empty_database,
     opens_as_fencelog,
     schema_too_new,
 )
@@ -152,6 +153,8 @@ def inspect(data_dir: Path, problems_max: int = 100) -> Inspection:
             hint="nothing to check: the directory has not been written to",
         )
     size = db_path.stat().st_size
+    if size == 0:
+        raise empty_database(db_path)
     try:
         conn = sqlite3.connect(f"file:{db_path}?mode=ro", uri=True)
     except sqlite3.Error as exc:

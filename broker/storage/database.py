@@ -23,6 +23,7 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+import secrets
 import sqlite3
 import threading
 import time
@@ -42,7 +43,7 @@ _SYNCHRONOUS: Final[dict[Durability, str]] = {"full": "FULL", "normal": "NORMAL"
 # Files fencelog itself may leave in a data directory; anything else makes it foreign.
 _OWN_FILE = re.compile(
     r"^(fencelog\.db(-wal|-shm|-journal)?|server\.(json|lock)|fencelog\.sock|snapshots|sessions"
-    r"|.*\.tmp)$"
+    r"|.*\.tmp(-journal)?)$"
 )
 
 
@@ -225,6 +226,10 @@ class Database:
         data_dir.prepare()
         old_umask = os.umask(0o077)
         try:
+            if not data_dir.db_path.exists():
+                _create(data_dir, durability, busy_timeout_ms)
+            elif data_dir.db_path.is_file() and data_dir.db_path.stat().st_size == 0:
+                raise empty_database(data_dir.db_path)
             conn = sqlite3.connect(
                 data_dir.db_path,
                 isolation_level=None,
@@ -423,6 +428,49 @@ class Database:
         if self.checkpoints is not None:
             self.checkpoints.close()  # a last checkpoint of what this connection wrote
         self.conn.close()
+
+
+def _create(data_dir: DataDir, durability: Durability, busy_timeout_ms: int) -> None:
+    """Create fencelog.db whole or not at all: its schema is built in a file of its own,
+    synced, and then linked into place, never over one another process linked first. So
+    fencelog.db is never empty, and an empty one is damage (empty_database), where it
+    used to open as a new broker: its pids and generations handed out again."""
+    temporary = data_dir.path / f"{DB_FILE}.{os.getpid()}.{secrets.token_hex(4)}.tmp"
+    try:
+        conn = sqlite3.connect(temporary, isolation_level=None, check_same_thread=False)
+        try:
+            conn.execute("PRAGMA synchronous = FULL")
+            Database(conn, DataDir(data_dir.path), durability)._migrate()
+        finally:
+            conn.close()
+        try:
+            os.link(temporary, data_dir.db_path)
+        except FileExistsError:
+            pass  # another process created it meanwhile: that one is the database
+        except OSError:  # a file system without hard links: moved, unless one appeared
+            if not data_dir.db_path.exists():
+                os.replace(temporary, data_dir.db_path)
+    except sqlite3.DatabaseError as exc:
+        _raise_translated(exc, "the creation of its database", data_dir.db_path)
+    except OSError as exc:
+        raise BrokerError(
+            ErrorCode.DATA_DIR_UNREADABLE,
+            f"cannot create {data_dir.db_path}: {exc.strerror or exc}",
+            path=str(data_dir.db_path),
+        ) from exc
+    finally:
+        with contextlib.suppress(OSError):
+            temporary.unlink()
+
+
+def empty_database(db_path: Path) -> BrokerError:
+    return BrokerError(
+        ErrorCode.DATA_CORRUPT,
+        f"{db_path} is empty (0 bytes): fencelog never leaves it empty, so it was "
+        "truncated or replaced",
+        path=str(db_path),
+        hint=f"restore a snapshot, or remove {DB_FILE} and its -wal and -shm to start anew",
+    )
 
 
 @contextlib.contextmanager

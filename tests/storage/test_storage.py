@@ -18,6 +18,7 @@ from msgspec.structs import replace
 
 import broker
 from broker.discovery import DB_FILE
+from broker.engine.backup import inspect
 from broker.engine.engine import ProduceRequest
 from broker.errors import BrokerError, ErrorCode
 from broker.limits import DEFAULT_LIMITS
@@ -230,6 +231,24 @@ def test_garbage_database_file_is_refused_untouched(data_dir: Path, content: byt
     assert error.code is ErrorCode.FOREIGN_DATA_DIR
     assert (data_dir / DB_FILE).read_bytes() == content
     assert sorted(p.name for p in data_dir.iterdir()) == [DB_FILE]
+
+
+def test_an_emptied_database_is_damage_not_a_new_broker(data_dir: Path) -> None:
+    """fencelog.db truncated to nothing (a failed copy, a lost write) opened as a fresh
+    broker: no topics, and its pids and generations handed out again from the start.
+    fencelog builds the file whole before it appears, so an empty one is damage."""
+    with broker.open(data_dir) as engine:
+        engine.create_topic("orders")
+        engine.produce("orders", [NewRecord(b"kept")])
+    assert sorted(p.name for p in data_dir.iterdir()) == [DB_FILE]  # no temporary left
+    (data_dir / DB_FILE).write_bytes(b"")
+    error = open_error(data_dir)
+    assert error.code is ErrorCode.DATA_CORRUPT
+    assert "is empty (0 bytes)" in error.message
+    assert (data_dir / DB_FILE).stat().st_size == 0  # untouched
+    with pytest.raises(BrokerError) as checked:
+        inspect(data_dir)
+    assert checked.value.code is ErrorCode.DATA_CORRUPT
 
 
 def test_a_fencelog_database_another_process_holds_is_busy_not_foreign(data_dir: Path) -> None:
