@@ -54,7 +54,14 @@ from broker.event_loop import BusyPoll, new_event_loop
 from broker.limits import DEFAULT_LIMITS, Limits
 from broker.protocol import codec
 from broker.protocol.frames import NEED_DATA, FrameConnection, Sentinel, TruncatedFrame
-from broker.protocol.messages import ARROW_FEATURE, ErrorReply, Op, Push, Reply
+from broker.protocol.messages import (
+    ARROW_FEATURE,
+    CHECKSUM_FEATURE,
+    ErrorReply,
+    Op,
+    Push,
+    Reply,
+)
 from broker.protocol.ops import Operation
 from broker.rows import AuditRow, Row
 from broker.types import (
@@ -139,6 +146,7 @@ class AsyncConnection(asyncio.Protocol):
         connection.session_id = hello.session_id
         connection.limits = hello.limits
         connection.features = hello.features
+        connection._frames.checksummed = CHECKSUM_FEATURE in hello.features
         connection._start_heartbeats()
         return connection
 

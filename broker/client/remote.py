@@ -28,6 +28,7 @@ from broker.limits import DEFAULT_LIMITS, Limits, limits_from_server
 from broker.protocol import codec
 from broker.protocol.frames import NEED_DATA, FrameConnection, Sentinel, TruncatedFrame
 from broker.protocol.messages import (
+    CHECKSUM_FEATURE,
     PROTOCOL_VERSION,
     ErrorReply,
     Op,
@@ -322,6 +323,7 @@ class BlockingConnection:
         except BaseException:
             connection.close()
             raise
+        connection._frames.checksummed = CHECKSUM_FEATURE in connection.hello.features
         return connection
 
     @property

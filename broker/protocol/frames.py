@@ -9,6 +9,11 @@ into bytes to send, and never touches a socket.
 Rules:
 - The length prefix is checked against frame_bytes_max as soon as its 4 bytes are in,
   before any buffer grows for the body.
+- A length word with its top bit set is followed by a CRC-32 of the body, which the
+  receiver checks: a frame damaged in transit is DamagedFrame, never decoded. A side
+  sends such frames once it knows the peer reads them (`checksummed`): a client once
+  the server's HELLO announced CHECKSUM_FEATURE, a server once the client sent one.
+  Frames without the bit are read as they always were, so either side may be older.
 - Anything malformed (an oversized or empty frame, a body that is not msgpack, a wrong
   shape, an unknown kind or op, a frame cut off by the peer closing) raises
   ProtocolError. The connection is unusable afterwards: the caller sends an error frame
@@ -19,6 +24,7 @@ from __future__ import annotations
 
 import enum
 import struct
+import zlib
 from typing import Any, Final
 
 import msgpack
@@ -28,6 +34,8 @@ from broker.protocol.messages import ErrorReply, Kind, Message, Op, Push, Reply,
 from broker.types import collector_paused
 
 _LENGTH = struct.Struct(">I")
+_CHECKED_HEADER = struct.Struct(">II")  # the length word with _CHECKED set, the CRC-32
+_CHECKED: Final = 0x8000_0000  # far above any frame_bytes_max: the length is the rest
 # A body this large is decoded with the cycle collector paused (types.collector_paused)
 _BULK_BODY_BYTES: Final = 1 << 16
 HEADER_BYTES: Final = _LENGTH.size
@@ -53,9 +61,17 @@ class TruncatedFrame(ProtocolError):
     unknown outcome, as after any other loss (see broker/client/served.py)."""
 
 
-def encode(message: Message, packer: msgpack.Packer | None = None) -> bytes:
+class DamagedFrame(TruncatedFrame):
+    """A frame whose CRC-32 does not match its body: damaged in transit, and not
+    decoded. Like a frame cut short, it ends the connection, and what was in flight has
+    an unknown outcome; nothing of the damaged frame itself is done."""
+
+
+def encode(
+    message: Message, packer: msgpack.Packer | None = None, *, checked: bool = False
+) -> bytes:
     """The frame for one message (packed by `packer` when given: a Packer kept for a
-    connection saves building one per frame)."""
+    connection saves building one per frame), with a CRC-32 when `checked`."""
     # the usual two first: a dispatch by type, not a match
     if type(message) is Reply:
         body: tuple[Any, ...] = (Kind.REPLY, message.request_id, Op.NONE, message.result)
@@ -70,10 +86,13 @@ def encode(message: Message, packer: msgpack.Packer | None = None) -> bytes:
                 body = (Kind.PUSH, 0, Op.NONE, {"event": event, "data": data})
             case _:
                 raise TypeError(f"not a message: {message!r}")
-    return _framed(msgpack.packb(body, use_bin_type=True) if packer is None else packer.pack(body))
+    packed = msgpack.packb(body, use_bin_type=True) if packer is None else packer.pack(body)
+    return _framed(packed, checked)
 
 
-def _framed(packed: bytes) -> bytes:
+def _framed(packed: bytes, checked: bool = False) -> bytes:
+    if checked:
+        return _CHECKED_HEADER.pack(len(packed) | _CHECKED, zlib.crc32(packed)) + packed
     return _LENGTH.pack(len(packed)) + packed
 
 
@@ -141,6 +160,8 @@ class FrameConnection:
         self._start = 0  # bytes of _buffer already decoded; compacted lazily
         self._closed = False
         self._packer = msgpack.Packer(use_bin_type=True)  # this connection's frames only
+        # frames sent carry a CRC-32: once the peer is known to read them (see above)
+        self.checksummed = False
 
     @property
     def buffered_bytes(self) -> int:
@@ -163,7 +184,8 @@ class FrameConnection:
         start = self._start
         if len(self._buffer) - start < HEADER_BYTES:
             return self._end_or_need()
-        (length,) = _LENGTH.unpack_from(self._buffer, start)
+        (word,) = _LENGTH.unpack_from(self._buffer, start)
+        length, checked = word & ~_CHECKED, word & _CHECKED
         if length == 0:
             raise ProtocolError("empty frame")
         if length > self.frame_bytes_max:
@@ -172,11 +194,19 @@ class FrameConnection:
                 frame_bytes=length,
                 frame_bytes_max=self.frame_bytes_max,
             )
-        end = start + HEADER_BYTES + length
+        header = _CHECKED_HEADER.size if checked else HEADER_BYTES
+        end = start + header + length
         if len(self._buffer) < end:
             return self._end_or_need()
-        body = bytes(memoryview(self._buffer)[start + HEADER_BYTES : end])
+        body = bytes(memoryview(self._buffer)[start + header : end])
         self._start = end
+        if checked:
+            (crc,) = _LENGTH.unpack_from(self._buffer, start + HEADER_BYTES)
+            if zlib.crc32(body) != crc:
+                raise DamagedFrame(
+                    f"a frame of {length} bytes was damaged in transit: its CRC-32 does not match"
+                )
+            self.checksummed = True  # the peer reads them too
         return decode_body(body)
 
     def _end_or_need(self) -> Sentinel:
@@ -187,15 +217,15 @@ class FrameConnection:
         return CLOSED
 
     def send(self, message: Message) -> bytes:
-        return encode(message, self._packer)
+        return encode(message, self._packer, checked=self.checksummed)
 
     def send_request(self, request_id: int, op: Op, args: dict[str, Any]) -> bytes:
         """The frame of Request(request_id, op, args), with no Request built."""
-        return _framed(self._packer.pack((_REQUEST, request_id, op, args)))
+        return _framed(self._packer.pack((_REQUEST, request_id, op, args)), self.checksummed)
 
     def send_reply(self, request_id: int, result: dict[str, Any]) -> bytes:
         """The frame of Reply(request_id, result), with no Reply built."""
-        return _framed(self._packer.pack((_REPLY, request_id, _NO_OP, result)))
+        return _framed(self._packer.pack((_REPLY, request_id, _NO_OP, result)), self.checksummed)
 
 
 # plain ints: msgpack packs them a little faster than IntEnum members

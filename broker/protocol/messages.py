@@ -38,6 +38,7 @@ PROTOCOL_VERSION: Final = 2  # 2: fetch replies carry rows without the topic
 # HELLO's "features": what a server answers beyond its protocol version
 ARROW_FEATURE: Final = "fetch_arrow"  # FETCH_ARROW (the server has pyarrow)
 COLUMNS_FEATURE: Final = "produce_columns"  # PRODUCE's records as columns
+CHECKSUM_FEATURE: Final = "frame_crc"  # frames carry a CRC-32 of their body (frames.py)
 
 
 class Kind(enum.IntEnum):

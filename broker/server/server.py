@@ -55,6 +55,7 @@ from broker.protocol import codec, ops
 from broker.protocol.frames import FrameConnection, ProtocolError
 from broker.protocol.messages import (
     ARROW_FEATURE,
+    CHECKSUM_FEATURE,
     COLUMNS_FEATURE,
     PROTOCOL_VERSION,
     ErrorReply,
@@ -997,7 +998,7 @@ def _features() -> frozenset[str]:
     columns; FETCH_ARROW, which needs pyarrow (the spark extra): a server without it
     does not announce it."""
     arrow = {ARROW_FEATURE} if importlib.util.find_spec("pyarrow") else set()
-    return frozenset({COLUMNS_FEATURE, *arrow})
+    return frozenset({COLUMNS_FEATURE, CHECKSUM_FEATURE, *arrow})
 
 
 def _is_loopback(host: str) -> bool:

@@ -275,6 +275,59 @@ def test_a_fetch_cut_mid_frame_is_retried(data_dir: Path) -> None:
     assert values == [f"v{i}".encode() for i in range(50)]
 
 
+class FlipOnce:
+    """The first frame that carries `op` the way `direction` says arrives with one bit
+    flipped (damaged in transit); every other frame passes."""
+
+    def __init__(self, op: Op, direction: Direction) -> None:
+        self.op, self.direction = op, direction
+        self.ids: list[int] = []
+        self.flipped = False
+
+    def __call__(self, connection: int, direction: Direction, message: Message) -> Action:
+        if isinstance(message, Request) and message.op is self.op:
+            self.ids.append(message.request_id)
+        answers = isinstance(message, Reply | ErrorReply) and message.request_id in self.ids
+        ours = isinstance(message, Request) and message.op is self.op
+        if not self.flipped and direction == self.direction and (answers or ours):
+            self.flipped = True
+            return "flip"
+        return "forward"
+
+
+def test_a_produce_damaged_on_the_way_is_refused_and_nothing_of_it_stored(data_dir: Path) -> None:
+    """A bit flipped in a produce frame was stored and acknowledged as if sent: the
+    native frames carried no check of their own. Frames now carry a CRC-32."""
+    with served(data_dir) as server, connect(server.address) as direct:
+        direct.create_topic(TOPIC)
+        flip = FlipOnce(Op.PRODUCE, "to_server")
+        with (
+            FrameProxy(server.port, flip) as proxy,
+            connect(proxy.address) as client,
+            pytest.raises(BrokerError) as refused,
+        ):
+            client.produce(TOPIC, [b"MARKER-payload"], partition=0)
+        assert refused.value.code is ErrorCode.PROTOCOL_ERROR
+        assert "damaged in transit" in refused.value.message
+        assert all_records(direct) == []
+        direct.produce(TOPIC, [b"after"], partition=0)  # the broker goes on
+        assert values_of(all_records(direct)) == [b"after"]
+
+
+def test_an_acknowledgement_damaged_on_the_way_is_a_lost_one_and_the_batch_resent(
+    data_dir: Path,
+) -> None:
+    with served(data_dir) as server, connect(server.address) as direct:
+        direct.create_topic(TOPIC)
+        flip = FlipOnce(Op.PRODUCE, "to_client")
+        with FrameProxy(server.port, flip) as proxy, connect(proxy.address) as client:
+            producer = client.producer(TOPIC)
+            results = wait_done([producer.send_async([b"M1"], partition=0)], STEP_S)
+        records = all_records(direct)
+    assert values_of(records) == [b"M1"]
+    assert results[0][0].duplicate, "M1 had landed: its resend is answered as a duplicate"
+
+
 # kill -9 of the broker during a produce storm --------------------------------------------
 
 

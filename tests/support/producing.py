@@ -157,8 +157,9 @@ def free_port() -> int:
 # a proxy that cuts connections at chosen frames -------------------------------------------
 
 Direction = Literal["to_server", "to_client"]
-# cut_mid: forward the first half of the frame, then close (a reply cut short)
-Action = Literal["forward", "swallow", "cut", "cut_mid"]
+# cut_mid: forward the first half of the frame, then close (a reply cut short);
+# flip: forward it with one bit of its last byte flipped (damaged in transit)
+Action = Literal["forward", "swallow", "cut", "cut_mid", "flip"]
 Rule = Callable[[int, Direction, Message], Action]  # (connection number, direction, frame)
 
 
@@ -249,6 +250,8 @@ class FrameProxy:
                         return
                     if action == "forward":
                         target.sendall(frame)
+                    if action == "flip":
+                        target.sendall(frame[:-1] + bytes([frame[-1] ^ 0x01]))
         except OSError:
             pass
         link.close()
@@ -277,12 +280,14 @@ class FrameProxy:
 
 
 def _frames(buffer: bytes) -> Iterator[tuple[bytes, Message]]:
-    """The complete frames at the start of buffer, each with its decoded message."""
+    """The complete frames at the start of buffer, each with its decoded message (a
+    length word with its top bit set: a CRC-32 follows it, before the body)."""
     start = 0
     while len(buffer) - start >= 4:
-        (length,) = struct.unpack_from(">I", buffer, start)
-        end = start + 4 + length
+        (word,) = struct.unpack_from(">I", buffer, start)
+        header = 8 if word & 0x8000_0000 else 4
+        end = start + header + (word & 0x7FFF_FFFF)
         if len(buffer) < end:
             return
-        yield buffer[start:end], decode_body(buffer[start + 4 : end])
+        yield buffer[start:end], decode_body(buffer[start + header : end])
         start = end
