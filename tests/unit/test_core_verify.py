@@ -124,6 +124,18 @@ def test_acks_of_a_partition_that_does_not_exist_and_trailing_gaps_are_found() -
     assert gap.message == "offsets 1-2 are missing"
 
 
+def test_a_value_acknowledged_at_several_offsets_may_be_stored_that_many_times() -> None:
+    """A topic whose values repeat is checked with acks (README): `x` produced twice,
+    acknowledged at offsets 0 and 1, was reported as a duplicate and failed verify."""
+    x = sha256(b"x")
+    twice = (Ack(0, 0, x), Ack(0, 1, x), Ack(0, 2, sha256(b"y")))
+    records = [rec(0, b"x"), rec(1, b"x"), rec(2, b"y")]
+    assert kinds(check(records, acks=twice)) == {}
+    # a retry's ack names the same offset again: one copy acknowledged, two stored
+    retried = (Ack(0, 0, x), Ack(0, 0, x), Ack(0, 2, sha256(b"y")))
+    assert kinds(check(records, acks=retried)) == {"duplicate": 1}
+
+
 def test_every_finding_is_counted_and_only_a_few_kept() -> None:
     records = [rec(o, b"same") for o in range(30)]
     report = check(records, expected=[b"same"], examples_max=2)
