@@ -15,6 +15,7 @@ import contextlib
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
+from time import perf_counter
 from typing import TYPE_CHECKING, Any, Final, Protocol, cast
 
 from broker.errors import BrokerError, ErrorCode
@@ -197,9 +198,11 @@ class Connection(asyncio.Protocol):
                     break
                 if not isinstance(message, Request):
                     raise ProtocolError("a client sends requests only")
-                session.last_seen = now = loop_time()
+                session.last_seen = loop_time()
                 answer = server._start(session, message)
-                self._pending.append((message.request_id, message.op, answer, now))
+                # request durations on the performance counter: uvloop's clock moves in
+                # whole milliseconds, which the latency histograms cannot tell apart
+                self._pending.append((message.request_id, message.op, answer, perf_counter()))
                 if isinstance(answer, asyncio.Future):  # a produce wakes us itself
                     answer.add_done_callback(self._finished)
                 if message.op is Op.GOODBYE:
@@ -245,7 +248,7 @@ class Connection(asyncio.Protocol):
         close = False
         every_ack = not self._server._drop_acks
         answered = self._server.metrics.answered
-        now = asyncio.get_running_loop().time()
+        now = perf_counter()
         while pending and pending[0][2].done():
             request_id, op, future, started = pending.popleft()
             if every_ack and type(future) is PendingProduce and type(future.outcome) is dict:

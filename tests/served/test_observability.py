@@ -73,6 +73,10 @@ def test_probes_and_metrics_tell_what_the_broker_did(tmp_path: Path) -> None:
         assert found[("fencelog_requests_total", (("operation", "produce"),))] == 2
         assert found[("fencelog_requests_total", (("operation", "kafka_produce"),))] >= 1
         assert found[("fencelog_request_duration_seconds_count", (("operation", "fetch"),))] == 1
+        # durations finer than the event loop's clock (uvloop's moves in whole ms, which
+        # put every sub-millisecond request at 0 or at 1 ms)
+        produced_s = found[("fencelog_request_duration_seconds_sum", (("operation", "produce"),))]
+        assert abs(produced_s * 1000 - round(produced_s * 1000)) > 1e-6, produced_s
         end = "fencelog_partition_end_offset"
         assert found[(end, (("partition", "0"), ("topic", "orders")))] == 3
         assert found[(end, (("partition", "1"), ("topic", "orders")))] == 3
