@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import json
 import os
@@ -236,6 +237,28 @@ def serve(
 
 
 async def _run(server: Server, host: str, port: int, unix: bool, ready_file: Path | None) -> None:
+    """Serve until stopped. The ready file is written once the server listens, and
+    removed before it starts and after it stops: a script waiting for the file never
+    reads a server that is gone (one from an earlier run)."""
+
+    if ready_file is not None:
+        ready_file.unlink(missing_ok=True)
+    try:
+        await _serve(server, host, port, unix, ready_file)
+    finally:
+        if ready_file is not None:
+            _remove_own(ready_file)
+
+
+def _remove_own(ready_file: Path) -> None:
+    """Remove the ready file if it still names this process (a later server may have
+    written its own there meanwhile)."""
+    with contextlib.suppress(OSError, ValueError, AttributeError):
+        if json.loads(ready_file.read_text()).get("pid") == os.getpid():
+            ready_file.unlink()
+
+
+async def _serve(server: Server, host: str, port: int, unix: bool, ready_file: Path | None) -> None:
     import asyncio
 
     await server.start(host, port, unix=unix)

@@ -464,6 +464,8 @@ def test_a_signal_answers_the_request_in_flight_closes_sqlite_and_exits_0(
     assert outcome["records"] == []  # answered, not cut off
     assert "Traceback" not in server.stderr_text()
     assert_closed_cleanly(data_dir)
+    # gone with its server: README's `until [ -s ready.json ]` run again read the old one
+    assert not (tmp_path / "ready.json").exists()
     with connect(data_dir) as embedded:
         assert [r.value for r in embedded.consume("s")] == [b"kept"]
 
