@@ -33,7 +33,7 @@ def wait_ready(
     --broker is a server's address (tcp://HOST:PORT, unix://PATH), or a data directory
     that a `fencelog serve` (perhaps still starting) will own. A server answers once it
     has finished recovery and listens. Exit 80 (CONNECTION_FAILED) if none answered
-    within --timeout.
+    within --timeout, 82 (AUTH_FAILED) at once if one answered and refused the token.
     """
     current = state()
     limit_s = parse_duration(timeout)
@@ -56,6 +56,8 @@ def wait_ready(
                 ) as client:
                     client.status()
             except BrokerError as error:
+                if error.code is ErrorCode.AUTH_FAILED:
+                    raise  # a server answers, and refuses this token: waiting changes nothing
                 last = error
             else:
                 out = Output(as_json)

@@ -361,6 +361,12 @@ def test_a_token_server_refuses_a_missing_or_wrong_token_with_exit_82(
                 assert json.loads(result.stderr)["error"] == "AUTH_FAILED"
                 assert TOKEN not in result.stderr
             result = expect(fencelog(runner, broker, "topic", "list", token_file=right), 0)
+        # wait-ready too: it waited out its whole --timeout, then said CONNECTION_FAILED
+        refused = fencelog(
+            runner, server.address, "wait-ready", "--timeout", "1h", token_file=wrong
+        )
+        expect(refused, int(ErrorCode.AUTH_FAILED))
+        expect(fencelog(runner, server.address, "wait-ready", token_file=right), 0)
         expect(fencelog(runner, server.address, "topic", "create", "t", token_file=right), 0)
         with RawClient(server.port) as raw:  # the protocol level agrees
             raw.hello(token=TOKEN)
