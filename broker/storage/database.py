@@ -123,6 +123,10 @@ class DataDir(Struct, frozen=True):
                 path=str(self.path),
                 hint="check the path and its permissions",
             ) from exc
+        for name in names:  # what a creator killed mid-way left (see _create)
+            if (found := _CREATING.match(name)) and not _alive(int(found[1])):
+                with contextlib.suppress(OSError):
+                    (self.path / name).unlink()
         if DB_FILE not in names and any(not _OWN_FILE.match(name) for name in names):
             raise BrokerError(
                 ErrorCode.FOREIGN_DATA_DIR,
@@ -130,6 +134,19 @@ class DataDir(Struct, frozen=True):
                 path=str(self.path),
                 hint="point --broker at an empty or fencelog directory",
             )
+
+
+_CREATING = re.compile(r"^fencelog\.db\.(\d+)\.[0-9a-f]+\.tmp(-journal)?$")  # _create's
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # another user's: alive
+        return True
+    return True
 
 
 _INLINE_CHECKPOINT_PAGES: Final = 1000  # SQLite's default: a commit past it checkpoints

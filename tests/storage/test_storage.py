@@ -7,6 +7,7 @@ engine that wrote it. Every refusal is also checked to leave what was there unto
 from __future__ import annotations
 
 import contextlib
+import os
 import sqlite3
 import stat
 from pathlib import Path
@@ -249,6 +250,22 @@ def test_an_emptied_database_is_damage_not_a_new_broker(data_dir: Path) -> None:
     with pytest.raises(BrokerError) as checked:
         inspect(data_dir)
     assert checked.value.code is ErrorCode.DATA_CORRUPT
+
+
+def test_what_a_creator_killed_mid_way_left_is_cleared_and_the_directory_opens(
+    data_dir: Path,
+) -> None:
+    """A serve killed while it built a new database left its temporary files for good."""
+    data_dir.mkdir(exist_ok=True)
+    dead = 2**22 + 12345  # above Linux's largest pid_max: no such process
+    left = [f"{DB_FILE}.{dead}.0badf00d.tmp", f"{DB_FILE}.{dead}.0badf00d.tmp-journal"]
+    for name in left:
+        (data_dir / name).write_bytes(b"half")
+    live = f"{DB_FILE}.{os.getpid()}.00000000.tmp"  # a creator still at work: kept
+    (data_dir / live).write_bytes(b"")
+    with broker.open(data_dir) as engine:
+        engine.create_topic("orders")
+    assert sorted(p.name for p in data_dir.iterdir()) == sorted([DB_FILE, live])
 
 
 def test_a_fencelog_database_another_process_holds_is_busy_not_foreign(data_dir: Path) -> None:
