@@ -94,6 +94,9 @@ class KafkaApi:
         self.frame_bytes_max = backend.limits.frame_bytes_max
         self.connections_max = backend.limits.connections_max
         self.connections: set[KafkaConnection] = set()
+        # when each client host was last warned of (a client without SASL reconnects
+        # many times a second: one warning a minute each, the rest at debug)
+        self.unauthenticated_warned: dict[str, float] = {}
         self.coordinator = Coordinator(self._next_generation)
         self._generation_claims = 0
         self._handlers: dict[int, Callable[[KafkaConnection, Any, int], Any]] = {

@@ -33,6 +33,7 @@ log = logging.getLogger("fencelog.kafka")
 _LENGTH: Final = struct.Struct(">i")
 _PRE_AUTH: Final = frozenset({wire.API_VERSIONS_KEY, 17, 36})  # SaslHandshake, SaslAuthenticate
 _READ_PAUSE_ANSWERS: Final = 64  # unanswered requests before the socket is not read
+_WARN_AGAIN_S: Final = 60.0  # a host refused before authentication: warned of once a minute
 
 
 class KafkaConnection(asyncio.Protocol):
@@ -119,10 +120,19 @@ class KafkaConnection(asyncio.Protocol):
         header = request.header
         self.client_id = header.client_id or ""
         if not self.authenticated and header.api_key not in _PRE_AUTH:
-            log.warning(
-                "closing Kafka connection %s: %s before SASL authentication",
+            asked = wire.unknown_api_message(header) if request.api is None else request.api.name
+            host, now = self.peer.rpartition(":")[0], asyncio.get_running_loop().time()
+            warned = self.api.unauthenticated_warned
+            quiet = now - warned.get(host, -_WARN_AGAIN_S) < _WARN_AGAIN_S
+            if not quiet:
+                warned[host] = now
+            log.log(
+                logging.DEBUG if quiet else logging.WARNING,
+                "closing Kafka connection %s: %s before SASL authentication%s",
                 self.peer,
-                wire.unknown_api_message(header) if request.api is None else request.api.name,
+                asked,
+                "" if quiet else " (again within a minute: logged at debug)",
+                extra={"event": "refused_frame", "client": self.peer, "error": "AUTH_FAILED"},
             )
             self._close()
             return
