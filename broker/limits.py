@@ -21,6 +21,10 @@ class Limits(Struct, frozen=True):
     header_value_bytes_max: int = 64 * 1024
     append_records_max: int = 10_000
     append_bytes_max: int = 32 * 1024 * 1024
+    # a Kafka producer's record batch is appended whole, as Kafka bounds it: by bytes
+    # (append_bytes_max), with no count of its own; this only caps what one may hold
+    # (librdkafka's batch.num.messages goes up to 1,000,000)
+    kafka_batch_records_max: int = 1_000_000
     # cleaning (retention and compaction): records one step examines in one write
     # transaction, and how long a compacted topic keeps a tombstone (a keyed record with
     # an empty value) as the newest of its key before it goes too.

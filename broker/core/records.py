@@ -110,13 +110,18 @@ def check_partition(topic: str, partition: int, partitions: int) -> None:
         )
 
 
-def check_records(records: Sequence[NewRecord], limits: Limits) -> None:
+def check_records(
+    records: Sequence[NewRecord], limits: Limits, *, records_max: int | None = None
+) -> None:
+    """A batch within its bounds: records_max records (append_records_max unless
+    given: a Kafka batch's is kafka_batch_records_max) and append_bytes_max bytes."""
     if not records:
         raise BrokerError(ErrorCode.INVALID_ARGUMENT, "nothing to append: the batch is empty")
-    if len(records) > limits.append_records_max:
+    most = limits.append_records_max if records_max is None else records_max
+    if len(records) > most:
         raise BrokerError(
             ErrorCode.RECORD_TOO_LARGE,
-            f"a batch holds at most {limits.append_records_max} records, not {len(records)}",
+            f"a batch holds at most {most} records, not {len(records)}",
             hint="split the batch",
         )
     values = list(map(len, values_of(records))) if len(records) > 1 else None

@@ -34,6 +34,7 @@ from broker.errors import BrokerError, ErrorCode
 from broker.limits import DEFAULT_LIMITS, INT64_MAX, Limits
 from broker.storage import logs, pages, timestamps
 from broker.storage import producers as producer_store
+from broker.storage import txns as txn_store
 from broker.storage.database import SCHEMA_VERSION, Database
 from broker.types import (
     NO_PRODUCER,
@@ -273,19 +274,21 @@ class Engine:
         producer: ProducerFields = NO_PRODUCER,
         fences: Sequence[Fence] = (),
         attachment: int | None = None,
+        kafka: bool = False,
     ) -> list[AppendResult]:
         """Append records, each to its own or a chosen partition, in one transaction.
 
         Every fence must be current (else FENCED); a topic with an owner group also needs,
         for each partition P written, the fence of TOPIC/P in that group. Results come
-        back in the order of `records`.
+        back in the order of `records`. kafka: a Kafka producer's record batch (its
+        bounds and rules: ProduceRequest.kafka_epochs).
         """
-        record_rules.check_records(records, self.limits)
+        request = ProduceRequest(topic, records, producer, fences, attachment, kafka)
+        record_rules.check_records(records, self.limits, records_max=self._records_max(request))
         staged = self.producers.stage()
         appends = logs.Appends()
         with self.database.write() as conn:
             self._hot.begin()
-            request = ProduceRequest(topic, records, producer, fences, attachment)
             results = self._produce_in(conn, request, staged, appends)
             appends.flush(conn)
         self._hot.kept()
@@ -361,7 +364,9 @@ class Engine:
             conn.execute("SAVEPOINT request")
             mark = staged.mark()
             try:
-                record_rules.check_records(request.records, self.limits)
+                record_rules.check_records(
+                    request.records, self.limits, records_max=self._records_max(request)
+                )
                 outcome: ProduceOutcome = self._produce_in(conn, request, staged, appends)
             except BrokerError as error:
                 conn.execute("ROLLBACK TO request")
@@ -371,7 +376,9 @@ class Engine:
             return outcome
         changes, held = conn.total_changes, len(appends)
         try:
-            record_rules.check_records(request.records, self.limits)
+            record_rules.check_records(
+                request.records, self.limits, records_max=self._records_max(request)
+            )
             return self._produce_in(conn, request, staged, appends)
         except BrokerError as error:
             if (conn.total_changes, len(appends)) != (changes, held):
@@ -380,6 +387,12 @@ class Engine:
                     ErrorCode.INTERNAL, f"a produce failed after writing: {error.message}"
                 ) from error
             return error
+
+    def _records_max(self, request: ProduceRequest) -> int:
+        """A Kafka batch is bounded by its bytes, as in Kafka; every other append also
+        by append_records_max."""
+        limits = self.limits
+        return limits.kafka_batch_records_max if request.kafka_epochs else limits.append_records_max
 
     def _produce_in(
         self,
@@ -611,6 +624,15 @@ class Engine:
         ownership_rules.check_name("consumer group", group)
         with self.database.read() as conn:
             return producer_store.offsets_of(conn, group, self._topic(conn, topic).topic_id)
+
+    def pending_offsets(self, group: str, topic: str) -> list[int]:
+        """The partitions of topic whose offsets for group an open or prepared
+        transaction holds: committed_offsets() of them changes when it ends (Kafka's
+        OffsetFetch require_stable asks about them)."""
+        ownership_rules.check_name("consumer group", group)
+        with self.database.read() as conn:
+            topic_id = self._topic(conn, topic).topic_id
+            return txn_store.pending_offsets(conn, group, topic_id, self.clock())
 
     def consumer_groups(self, limit: int = 10_000) -> list[rows.GroupOffsetRow]:
         """Every consumer group's next offsets, by group, topic and partition (at most

@@ -288,7 +288,9 @@ class KafkaApi:
             writer = backend.writer
             txn_id = await backend.write(lambda: writer.kafka.open_txn(pid, epoch))
             fields = ProducerFields(0, 0, batch.base_sequence + 1, 0, txn_id)
-            await backend.write(lambda: writer.produce(topic, batch.records, producer=fields))
+            await backend.write(
+                lambda: writer.produce(topic, batch.records, producer=fields, kafka=True)
+            )
             return -1  # the records take their offsets at the commit
         if batch.producer_id >= 0:
             fields = ProducerFields(
@@ -591,7 +593,10 @@ class KafkaApi:
             if body.topics is None
             else [(t.name, list(t.partition_indexes)) for t in body.topics]
         )
-        found, error = await self.backend.read(lambda: _read_committed(reader, group, asked))
+        stable = version >= 7 and bool(body.require_stable)
+        found, error = await self.backend.read(
+            lambda: _read_committed(reader, group, asked, stable)
+        )
         response = consumer.OffsetFetchResponse
         topic_cls = response.OffsetFetchResponseTopic
         return response(
@@ -880,9 +885,11 @@ def _read_offsets(
 
 
 def _read_committed(
-    reader: Engine, group: str, asked: list[tuple[str, list[int]]] | None
+    reader: Engine, group: str, asked: list[tuple[str, list[int]]] | None, stable: bool = False
 ) -> tuple[list[tuple[str, list[tuple[int, int, int]]]], int]:
-    """Per topic: (partition, committed offset or -1, Kafka error); the group's error."""
+    """Per topic: (partition, committed offset or -1, Kafka error); the group's error.
+    stable (OffsetFetch's require_stable, KIP-447): a partition whose offset an open
+    transaction holds is UNSTABLE_OFFSET_COMMIT, which the client asks again after."""
     try:
         topics = [t.name for t in reader.list_topics()] if asked is None else [n for n, _ in asked]
         partitions = dict(asked) if asked is not None else {}
@@ -908,7 +915,18 @@ def _read_committed(
             if asked is None and not committed:
                 continue
             wanted = partitions.get(topic) if asked is not None else sorted(committed)
-            answers.append((topic, [(p, committed.get(p, -1), wire.NONE) for p in wanted or []]))
+            unstable = set(reader.pending_offsets(group, topic)) if stable else set()
+            answers.append(
+                (
+                    topic,
+                    [
+                        (p, -1, wire.UNSTABLE_OFFSET_COMMIT)
+                        if p in unstable
+                        else (p, committed.get(p, -1), wire.NONE)
+                        for p in wanted or []
+                    ],
+                )
+            )
         return answers, wire.NONE
     except BrokerError as error:
         return [], _group_error(error)

@@ -614,6 +614,14 @@ ON CONFLICT (group_name, topic_id, partition) DO UPDATE
 SET next_offset = excluded.next_offset, producer_state = excluded.producer_state,
     committed_ms = excluded.committed_ms;
 
+-- name: txn_offsets_pending
+-- Partitions of a topic whose offsets for a group an open transaction (not past its
+-- deadline ?3) or a prepared one holds: they change when it ends.
+SELECT DISTINCT o.partition FROM txn_offsets o JOIN txns t ON t.txn_id = o.txn_id
+WHERE o.group_name = ?1 AND o.topic_id = ?2
+  AND (t.state = 'prepared' OR (t.state = 'open' AND t.deadline_ms > ?3))
+ORDER BY o.partition;
+
 -- name: txn_offsets_count
 SELECT count(*) FROM txn_offsets WHERE txn_id = ?;
 

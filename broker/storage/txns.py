@@ -467,6 +467,11 @@ def apply_offsets(conn: sqlite3.Connection, txn_id: int, now_ms: int) -> int:
     return count
 
 
+def pending_offsets(conn: sqlite3.Connection, group: str, topic_id: int, now_ms: int) -> list[int]:
+    """The partitions of topic_id whose offsets for group a live transaction holds."""
+    return [row[0] for row in conn.execute(Q["txn_offsets_pending"], (group, topic_id, now_ms))]
+
+
 def put_fences(
     conn: sqlite3.Connection, txn_id: int, fences: Iterable[tuple[str, str, int]]
 ) -> None:

@@ -174,6 +174,44 @@ def test_idempotent_producer_lands_every_record_once_in_order(
     assert records[0].producer_id > 0
 
 
+@pytest.mark.parametrize("transactional", [False, True], ids=["idempotent", "transactional"])
+def test_a_record_batch_of_more_than_ten_thousand_records_lands_whole(
+    kafka_server: ServeProcess, kafka: str, transactional: bool
+) -> None:
+    """Kafka bounds a record batch by bytes only; fencelog refused one of over 10,000
+    records (its own append bound) as MESSAGE_TOO_LARGE, failing every message in it, so
+    a producer tuned with a large batch.num.messages lost small records."""
+    topic = "many-" + ("txn" if transactional else "idem")
+    config: dict[str, Any] = {
+        "bootstrap.servers": kafka,
+        "enable.idempotence": True,
+        "batch.num.messages": 100_000,
+        "linger.ms": 1000,
+    }
+    if transactional:
+        config["transactional.id"] = "many-1"
+    producer = Producer(config)
+    if transactional:
+        producer.init_transactions(STEP_S)
+        producer.begin_transaction()
+    failed: list[Any] = []
+    for i in range(25_000):
+        producer.produce(
+            topic,
+            value=b"%d" % i,
+            partition=0,
+            on_delivery=lambda e, m: failed.append(e) if e else None,
+        )
+    assert producer.flush(STEP_S) == 0
+    if transactional:
+        producer.commit_transaction(STEP_S)
+    assert failed == []
+    with connect(kafka_server.address) as client:
+        assert client.end_offsets(topic) == [25_000]
+        first = client.fetch(topic, {0: 0}, max_records=3)
+    assert [r.value for r in first] == [b"0", b"1", b"2"]
+
+
 def test_an_idempotent_producers_own_epoch_bump_lands_its_later_records(
     kafka_server: ServeProcess, kafka: str
 ) -> None:

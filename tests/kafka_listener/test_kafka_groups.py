@@ -84,6 +84,39 @@ def committed(member: RawKafka) -> int:
     return int(answer.topics[0].partitions[0].committed_offset)
 
 
+def committed_v7(member: RawKafka, require_stable: bool) -> tuple[int, int]:
+    """(committed offset, error) of work/0 for GROUP, OffsetFetch v7."""
+    topic_cls = OffsetFetchRequest.OffsetFetchRequestTopic
+    request = OffsetFetchRequest(
+        group_id=GROUP,
+        topics=[topic_cls(name="work", partition_indexes=[0])],
+        require_stable=require_stable,
+    )
+    (partition,) = member.call(request, 7).topics[0].partitions
+    return int(partition.committed_offset), int(partition.error_code)
+
+
+def test_offsets_an_open_transaction_holds_are_unstable_to_who_asks_for_stable_ones(
+    kafka_server: ServeProcess, kafka: str
+) -> None:
+    """OffsetFetch's require_stable (KIP-447): a read_committed consumer taking over a
+    partition was answered the offset before an open transaction's at once, and read
+    again what that transaction's commit then covered."""
+    with connect(kafka_server.address) as client:
+        client.create_topic("work")
+        client.commit_offsets(GROUP, "work", {0: 5})
+        txn = client.txn_begin("copier")
+        client.txn_commit_offsets(txn.txn_id, GROUP, "work", {0: 10})
+        asker = RawKafka(kafka)
+        try:
+            assert committed_v7(asker, require_stable=True) == (-1, wire.UNSTABLE_OFFSET_COMMIT)
+            assert committed_v7(asker, require_stable=False) == (5, wire.NONE)
+            client.txn_commit(txn.txn_id)
+            assert committed_v7(asker, require_stable=True) == (10, wire.NONE)
+        finally:
+            asker.close()
+
+
 def hear_of_rebalance(member: RawKafka, generation: int, member_id: str) -> None:
     """Heartbeat until the answer is REBALANCE_IN_PROGRESS: the group prepares one."""
     beat = HeartbeatRequest(group_id=GROUP, generation_id=generation, member_id=member_id)
