@@ -230,7 +230,8 @@ def _check_open(client: Client, txn_id: int | None) -> None:
     info = client.txn_show(txn_id, records_max=0).info
     if info.state != "open":
         raise BrokerError(
-            ErrorCode.TXN_NOT_OPEN,
+            # as producing into it says: aborted is 71, committed (or committing) 72
+            ErrorCode.TXN_ABORTED if info.state == "aborted" else ErrorCode.TXN_NOT_OPEN,
             f"transaction {txn_id} is {info.state}: offsets go into an open one",
             hint="begin another with fencelog txn-begin",
         )

@@ -12,6 +12,7 @@ Exit statuses:
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import sys
@@ -110,14 +111,30 @@ class FencelogGroup(TyperGroup):
                 f"give it before the command (fencelog {error.option_name} ... {command} ...)",
                 ctx=error.ctx,
             ) from None
-        except Exception:
-            _failed(ctx)
-            raise
         except BrokenPipeError:
             # The reader went away (`fencelog consume t | head -1`): the output ends, which
             # is not a failure. Point stdout at /dev/null so the exit flush stays quiet.
+            # (Before `except Exception`, which it is one of: it never ran after it.)
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
             ctx.exit(0)
+        except OSError as error:
+            if error.errno not in _OUTPUT_FULL:
+                _failed(ctx)
+                raise
+            # the output could not be written (`> /dev/full`, a full disk): one line
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            _failed(ctx)
+            failed = BrokerError(
+                ErrorCode.STORAGE_FAILED, f"cannot write the output: {error.strerror}"
+            )
+            report(failed, bool(ctx.meta.get(JSON_ERRORS_KEY)))
+            ctx.exit(exit_status(failed.code))
+        except Exception:
+            _failed(ctx)
+            raise
+
+
+_OUTPUT_FULL: Final = frozenset({errno.ENOSPC, errno.EIO, errno.EFBIG, errno.EDQUOT})
 
 
 def json_option_callback(ctx: click.Context, _param: click.Parameter, value: bool) -> bool:

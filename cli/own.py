@@ -160,7 +160,7 @@ def _hold(
     try:
         while not severed.wait(_POLL_S):
             if child is not None and child.poll() is not None:
-                return child.returncode
+                return _shell_status(child.returncode)
             if interrupted.is_set():
                 return _stop(child, grace_s) if child is not None else 0
         if child is not None:
@@ -192,7 +192,13 @@ def _stop(child: subprocess.Popen[bytes], grace_s: float) -> int:
         except subprocess.TimeoutExpired:
             child.kill()
             child.wait()
-    return child.returncode
+    return _shell_status(child.returncode)
+
+
+def _shell_status(returncode: int) -> int:
+    """CMD's status as a shell gives it: 128 + N for a command killed by signal N
+    (Popen's -N, passed on as is, became 256 - N)."""
+    return 128 - returncode if returncode < 0 else returncode
 
 
 def _child_env(claimed: Sequence[Claimed]) -> dict[str, str]:

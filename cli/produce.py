@@ -518,6 +518,8 @@ class _Summary:
 
     def text(self) -> str:
         plural = "record" if self.count == 1 else "records"
+        if self.txn_id is not None and not self.count:
+            return f"journaled nothing to {self.topic}: there was no record to send"
         if self.txn_id is not None:
             partitions = ", ".join(map(str, sorted(self.partitions)))
             return (
@@ -529,6 +531,8 @@ class _Summary:
             for p, (lo, hi) in sorted(self.ranges.items())
         )
         at = f": {where}" if where else ""
+        if not self.count:
+            return f"produced nothing to {self.topic}: there was no record to send"
         if self.duplicates == self.count:
             return (
                 f"nothing new in {self.topic}: the {plural} {'was' if self.count == 1 else 'were'} "

@@ -51,6 +51,12 @@ def create(
             out.line(f"producer snapshot {snapshot_id}")
         return
     target = out_file.resolve()
+    if str(out_file) in ("", ".") or target.is_dir():  # --out '' is Path("."): a directory
+        raise BrokerError(
+            ErrorCode.INVALID_ARGUMENT,
+            f"--out names a directory ({target}), not a new file",
+            hint="e.g. --out fixture.db",
+        )
     sizes = client.status()
     total = sizes.database_bytes + sizes.wal_bytes
     size = _with_growth_bar(lambda: client.backup(target), target, total)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import base64
 import json
 import signal
+import subprocess
 import time
 from pathlib import Path
 
@@ -310,3 +311,36 @@ def test_follow_timeout_exits_after_no_records(processes: Processes, data_dir: P
     assert consumer.wait(timeout_s=10.0) == 0, consumer.stderr_text()
     assert consumer.remaining_lines() == []
     assert consumer.stderr_text() == ""
+
+
+def test_output_that_cannot_be_written_is_one_line_and_a_closed_pipe_no_failure(
+    data_dir: Path,
+) -> None:
+    """`consume > /dev/full` ended in a Python traceback (exit 1, "a bug"), and
+    `consume | head -1` in exit 1 with no word: the handler of a closed pipe came after
+    the one of every other exception, and never ran."""
+    with broker.open(data_dir) as engine:
+        engine.create_topic("many")
+        engine.produce("many", [NewRecord(b"v%d" % i) for i in range(5000)])
+    command = ["fencelog", "--broker", str(data_dir), "consume", "many"]
+    with open("/dev/full", "w") as full:
+        refused = subprocess.run(
+            command, check=False, stdout=full, stderr=subprocess.PIPE, text=True, timeout=60
+        )
+    assert refused.returncode == int(ErrorCode.STORAGE_FAILED)
+    assert (
+        refused.stderr
+        == "error: cannot write the output: No space left on device [STORAGE_FAILED]\n"
+    )
+    reader = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        assert reader.stdout is not None
+        reader.stdout.readline()
+        reader.stdout.close()  # as `head -1` does once it has its line
+        assert reader.wait(timeout=60) == 0
+        assert reader.stderr is not None and reader.stderr.read() == b""
+    finally:
+        reader.kill()
+        reader.wait(timeout=10)
+        if reader.stderr is not None:
+            reader.stderr.close()

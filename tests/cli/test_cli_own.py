@@ -433,6 +433,10 @@ def test_own_exits_with_the_commands_status(data_dir: Path, invoke: Invoke, jour
     exit7 = own_process(str(data_dir), "workers", "w/0", "--", sys.executable, "-c", "exit(7)")
     with resumed_and_killed(exit7):
         assert exit7.wait(ENDS_WITHIN_S) == 7
+    # killed by a signal: 128 + N, as a shell says (it was 256 - N, 247 for SIGKILL)
+    killed = own_process(str(data_dir), "workers", "w/1", "--", "sh", "-c", "kill -9 $$")
+    with resumed_and_killed(killed):
+        assert killed.wait(ENDS_WITHIN_S) == 128 + signal.SIGKILL
     assert records(invoke) == []
     assert not any(r["live"] for r in listed(invoke))
 

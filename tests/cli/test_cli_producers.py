@@ -150,6 +150,12 @@ def test_a_retry_says_in_text_that_nothing_new_was_appended(orders: Invoke) -> N
     )
 
 
+def test_empty_input_says_nothing_was_sent(orders: Invoke) -> None:
+    # it said the records "were there already", of a produce that had none
+    nothing = expect(orders("produce", "orders", input=""), 0).stdout
+    assert nothing == "produced nothing to orders: there was no record to send\n"
+
+
 def test_several_values_take_consecutive_sequences(orders: Invoke, data_dir: Path) -> None:
     leased = lease(orders)
     expect(produce_as(orders, leased, 1, "a", "b", "c"), 0)

@@ -217,6 +217,8 @@ def test_abort_discards_and_a_later_commit_is_txn_aborted(cli: Invoke) -> None:
     assert (aborted["state"], aborted["reason"], aborted["records"]) == ("aborted", "by request", 0)
     line = failed(cli("txn-commit", str(txn)), ErrorCode.TXN_ABORTED)
     assert f"transaction {txn} was aborted (by request)" in line
+    # offsets into it too: 71 as for its records (it was TXN_NOT_OPEN, 72)
+    failed(cli("consume", "invoices", "-G", "g", "--txn", str(txn)), ErrorCode.TXN_ABORTED)
     error = json_error(expect(cli("txn-commit", str(txn), "--json"), ABORTED))
     assert {k: error[k] for k in ("error", "code", "txn_id", "reason")} == {
         "error": "TXN_ABORTED",

@@ -341,6 +341,10 @@ def test_snapshot_usage_errors_exit_2(invoke: Invoke) -> None:
     expect(invoke("snapshot", "restore"), 2)
     expect(invoke("snapshot", "bogus"), 2)
     expect(invoke("snapshot", "create", "--out"), 2)
+    # an empty --out (an unset variable) said the current directory "already exists"
+    for where in ("", "."):
+        named = expect(invoke("snapshot", "create", "--out", where), 10)
+        assert "--out names a directory" in named.stderr
 
 
 # an online copy while a writer keeps producing ------------------------------------------------
