@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from functools import partial
 from typing import TYPE_CHECKING, Any, Final, Protocol, TypeVar
 
@@ -36,7 +36,7 @@ from broker.kafka import wire
 from broker.kafka.groups import Coordinator
 from broker.limits import Limits
 from broker.rows import KafkaRow
-from broker.types import AppendResult, PartitionInfo, ProducerFields, TopicInfo
+from broker.types import AppendResult, PartitionInfo, ProducerFields, TopicConfig, TopicInfo
 
 if TYPE_CHECKING:
     from broker.kafka.listener import KafkaConnection
@@ -411,9 +411,15 @@ class KafkaApi:
             partitions = (
                 self.default_partitions if topic.num_partitions == -1 else topic.num_partitions
             )
-            error, message = await self._create_topic(
-                topic.name, partitions, topic.replication_factor, body.validate_only
-            )
+            message: str | None
+            try:
+                config = topic_config(topic.name, {c.name: c.value for c in topic.configs or ()})
+            except BrokerError as refused:
+                error, message = wire.INVALID_CONFIG, refused.message
+            else:
+                error, message = await self._create_topic(
+                    topic.name, partitions, topic.replication_factor, body.validate_only, config
+                )
             results.append(
                 response.CreatableTopicResult(
                     name=topic.name,
@@ -428,7 +434,12 @@ class KafkaApi:
         return response(version=version, throttle_time_ms=0, topics=results)
 
     async def _create_topic(
-        self, name: str, partitions: int, replication: int, validate_only: bool
+        self,
+        name: str,
+        partitions: int,
+        replication: int,
+        validate_only: bool,
+        config: TopicConfig | None = None,
     ) -> tuple[int, str | None]:
         if replication not in (-1, 1):
             return (
@@ -442,7 +453,9 @@ class KafkaApi:
             record_rules.check_topic_name(name, writer.limits)
             record_rules.check_partition_count(partitions, writer.limits)
             if not validate_only:
-                await self.backend.write(lambda: writer.create_topic(name, partitions))
+                await self.backend.write(
+                    lambda: writer.create_topic(name, partitions, config=config)
+                )
         except BrokerError as error:
             code = {
                 ErrorCode.TOPIC_EXISTS: wire.TOPIC_ALREADY_EXISTS,
@@ -930,6 +943,47 @@ def _read_committed(
         return answers, wire.NONE
     except BrokerError as error:
         return [], _group_error(error)
+
+
+# topic configs ----------------------------------------------------------------------------
+
+# what CreateTopics applies; every other config of Kafka's is accepted and has no effect
+# here (segments, replicas, message formats...)
+KAFKA_TOPIC_CONFIGS: Final = ("cleanup.policy", "retention.ms", "retention.bytes")
+
+
+def topic_config(topic: str, configs: Mapping[str, str | None]) -> TopicConfig | None:
+    """CreateTopics' configs as fencelog's TopicConfig (None: none of them given); a
+    value that is not Kafka's is INVALID_ARGUMENT, answered INVALID_CONFIG."""
+    if not any(name in configs for name in KAFKA_TOPIC_CONFIGS):
+        return None
+
+    def limit(name: str) -> int | None:
+        text = configs.get(name)
+        if text is None:
+            return None
+        try:
+            value = int(text)
+        except ValueError:
+            value = -2
+        if value == -1:
+            return None  # Kafka's "no limit"
+        if value <= 0:
+            raise BrokerError(
+                ErrorCode.INVALID_ARGUMENT,
+                f"topic {topic}: {name} is -1 (no limit) or a positive number, not {text!r}",
+            )
+        return value
+
+    policies = {p.strip() for p in (configs.get("cleanup.policy") or "delete").split(",")}
+    if not policies <= {"delete", "compact"}:
+        raise BrokerError(
+            ErrorCode.INVALID_ARGUMENT,
+            f"topic {topic}: cleanup.policy is delete, compact or both, not "
+            f"{configs.get('cleanup.policy')!r}",
+        )
+    cleanup = "compact" if "compact" in policies else "delete"
+    return TopicConfig(limit("retention.ms"), limit("retention.bytes"), cleanup)
 
 
 # errors ---------------------------------------------------------------------------------

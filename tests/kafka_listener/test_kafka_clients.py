@@ -21,7 +21,7 @@ from confluent_kafka import Consumer, KafkaException, Message, Producer, TopicPa
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
 from broker.client.client import connect
-from broker.types import NewRecord
+from broker.types import NewRecord, TopicConfig
 from support.servers import ServeProcess, serving
 from support.waiting import wait_until
 
@@ -498,7 +498,7 @@ def test_kafka_python_produces_and_consumes_in_a_group(kafka: str) -> None:
 # admin and offsets -----------------------------------------------------------------------------
 
 
-def test_create_topics_and_offsets_by_time(kafka: str) -> None:
+def test_create_topics_and_offsets_by_time(kafka_server: ServeProcess, kafka: str) -> None:
     admin = AdminClient({"bootstrap.servers": kafka})
     created = admin.create_topics([NewTopic("made", num_partitions=3, replication_factor=1)])
     created["made"].result(STEP_S)
@@ -509,6 +509,17 @@ def test_create_topics_and_offsets_by_time(kafka: str) -> None:
     with pytest.raises(KafkaException, match="replication factor"):
         replicated["copies"].result(STEP_S)
     assert sorted(admin.list_topics(timeout=STEP_S).topics["made"].partitions) == [0, 1, 2]
+    # topic configs fencelog has are applied (they were dropped without a word); a bad
+    # value is INVALID_CONFIG; Kafka's others are accepted
+    configs = {"cleanup.policy": "compact", "retention.ms": "86400000", "segment.ms": "1000"}
+    compacted = admin.create_topics([NewTopic("keyed", 1, 1, config=configs)])
+    compacted["keyed"].result(STEP_S)
+    bogus = admin.create_topics([NewTopic("nope", 1, 1, config={"cleanup.policy": "bogus"})])
+    with pytest.raises(KafkaException, match=r"cleanup\.policy is delete, compact or both"):
+        bogus["nope"].result(STEP_S)
+    with connect(kafka_server.address) as client:
+        assert client.describe_topic("keyed").config == TopicConfig(86_400_000, None, "compact")
+        assert "nope" not in [t.name for t in client.list_topics()]
 
     producer = Producer({"bootstrap.servers": kafka})
     for i, stamp in enumerate((1_000, 2_000, 3_000)):
