@@ -282,7 +282,17 @@ class _Committer:
         self.committed.update(moved)
 
 
+_ONE_LINE: Final = str.maketrans({"\t": "\\t", "\n": "\\n", "\r": "\\r"})
+
+
 def _warn_lossy(rendering: Rendering) -> None:
+    if rendering.escaped:
+        escaped = rendering.escaped
+        warn(
+            f"{escaped} {'field' if escaped == 1 else 'fields'} held tabs or line breaks, "
+            "shown as \\t \\n \\r to keep one record a line; "
+            "use --format base64 or --json to see them exactly"
+        )
     if rendering.lossy:
         lossy = rendering.lossy
         warn(
@@ -344,7 +354,16 @@ class _Shown:
             if len(self.rows) >= _TABLE_ROWS:
                 self.flush()
             return
-        self.out.line(f"{row[0]}\t{row[1]}\t{row[2]}\t{value}")
+        key_text, value = self._one_line(row[2]), self._one_line(value)
+        self.out.line(f"{row[0]}\t{row[1]}\t{key_text}\t{value}")
+
+    def _one_line(self, text: str) -> str:
+        """A field of a tab-separated line: its tabs and line breaks as \\t, \\n, \\r,
+        so a record stays one line of four fields (counted, and warned of once)."""
+        if "\t" not in text and "\n" not in text and "\r" not in text:
+            return text
+        self.rendering.escaped += 1
+        return text.translate(_ONE_LINE)
 
     def flush(self) -> None:
         if self.rows:

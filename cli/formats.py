@@ -44,6 +44,7 @@ class Rendering:
     def __init__(self, fmt: Format) -> None:
         self.format = fmt
         self.lossy = 0
+        self.escaped = 0  # tab-separated fields whose tabs and line breaks were escaped
 
     def show(self, data: bytes | None) -> str | None:
         if data is None:

@@ -147,6 +147,24 @@ def binary(data_dir: Path) -> Path:
     return data_dir
 
 
+def test_tab_separated_lines_keep_a_record_a_line(invoke: Invoke, data_dir: Path) -> None:
+    """A value with a line break printed as two lines and a tab as a fifth field, so
+    `consume | cut -f4` (README's pipeline) split or cut it; they are shown escaped."""
+    with broker.open(data_dir) as engine:
+        engine.create_topic("lines")
+        engine.produce("lines", [NewRecord(b"one\ntwo", key=b"k\tk"), NewRecord(b"a\tb\r")])
+        engine.produce("lines", [NewRecord(b"plain")])
+    result = expect(invoke("consume", "lines"), 0)
+    assert result.stdout.splitlines() == [
+        "0\t0\tk\\tk\tone\\ntwo",
+        "0\t1\t\ta\\tb\\r",
+        "0\t2\t\tplain",
+    ]
+    assert result.stderr.startswith("warning: 3 fields held tabs or line breaks")
+    exact = json_lines(expect(invoke("consume", "lines", "--json"), 0).stdout)
+    assert [r["value"] for r in exact] == ["one\ntwo", "a\tb\r", "plain"]
+
+
 def test_text_mode_shows_replacement_characters_and_warns(invoke: Invoke, binary: Path) -> None:
     result = expect(invoke("consume", "bin", "--json"), 0)
     first, second = json_lines(result.stdout)
