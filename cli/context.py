@@ -20,6 +20,7 @@ from cli.output import warn
 _FRESH_FILES: Final = frozenset(
     {"fencelog.db", "fencelog.db-wal", "fencelog.db-shm"}
     | {"server.lock", "server.json", "fencelog.sock"}
+    | {"sessions"}  # a claim's session pulse (own), empty once its client closed
 )
 
 

@@ -130,8 +130,9 @@ def test_the_default_directory_is_still_created_by_any_command(
         ["produce", "nope", "--value", "x"],
         ["topic", "create", "bad name"],
         ["own", "g", "r", "--generation", "-1"],
+        ["own", "g", "", "--once"],  # refused by the broker: after its session began
     ],
-    ids=["produce-unknown-topic", "create-bad-name", "own-bad-generation"],
+    ids=["produce-unknown-topic", "create-bad-name", "own-bad-generation", "own-bad-resource"],
 )
 def test_a_failed_writing_command_leaves_no_new_directory(
     runner: CliRunner, tmp_path: Path, args: list[str]
