@@ -187,7 +187,17 @@ def produce(
         return
 
     def records_of(lines: Iterable[bytes]) -> list[NewRecord]:
-        return [_record(line, record_key, key_separator, parsed, partition, fmt) for line in lines]
+        records = []
+        for index, line in enumerate(lines):
+            try:
+                records.append(_record(line, record_key, key_separator, parsed, partition, fmt))
+            except BrokerError as error:  # numbered as the broker numbers a batch's records
+                raise BrokerError(
+                    error.code,
+                    f"record {index}: {error.message}",
+                    **{**error.details, "index": index, "hint": error.hint},
+                ) from None
+        return records
 
     if access is not None:
         if pid is not None or fences:
@@ -239,9 +249,8 @@ def _produce_stdin(
     try:
         with _stopped_by_signals(stop), acknowledged(f"producing to {summary.topic}") as advance:
             for batch in batches:
-                records = records_of(batch)
                 try:
-                    results = send(records)
+                    results = send(records := records_of(batch))
                 except BrokerError as error:
                     raise _at_line(error, lines_before) from None
                 _emit(out, summary, records, results, idempotent=numbered)
@@ -475,7 +484,7 @@ def _record(
         if not found:
             raise BrokerError(
                 ErrorCode.INVALID_ARGUMENT,
-                f"line {line[:40]!r} has no key separator {separator!r}",
+                f"no key separator {separator!r} in {line[:40]!r}",
             )
         key = decode_input(raw_key, fmt, "key")
         line = raw_value

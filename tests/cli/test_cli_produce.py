@@ -137,11 +137,17 @@ def test_key_separator_splits_each_line(orders: Invoke, data_dir: Path) -> None:
 def test_line_without_key_separator_exits_10(orders: Invoke, data_dir: Path) -> None:
     before = stored_rows(data_dir)
     result = expect(
-        orders("produce", "orders", "--key-separator", ":", input="no separator\n"),
+        orders("produce", "orders", "--key-separator", ":", input="k:v\nno separator\n"),
         ErrorCode.INVALID_ARGUMENT,
     )
-    assert "no key separator" in result.stderr
+    # named by its input line, as every refused line is (it showed the line's bytes only)
+    assert "error: line 2: no key separator ':' in b'no separator'" in result.stderr
     assert stored_rows(data_dir) == before
+    bad_hex = expect(
+        orders("produce", "orders", "--format", "hex", input="6869\nzz\n"),
+        ErrorCode.INVALID_ARGUMENT,
+    )
+    assert "error: line 2: value is not valid hex" in bad_hex.stderr
 
 
 def test_empty_key_is_stored_as_an_empty_key(orders: Invoke, data_dir: Path) -> None:
