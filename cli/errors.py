@@ -23,8 +23,7 @@ import click
 from typer.core import TyperGroup
 
 from broker.errors import BrokerError, ErrorCode
-
-JSON_ERRORS_KEY = "fencelog.json_errors"
+from cli.output import JSON_ERRORS_KEY
 
 
 def exit_status(code: ErrorCode) -> int:

@@ -13,7 +13,7 @@ JsonFlag = Annotated[
     bool,
     typer.Option(
         "--json",
-        help="Print one JSON object per line (errors too, on stderr).",
+        help="Print one JSON object per line (errors and warnings too, on stderr).",
         callback=json_option_callback,
         is_eager=True,
     ),

@@ -15,6 +15,10 @@ import sys
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, TextIO
 
+import click
+
+JSON_ERRORS_KEY = "fencelog.json_errors"  # set by --json: errors and warnings as JSON
+
 
 def rich_wanted(stream: TextIO) -> bool:
     return stream.isatty() and not os.environ.get("NO_COLOR")
@@ -94,4 +98,9 @@ def acknowledged(description: str) -> Iterator[Callable[[int], None]]:
 
 
 def warn(text: str) -> None:
+    """A warning on stderr; with --json, a JSON object ({"warning": ...}), as errors are."""
+    ctx = click.get_current_context(silent=True)
+    if ctx is not None and ctx.meta.get(JSON_ERRORS_KEY):
+        sys.stderr.write(json.dumps({"warning": text}) + "\n")
+        return
     sys.stderr.write(f"warning: {text}\n")
