@@ -75,7 +75,9 @@ class _Heartbeat(threading.Thread):
                         continue
                     raise
                 if not alive:
-                    self._on_severed("severed: a newer claim took a resource of this session")
+                    self._on_severed(
+                        "severed: another process claimed or released a resource of this session"
+                    )
                     return
         finally:
             self._heartbeats.close()
