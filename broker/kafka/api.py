@@ -182,6 +182,12 @@ class KafkaApi:
 
     async def _auto_create(self, name: str, allowed: bool) -> tuple[TopicInfo | None, int]:
         if not (allowed and self.auto_create):
+            from broker.core import records as record_rules  # the name check, without a write
+
+            try:  # a name no topic can have is said at once, as Kafka does
+                record_rules.check_topic_name(name, self.backend.writer.limits)
+            except BrokerError:
+                return None, wire.INVALID_TOPIC_EXCEPTION
             return None, wire.UNKNOWN_TOPIC_OR_PARTITION
         writer = self.backend.writer
         try:
@@ -1004,6 +1010,9 @@ _ERRORS: Final = {
 _PRODUCE_ERRORS: Final = _ERRORS | {
     # the transaction was aborted under the producer (Kafka: its epoch was bumped)
     ErrorCode.TXN_ABORTED: wire.INVALID_PRODUCER_EPOCH,
+    # a record the broker refuses (no key on a compacted topic, a bad header): Kafka's
+    # INVALID_RECORD, not INVALID_REQUEST (the request itself was well formed)
+    ErrorCode.INVALID_ARGUMENT: wire.INVALID_RECORD,
     ErrorCode.RECORD_TOO_LARGE: wire.MESSAGE_TOO_LARGE,
     ErrorCode.INVALID_TOPIC_NAME: wire.INVALID_TOPIC_EXCEPTION,
     ErrorCode.OUT_OF_ORDER_SEQUENCE: wire.OUT_OF_ORDER_SEQUENCE_NUMBER,

@@ -17,7 +17,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import Consumer, KafkaException, Message, Producer, TopicPartition
+from confluent_kafka import (
+    Consumer,
+    KafkaError,
+    KafkaException,
+    Message,
+    Producer,
+    TopicPartition,
+)
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
 from broker.client.client import connect
@@ -520,6 +527,12 @@ def test_create_topics_and_offsets_by_time(kafka_server: ServeProcess, kafka: st
     with connect(kafka_server.address) as client:
         assert client.describe_topic("keyed").config == TopicConfig(86_400_000, None, "compact")
         assert "nope" not in [t.name for t in client.list_topics()]
+    # a record the broker refuses is INVALID_RECORD, as in Kafka (it was INVALID_REQUEST)
+    keyless = Producer({"bootstrap.servers": kafka})
+    errors: list[Any] = []
+    keyless.produce("keyed", value=b"no key", on_delivery=lambda e, m: errors.append(e))
+    keyless.flush(STEP_S)
+    assert [e.code() for e in errors] == [KafkaError.INVALID_RECORD]
 
     producer = Producer({"bootstrap.servers": kafka})
     for i, stamp in enumerate((1_000, 2_000, 3_000)):
