@@ -144,6 +144,12 @@ FINDINGS: Final = (
     "s, 0.73-0.78 of PySpark's own ceiling; against Parquet they pass only when Parqu"
     "et reads below about 3M rows/s: to reach 0.5 of a 3.5M Parquet read a Python sou"
     "rce needs 0.88 of PySpark's ceiling, about half the connector's cost per row.",
+    "- Session 19's last run, recorded above, at 4ff2f42, whose native frames carry a"
+    " CRC-32 (about 0.015-0.02 s more CPU on each side of a served read of 500,000 re"
+    "cords): embedded read 0.58 and write 0.28 of Parquet, served read 0.50 and write"
+    " 0.24 (338K rows/s; its three rounds 256K, 388K and 338K), served read of embedd"
+    "ed 0.87. The served write misses by a little, as it passed by a little at d52ac8"
+    "8; its rounds spread wider than the checksum's cost.",
     "- Tried and dropped: 16 KiB SQLite pages (a 1M-row commit in a scratch loop 0.32 -> "
     "0.20 s, but every small commit would write its pages to the WAL four times as "
     "large; not measured); memory-mapped reads (6% off the values "
