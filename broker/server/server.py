@@ -36,6 +36,7 @@ import logging
 import operator
 import os
 import random
+import time
 from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
@@ -85,6 +86,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("fencelog.server")
 T = TypeVar("T")
 _UNIX_PATH_BYTES_MAX: Final = 100
+_CORRUPT_LOG_EVERY_S: Final = 60.0  # a damaged database is logged at most this often
 Handler = Callable[[Session, dict[str, Any]], Awaitable[dict[str, Any]]]
 
 
@@ -108,6 +110,7 @@ class Server:
             )
         self.busy_poll = BusyPoll(busy_poll_us)
         self._drop_acks = drop_acks
+        self._corrupt_logged_at = -_CORRUPT_LOG_EVERY_S  # when DATA_CORRUPT was last logged
         self.data_dir = data_dir
         self.durability = check_durability(durability)
         self.limits = limits
@@ -494,10 +497,22 @@ class Server:
             session.last_seen = asyncio.get_running_loop().time()
 
     def _replied(self, op: Op, message: Reply | ErrorReply) -> bool:
-        """After a reply is queued: False drops the connection here (--drop-acks)."""
+        """After a reply is queued: False drops the connection here (--drop-acks). A
+        damaged database met by a request is logged, once a minute at most: the
+        operator, not only the client, must hear of it."""
         if op is Op.PRODUCE and isinstance(message, Reply) and self._drop_ack():
             log.info("dropping the acknowledgement of request %d (--drop-acks)", message.request_id)
             return False
+        if isinstance(message, ErrorReply) and message.code == ErrorCode.DATA_CORRUPT:
+            now = time.monotonic()
+            if now - self._corrupt_logged_at >= _CORRUPT_LOG_EVERY_S:
+                self._corrupt_logged_at = now
+                log.error(
+                    "%s met a damaged database: %s",
+                    op.name,
+                    message.message,
+                    extra={"event": "data_corrupt", "error": "DATA_CORRUPT"},
+                )
         return True
 
     def _connection_ended(self, session: Session) -> None:

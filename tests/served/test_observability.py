@@ -18,7 +18,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from broker.client.client import connect
 from broker.discovery import DB_FILE
-from broker.errors import ErrorCode
+from broker.errors import BrokerError, ErrorCode
 from support.helpers import fencelog_script, user_env
 from support.servers import ServeProcess, serving
 
@@ -315,3 +315,27 @@ def test_a_prepared_commit_with_damaged_data_is_logged_and_the_server_serves(
     assert failed["txn_id"] == txn_id and failed["level"] == "error"
     assert f"transaction {txn_id} stays prepared" in failed["message"]
     assert not [e for e in events if e["event"] == "recovery"]
+
+
+def test_a_damaged_database_met_by_a_request_is_logged_as_an_error(tmp_path: Path) -> None:
+    """The client was told DATA_CORRUPT, and the server's log said nothing of it."""
+    data_dir = tmp_path / "data"
+    with connect(data_dir) as client:
+        client.create_topic("t")
+        for _ in range(5):
+            client.produce("t", [b"x" * 1000] * 1000)
+    size = (data_dir / DB_FILE).stat().st_size
+    with (data_dir / DB_FILE).open("r+b") as file:  # the log's pages, not the schema's
+        file.seek(size // 2)
+        file.write(b"\xa5" * 65536)
+    args = ("--no-unix", "--log-format", "json")
+    with serving(data_dir, tmp_path / "ready.json", serve_args=args) as server:
+        with connect(server.address) as client, pytest.raises(BrokerError) as damaged:
+            offset = 0
+            while offset < 5000:  # every record, up to the damage
+                offset += len(client.fetch("t", {0: offset}))
+        assert damaged.value.code is ErrorCode.DATA_CORRUPT
+        server.stop()
+        events = [json.loads(line) for line in server.stderr_text().splitlines()]
+    (logged,) = [e for e in events if e["event"] == "data_corrupt"]
+    assert logged["level"] == "error" and "damaged" in logged["message"]
