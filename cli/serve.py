@@ -238,16 +238,32 @@ def serve(
 
 async def _run(server: Server, host: str, port: int, unix: bool, ready_file: Path | None) -> None:
     """Serve until stopped. The ready file is written once the server listens, and
-    removed before it starts and after it stops: a script waiting for the file never
-    reads a server that is gone (one from an earlier run)."""
-
-    if ready_file is not None:
+    removed after it stops; one naming a process that is gone (a server killed) is
+    removed as this one starts. One naming a live server is left to it: this serve is
+    refused (DATA_DIR_IN_USE) if that server owns the directory."""
+    if ready_file is not None and not _names_a_live_process(ready_file):
         ready_file.unlink(missing_ok=True)
     try:
         await _serve(server, host, port, unix, ready_file)
     finally:
         if ready_file is not None:
             _remove_own(ready_file)
+
+
+def _names_a_live_process(ready_file: Path) -> bool:
+    try:
+        pid = json.loads(ready_file.read_text()).get("pid")
+    except (OSError, ValueError, AttributeError):
+        return False
+    if not isinstance(pid, int) or pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # another user's process: alive
+        return True
+    return True
 
 
 def _remove_own(ready_file: Path) -> None:

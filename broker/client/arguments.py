@@ -22,7 +22,8 @@ def refused(message: str, hint: str | None = None) -> BrokerError:
 
 
 def is_int(value: object) -> bool:
-    return type(value) is int  # not a bool, not a float that happens to be whole
+    """An int (an IntEnum too), not a bool, not a float that happens to be whole."""
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def integer(name: str, value: object, *, optional: bool = False) -> None:

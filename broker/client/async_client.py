@@ -361,7 +361,9 @@ class AsyncClient:
 
     async def connection(self) -> AsyncConnection:
         if self._closed:
-            raise BrokerError(ErrorCode.CONNECTION_FAILED, "this client is closed")
+            raise BrokerError(
+                ErrorCode.CONNECTION_FAILED, "this client is closed", client_closed=True
+            )
         if self._connection is not None and not self._connection.closed:
             return self._connection
         async with self._connecting:

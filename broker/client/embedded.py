@@ -367,7 +367,7 @@ class EmbeddedTransport:
 
 
 def closed() -> BrokerError:
-    return BrokerError(ErrorCode.CONNECTION_FAILED, "this client is closed")
+    return BrokerError(ErrorCode.CONNECTION_FAILED, "this client is closed", client_closed=True)
 
 
 def restore_snapshot(

@@ -558,6 +558,8 @@ class Producer:
     # outcomes -----------------------------------------------------------------------------
 
     def _may_retry(self, error: BrokerError) -> bool:
+        if error.details.get("client_closed"):
+            return False  # closed here (close() from another thread): no retry reaches it
         if self._attachment is not None and error.code in _SESSION_ENDED:
             return False  # the attachment went with the session: a retry is fenced
         return self.idempotent and error.code in RETRIABLE
@@ -630,7 +632,11 @@ class Producer:
             try:
                 return self.client.lease_pid(self.topic, partition)
             except BrokerError as error:
-                if error.code not in _LEASE_RETRIABLE or time.monotonic() + delay > deadline:
+                if (
+                    error.code not in _LEASE_RETRIABLE
+                    or error.details.get("client_closed")
+                    or time.monotonic() + delay > deadline
+                ):
                     raise
             time.sleep(delay)
             delay = min(delay * 2, _BACKOFF_MAX_S)

@@ -133,7 +133,9 @@ class ServedTransport:
 
     def _sent(self, op: Op, args: dict[str, Any]) -> tuple[BlockingConnection, int]:
         if self._closed:
-            raise BrokerError(ErrorCode.CONNECTION_FAILED, "this client is closed")
+            raise BrokerError(
+                ErrorCode.CONNECTION_FAILED, "this client is closed", client_closed=True
+            )
         connection = self._connection
         if connection.closed or self._stale(connection):
             connection.close()
@@ -276,7 +278,9 @@ class ServedTransport:
 
     def _looped(self) -> LoopTransport:
         if self._closed:
-            raise BrokerError(ErrorCode.CONNECTION_FAILED, "this client is closed")
+            raise BrokerError(
+                ErrorCode.CONNECTION_FAILED, "this client is closed", client_closed=True
+            )
         if self._loop is None:
             from broker.client.async_client import LoopTransport
 

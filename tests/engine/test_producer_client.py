@@ -11,6 +11,7 @@ import concurrent.futures
 import contextlib
 import gc
 import json
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -310,6 +311,28 @@ def test_a_batch_that_fails_on_no_broker_error_leaves_the_partition_sending(
         results = send_within(producer, [b"next"], partition=0)
         assert [r.offset for r in results] == [0]
         assert stored(client) == [b"next"]
+
+
+def test_a_client_closed_under_a_send_fails_it_at_once(
+    data_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """close() from another thread made every later call "this client is closed", which
+    the producer took for a lost connection and retried until its delivery timeout."""
+    with broker_client("embedded", data_dir) as client:
+        producer = client.producer(TOPIC, delivery_timeout_s=30)
+        real = client._transport.produce
+
+        def closed_first(*args: object, **kwargs: object) -> object:
+            closer = threading.Thread(target=client.close)
+            closer.start()
+            closer.join(timeout=10)
+            return real(*args, **kwargs)  # type: ignore[arg-type]
+
+        monkeypatch.setattr(client._transport, "produce", closed_first)
+        future = producer.send_async([b"late"], partition=0)
+        with pytest.raises(BrokerError) as closed:
+            future.result(timeout=10)  # not after the 30 s delivery timeout
+        assert closed.value.message == "this client is closed"
 
 
 def test_committed_offsets_answer_the_producer_state_stored_last(data_dir: Path) -> None:

@@ -12,6 +12,7 @@ import json
 import signal
 import socket
 import stat
+import subprocess
 import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
@@ -103,6 +104,26 @@ def test_a_second_server_on_the_same_directory_is_refused(
     finally:
         second.close()
     assert find_server(data_dir) is not None  # the first one still owns it
+    # a second serve given the first's ready file leaves it (it removed it at start)
+    ready = json.loads(server.ready_file.read_text())
+    third = subprocess.run(
+        [
+            "fencelog",
+            "--broker",
+            str(data_dir),
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--ready-file",
+            str(server.ready_file),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert third.returncode == int(ErrorCode.DATA_DIR_IN_USE), third.stderr
+    assert json.loads(server.ready_file.read_text()) == ready
 
 
 @pytest.mark.parametrize("listen", ["0.0.0.0:0", "[::]:0", "192.0.2.10:7420"])
