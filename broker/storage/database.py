@@ -21,6 +21,7 @@ Rules this module keeps:
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import re
 import secrets
@@ -125,8 +126,9 @@ class DataDir(Struct, frozen=True):
             ) from exc
         for name in names:  # what a creator killed mid-way left (see _create)
             if (found := _CREATING.match(name)) and not _alive(int(found[1])):
-                with contextlib.suppress(OSError):
-                    (self.path / name).unlink()
+                with contextlib.suppress(OSError):  # old only: the pid may be another host's
+                    if time.time() - (self.path / name).stat().st_mtime > _CREATING_STALE_S:
+                        (self.path / name).unlink()
         if DB_FILE not in names and any(not _OWN_FILE.match(name) for name in names):
             raise BrokerError(
                 ErrorCode.FOREIGN_DATA_DIR,
@@ -136,6 +138,7 @@ class DataDir(Struct, frozen=True):
             )
 
 
+_CREATING_STALE_S: Final = 60.0  # a creation takes milliseconds
 _CREATING = re.compile(r"^fencelog\.db\.(\d+)\.[0-9a-f]+\.tmp(-journal)?$")  # _create's
 
 
@@ -464,20 +467,25 @@ def _create(data_dir: DataDir, durability: Durability, busy_timeout_ms: int) -> 
             os.link(temporary, data_dir.db_path)
         except FileExistsError:
             pass  # another process created it meanwhile: that one is the database
-        except OSError:  # a file system without hard links: moved, unless one appeared
-            if not data_dir.db_path.exists():
-                os.replace(temporary, data_dir.db_path)
-    except sqlite3.DatabaseError as exc:
-        _raise_translated(exc, "the creation of its database", data_dir.db_path)
-    except OSError as exc:
+        except OSError as exc:
+            if exc.errno not in _NO_HARD_LINKS:
+                raise
+            # A file system without hard links: as before this change, SQLite creates
+            # the file where it opens it (never over one another process made).
+    except (sqlite3.Error, OSError) as exc:  # the directory refuses a new file
+        why = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
         raise BrokerError(
             ErrorCode.DATA_DIR_UNREADABLE,
-            f"cannot create {data_dir.db_path}: {exc.strerror or exc}",
+            f"cannot create {data_dir.db_path}: {why}",
             path=str(data_dir.db_path),
+            hint="check the directory's permissions and free space",
         ) from exc
     finally:
         with contextlib.suppress(OSError):
             temporary.unlink()
+
+
+_NO_HARD_LINKS: Final = frozenset({errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EXDEV})
 
 
 def empty_database(db_path: Path) -> BrokerError:

@@ -261,11 +261,33 @@ def test_what_a_creator_killed_mid_way_left_is_cleared_and_the_directory_opens(
     left = [f"{DB_FILE}.{dead}.0badf00d.tmp", f"{DB_FILE}.{dead}.0badf00d.tmp-journal"]
     for name in left:
         (data_dir / name).write_bytes(b"half")
+        os.utime(data_dir / name, (0, 0))  # long ago
     live = f"{DB_FILE}.{os.getpid()}.00000000.tmp"  # a creator still at work: kept
     (data_dir / live).write_bytes(b"")
+    young = f"{DB_FILE}.{dead}.00000001.tmp"  # maybe another host's creator at work: kept
+    (data_dir / young).write_bytes(b"")
     with broker.open(data_dir) as engine:
         engine.create_topic("orders")
-    assert sorted(p.name for p in data_dir.iterdir()) == sorted([DB_FILE, live])
+    assert sorted(p.name for p in data_dir.iterdir()) == sorted([DB_FILE, live, young])
+
+
+def test_a_directory_that_refuses_a_new_file_is_unreadable_not_a_storage_failure(
+    data_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What SQLite answers in a directory this user may not write to (the tests may run
+    as root, who writes anywhere): it was STORAGE_FAILED (34), not 30 as README says."""
+    real = sqlite3.connect
+
+    def refusing(database: Any, *args: Any, **kwargs: Any) -> Any:
+        if str(database).endswith(".tmp"):
+            raise sqlite3.OperationalError("unable to open database file")
+        return real(database, *args, **kwargs)
+
+    monkeypatch.setattr(sqlite3, "connect", refusing)
+    error = open_error(data_dir)
+    assert error.code is ErrorCode.DATA_DIR_UNREADABLE
+    assert f"cannot create {data_dir / DB_FILE}: unable to open database file" in error.message
+    assert not (data_dir / DB_FILE).exists()
 
 
 def test_a_fencelog_database_another_process_holds_is_busy_not_foreign(data_dir: Path) -> None:
