@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
+import weakref
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, ParamSpec, TypeVar
@@ -142,7 +143,10 @@ class EmbeddedTransport:
         self._closed = False
         self._lock = threading.RLock()  # one thread at a time on the engine's connection
         self._stop = threading.Event()  # set by close(): every wait ends
-        self._watchers: dict[int, WalWatcher] = {}  # by thread: a watch cannot be shared
+        # each thread's own watch (one cannot be shared), dropped with its thread: a
+        # client used from many short-lived threads keeps no inotify instance of theirs
+        self._local = threading.local()
+        self._watchers: weakref.WeakSet[WalWatcher] = weakref.WeakSet()  # for close()
         self.broker_now_ms = engine.clock
 
     @contextlib.contextmanager
@@ -270,18 +274,23 @@ class EmbeddedTransport:
         return attached
 
     def _watcher_of_thread(self) -> WalWatcher:
-        """This thread's watch of the WAL file, started on its first wait."""
-        key = threading.get_ident()
-        with self._lock:
-            if self._closed:
-                raise closed()
-            watcher = self._watchers.get(key)
-            if watcher is None:
-                from broker.client.wal_watch import WalWatcher  # watchfiles: when waiting
-
-                watcher = WalWatcher(self.engine.database.data_dir.path, stop=self._stop)
-                self._watchers[key] = watcher
+        """This thread's watch of the WAL file, started on its first wait (outside the
+        engine's lock: it takes up to a recheck to begin)."""
+        watcher: WalWatcher | None = getattr(self._local, "watcher", None)
+        if watcher is not None:
             return watcher
+        if self._closed:
+            raise closed()
+        from broker.client.wal_watch import WalWatcher  # watchfiles: only when waiting
+
+        watcher = WalWatcher(self.engine.database.data_dir.path)  # its own stop: close()
+        with self._lock:
+            self._watchers.add(watcher)
+        if self._closed:  # closed meanwhile: close() may not have seen it
+            watcher.close()
+            raise closed()
+        self._local.watcher = watcher
+        return watcher
 
     def _wait_for_change(self, timeout_s: float) -> None:
         """Wait (outside the engine's lock) for another process's write, timeout_s at
@@ -293,7 +302,7 @@ class EmbeddedTransport:
     @property
     def _watcher(self) -> WalWatcher | None:
         """The calling thread's watch, if it has one (tests wait for a follower's)."""
-        return next(iter(self._watchers.values()), None)
+        return next(iter(self._watchers), None)
 
     def detach(self, topic: str, attachment_id: int) -> None:
         with self._engine() as engine:
@@ -351,6 +360,8 @@ class EmbeddedTransport:
         """Close, from any thread: the waits of other threads end (CONNECTION_FAILED)
         and their engine calls finish first."""
         self._stop.set()
+        for watcher in list(self._watchers):
+            watcher.close()  # the waits of other threads end now, not after the lock
         with self._lock:
             if self._closed:
                 return
@@ -361,8 +372,8 @@ class EmbeddedTransport:
                 self.engine.session_closed(self._session_id)
             if self._pulse is not None:
                 self._pulse.stop()
-            for watcher in self._watchers.values():
-                watcher.close()  # one still waiting in its thread ends by itself
+            for watcher in list(self._watchers):
+                watcher.close()  # one made meanwhile (a close twice changes nothing)
             self.engine.close()
 
 

@@ -34,7 +34,8 @@ class WalWatcher:
     def __init__(
         self, data_dir: Path, recheck_ms: int = 250, stop: threading.Event | None = None
     ) -> None:
-        """stop, once set, ends every wait within recheck_ms (a close from another thread)."""
+        """stop, once set, ends every wait within recheck_ms (close() sets it; a close
+        from another thread ends this watch's wait so)."""
         self._stop = stop or threading.Event()
         self._changes: Generator[set[tuple[Change, str]], None, None] = watch(
             data_dir,
@@ -57,8 +58,11 @@ class WalWatcher:
             return True
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline and not self._stop.is_set():
-            if next(self._changes, None):
-                return True
+            try:
+                if next(self._changes, None):
+                    return True
+            except ValueError:  # closed from another thread as this one went on: stopped
+                return False
         return False
 
     def close(self) -> None:

@@ -34,6 +34,7 @@ _LENGTH: Final = struct.Struct(">i")
 _PRE_AUTH: Final = frozenset({wire.API_VERSIONS_KEY, 17, 36})  # SaslHandshake, SaslAuthenticate
 _READ_PAUSE_ANSWERS: Final = 64  # unanswered requests before the socket is not read
 _WARN_AGAIN_S: Final = 60.0  # a host refused before authentication: warned of once a minute
+_WARNED_HOSTS_MAX: Final = 1024  # hosts remembered for that
 
 
 class KafkaConnection(asyncio.Protocol):
@@ -125,6 +126,8 @@ class KafkaConnection(asyncio.Protocol):
             warned = self.api.unauthenticated_warned
             quiet = now - warned.get(host, -_WARN_AGAIN_S) < _WARN_AGAIN_S
             if not quiet:
+                if len(warned) >= _WARNED_HOSTS_MAX:  # many hosts: start the minute afresh
+                    warned.clear()
                 warned[host] = now
             log.log(
                 logging.DEBUG if quiet else logging.WARNING,

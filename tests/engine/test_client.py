@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -279,6 +281,42 @@ def test_closing_a_client_ends_another_threads_follow_and_later_calls(
     assert later.value.code is ErrorCode.CONNECTION_FAILED
     assert later.value.message == "this client is closed"
     orders.close()  # again: nothing to do
+
+
+def inotify_instances() -> int:
+    """This process's inotify instances (each WAL watch holds one)."""
+    fds = Path("/proc/self/fd")
+    count = 0
+    for fd in fds.iterdir():
+        with contextlib.suppress(OSError):
+            count += os.readlink(fd) == "anon_inode:inotify"
+    return count
+
+
+def test_threads_that_followed_and_ended_leave_no_watch_behind(orders: Client) -> None:
+    """Each thread that waited kept its WAL watch (an inotify instance) until the client
+    closed: a client used from many short-lived threads ran out of instances (128 a
+    user by default)."""
+    before = inotify_instances()
+    release = threading.Event()
+    sleepers = []
+    try:
+        for _ in range(6):
+            follower = threading.Thread(
+                target=lambda: list(
+                    orders.consume("orders", start="end", follow=True, timeout_s=0.05)
+                )
+            )
+            follower.start()
+            follower.join(timeout=20)
+            # a thread that lives on takes the ended one's ident: the next one gets another
+            sleepers.append(threading.Thread(target=release.wait, args=(20,)))
+            sleepers[-1].start()
+        assert inotify_instances() - before <= 1
+    finally:
+        release.set()
+        for sleeper in sleepers:
+            sleeper.join(timeout=20)
 
 
 def test_a_fetch_waits_no_longer_than_the_broker_allows(data_dir: Path) -> None:
