@@ -358,7 +358,13 @@ def test_a_transaction_the_broker_timed_out_commits_none_of_its_partitions(
     slow.begin_transaction()
     slow.produce("halves", value=b"first", partition=0)
     assert slow.flush(STEP_S) == 0
-    time.sleep(2.0)  # past transaction.timeout.ms: the broker aborts the transaction
+    with connect(kafka_server.address) as client:  # past transaction.timeout.ms: aborted
+
+        def aborted() -> bool:
+            ended = client.txn_list(include_ended=True)  # expires what is past its deadline
+            return any(t.group == "kafka:slow-1" and t.state == "aborted" for t in ended)
+
+        wait_until(aborted, STEP_S, message="the broker aborting the timed-out transaction")
     with pytest.raises(KafkaException) as failed:
         slow.produce("halves", value=b"second", partition=1)
         slow.flush(STEP_S)
