@@ -107,6 +107,12 @@ def is_expired(txn: TxnView, now_ms: int) -> bool:
     return txn.state is TxnState.OPEN and now_ms >= txn.deadline_ms
 
 
+def holds_pending_offsets(state: str, deadline_ms: int, now_ms: int) -> bool:
+    """Whether offsets a transaction holds may still take effect: it is prepared, or
+    open and not past its deadline (one past it is as good as aborted)."""
+    return state == TxnState.PREPARED or (state == TxnState.OPEN and now_ms < deadline_ms)
+
+
 def check_group_matches(txn: TxnView, group: str | None) -> None:
     if group is not None and group != txn.group:
         raise BrokerError(
@@ -232,6 +238,25 @@ def aborted(txn: TxnView) -> BrokerError:
         txn_id=txn.txn_id,
         reason=why,
         hint="begin a new transaction and produce its records again",
+    )
+
+
+def kafka_continues(current: TxnView | None, transactional_id: str) -> bool:
+    """Whether a Kafka transaction goes on in `current`, its fencelog transaction (None:
+    none, or gone): True while it is open; False once it ended by EndTxn or committed,
+    so the next one begins. One aborted without EndTxn (timed out, or by an operator) is
+    TXN_ABORTED until the producer ends it or starts again: beginning another would
+    commit the Kafka transaction's later records without its earlier ones. Kafka fences
+    such a producer too (its coordinator bumps the epoch as it aborts)."""
+    if current is None or current.state is not TxnState.ABORTED:
+        return current is not None and current.state is TxnState.OPEN
+    raise BrokerError(
+        ErrorCode.TXN_ABORTED,
+        f"transactional id {transactional_id}'s transaction {current.txn_id} was aborted "
+        f"({current.reason or BY_REQUEST}) before EndTxn: its records are discarded and "
+        "this producer is fenced",
+        txn_id=current.txn_id,
+        hint="end it with abort_transaction(), or start the producer again",
     )
 
 

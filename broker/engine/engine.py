@@ -24,6 +24,7 @@ from broker import rows
 from broker.core import ownership as ownership_rules
 from broker.core import producers as producer_rules
 from broker.core import records as record_rules
+from broker.core import txn as txn_rules
 from broker.core.producers import Batch, Verdict
 from broker.engine.exclusive_access import Exclusives
 from broker.engine.ownership import Heartbeats, Owners
@@ -632,7 +633,15 @@ class Engine:
         ownership_rules.check_name("consumer group", group)
         with self.database.read() as conn:
             topic_id = self._topic(conn, topic).topic_id
-            return txn_store.pending_offsets(conn, group, topic_id, self.clock())
+            held = txn_store.pending_offsets(conn, group, topic_id)
+        now_ms = self.clock()
+        return sorted(
+            {
+                p
+                for p, state, deadline in held
+                if txn_rules.holds_pending_offsets(state, deadline, now_ms)
+            }
+        )
 
     def consumer_groups(self, limit: int = 10_000) -> list[rows.GroupOffsetRow]:
         """Every consumer group's next offsets, by group, topic and partition (at most

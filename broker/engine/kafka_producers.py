@@ -105,26 +105,12 @@ class KafkaProducers:
         return _check(found, transactional_id, producer_id, epoch)
 
     def begin(self, transactional_id: str, producer_id: int, epoch: int) -> int:
-        """The fencelog transaction of the current Kafka transaction, begun if need be.
-
-        One aborted without EndTxn (it timed out, or an operator aborted it) is
-        TXN_ABORTED until the producer ends it or starts again: beginning another would
-        commit the Kafka transaction's later records without its earlier ones. Kafka
-        fences such a producer too (its coordinator bumps the epoch as it aborts)."""
+        """The fencelog transaction of the current Kafka transaction, begun if need be
+        (core.txn.kafka_continues)."""
         row = self.current(transactional_id, producer_id, epoch)
-        if row.txn_id is not None:
-            view = self.txns.view(row.txn_id)
-            if view is not None and view.state is txn_rules.TxnState.OPEN:
-                return row.txn_id
-            if view is not None and view.state is txn_rules.TxnState.ABORTED:
-                raise BrokerError(
-                    ErrorCode.TXN_ABORTED,
-                    f"transactional id {transactional_id}'s transaction {row.txn_id} was "
-                    f"aborted ({view.reason or 'by request'}) before EndTxn: its records "
-                    "are discarded and this producer is fenced",
-                    txn_id=row.txn_id,
-                    hint="end it with abort_transaction(), or start the producer again",
-                )
+        current = None if row.txn_id is None else self.txns.view(row.txn_id)
+        if row.txn_id is not None and txn_rules.kafka_continues(current, transactional_id):
+            return row.txn_id
         info = self.txns.begin(GROUP_PREFIX + transactional_id, None, row.txn_timeout_ms)
         with self.database.write() as conn:
             _check(store.producer(conn, transactional_id), transactional_id, producer_id, epoch)

@@ -615,11 +615,10 @@ SET next_offset = excluded.next_offset, producer_state = excluded.producer_state
     committed_ms = excluded.committed_ms;
 
 -- name: txn_offsets_pending
--- Partitions of a topic whose offsets for a group an open transaction (not past its
--- deadline ?3) or a prepared one holds: they change when it ends.
-SELECT DISTINCT o.partition FROM txn_offsets o JOIN txns t ON t.txn_id = o.txn_id
+-- Partitions of a topic whose offsets for a group a transaction holds, with its state
+-- and deadline (core.txn.holds_pending_offsets says which count).
+SELECT o.partition, t.state, t.deadline_ms FROM txn_offsets o JOIN txns t ON t.txn_id = o.txn_id
 WHERE o.group_name = ?1 AND o.topic_id = ?2
-  AND (t.state = 'prepared' OR (t.state = 'open' AND t.deadline_ms > ?3))
 ORDER BY o.partition;
 
 -- name: txn_offsets_count

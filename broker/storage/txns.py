@@ -467,9 +467,12 @@ def apply_offsets(conn: sqlite3.Connection, txn_id: int, now_ms: int) -> int:
     return count
 
 
-def pending_offsets(conn: sqlite3.Connection, group: str, topic_id: int, now_ms: int) -> list[int]:
-    """The partitions of topic_id whose offsets for group a live transaction holds."""
-    return [row[0] for row in conn.execute(Q["txn_offsets_pending"], (group, topic_id, now_ms))]
+def pending_offsets(
+    conn: sqlite3.Connection, group: str, topic_id: int
+) -> list[tuple[int, str, int]]:
+    """(partition, state, deadline_ms) of each transaction holding offsets of topic_id
+    for group."""
+    return [tuple(row) for row in conn.execute(Q["txn_offsets_pending"], (group, topic_id))]
 
 
 def put_fences(

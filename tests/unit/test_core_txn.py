@@ -265,3 +265,21 @@ def test_writers_to_keep_are_the_named_members_at_their_current_generation() -> 
     with pytest.raises(BrokerError) as stale:
         rules.writers_to_keep(5, joined, {"task-1": 1})
     assert stale.value.code is ErrorCode.FENCED
+
+
+def test_a_kafka_transaction_goes_on_while_open_and_is_fenced_once_aborted_under_it() -> None:
+    assert rules.kafka_continues(view(TxnState.OPEN), "copier") is True
+    for ended in (None, view(TxnState.COMMITTED), view(TxnState.PREPARED)):
+        assert rules.kafka_continues(ended, "copier") is False  # the next one begins
+    with pytest.raises(BrokerError) as fenced:
+        rules.kafka_continues(view(TxnState.ABORTED, reason=rules.TIMED_OUT), "copier")
+    assert fenced.value.code is ErrorCode.TXN_ABORTED
+    assert "copier's transaction 7 was aborted (timed out) before EndTxn" in fenced.value.message
+
+
+def test_offsets_pending_in_a_transaction_count_while_it_may_still_commit() -> None:
+    assert rules.holds_pending_offsets(TxnState.PREPARED, DEADLINE_MS, DEADLINE_MS + 1)
+    assert rules.holds_pending_offsets(TxnState.OPEN, DEADLINE_MS, DEADLINE_MS - 1)
+    assert not rules.holds_pending_offsets(TxnState.OPEN, DEADLINE_MS, DEADLINE_MS)  # expired
+    assert not rules.holds_pending_offsets(TxnState.ABORTED, DEADLINE_MS, 0)
+    assert not rules.holds_pending_offsets(TxnState.COMMITTED, DEADLINE_MS, 0)
