@@ -17,8 +17,12 @@ What it finds, each a `kind` (their names are part of the JSON output):
 - sequence_skip, sequence_repeat: an idempotent producer's sequences on a partition that
   do not go up by one (pid 0 opts out, as it does in the broker); a newer generation
   that starts again at 1 is a Kafka producer's new epoch, which numbers from the start.
+  A transaction member's records (`produce --txn ID --member NAME`, `join_transaction`,
+  every Spark write) carry the member's pid and generation but no sequence (0): the
+  broker orders them by the transaction, not by sequences, so none are checked.
 - fenced_generation: a record of a pid's older generation after the first record of a
-  newer one on the same partition (a zombie that was not fenced).
+  newer one on the same partition (a zombie that was not fenced; for a member, a retried
+  task's earlier attempt, which the commit discards).
 - older_epoch: a record of an older exclusive-producer epoch after the first record of a
   newer one on the same partition (interleaved segments).
 - open_txn, stale_txn: a transaction that touches the topic and is still open, or open
@@ -221,7 +225,8 @@ class Checker:
                 self._expected_at.setdefault(item, index)
         self._seen: dict[Any, list[tuple[int, int]]] = defaultdict(list)  # item: places
         self._next_offset: dict[int, int] = {}
-        self._producers: dict[tuple[int, int], _Producer] = {}
+        self._producers: dict[tuple[int, int], _Producer] = {}  # (pid, partition)
+        self._members: dict[tuple[int, int], _Producer] = {}  # transaction members'
         self._epoch: dict[int, tuple[int, int]] = {}  # partition: (newest epoch, its offset)
         self._order: dict[tuple[int, bytes], tuple[int, int]] = {}  # (index, offset)
 
@@ -252,8 +257,10 @@ class Checker:
                     ack=ack.where,
                 )
         self._items(record)
-        if record.producer_id:
+        if record.producer_id and record.sequence:
             self._sequence(record)
+        elif record.producer_id:
+            self._member(record)
         self._epochs(record)
 
     def _gap(self, partition: int, expected: int, offset: int) -> None:
@@ -329,16 +336,7 @@ class Checker:
             self._producers[(pid, p)] = _Producer(record.generation, record.sequence, record.offset)
             return
         if record.generation < before.generation:
-            self._add(
-                "fenced_generation",
-                p,
-                f"offset {record.offset}: pid {pid} generation {record.generation} wrote "
-                f"after generation {before.generation} (from offset {before.offset})",
-                offset=record.offset,
-                pid=pid,
-                generation=record.generation,
-                newer_generation=before.generation,
-            )
+            self._fenced(record, before)
             return  # the zombie's sequences are not the producer's
         if record.generation > before.generation and record.sequence == 1:
             # a Kafka producer's new epoch numbers its records from the start again
@@ -364,6 +362,27 @@ class Checker:
         before.generation = max(before.generation, record.generation)
         before.sequence = max(before.sequence, record.sequence)
         before.offset = record.offset
+
+    def _member(self, record: Record) -> None:
+        """A transaction member's record: its generation is checked, it has no sequence."""
+        key = (record.producer_id, record.partition)
+        before = self._members.get(key)
+        if before is not None and record.generation < before.generation:
+            self._fenced(record, before)
+        elif before is None or record.generation > before.generation:
+            self._members[key] = _Producer(record.generation, 0, record.offset)
+
+    def _fenced(self, record: Record, newer: _Producer) -> None:
+        self._add(
+            "fenced_generation",
+            record.partition,
+            f"offset {record.offset}: pid {record.producer_id} generation {record.generation} "
+            f"wrote after generation {newer.generation} (from offset {newer.offset})",
+            offset=record.offset,
+            pid=record.producer_id,
+            generation=record.generation,
+            newer_generation=newer.generation,
+        )
 
     def _epochs(self, record: Record) -> None:
         p = record.partition

@@ -331,6 +331,20 @@ def test_an_open_transaction_on_the_topic_is_reported_until_it_commits(cli: Invo
     expect(cli("verify", "in"), 0)
 
 
+def test_a_transaction_of_members_verifies_clean(cli: Invoke) -> None:
+    """Members' records carry their pid and no sequence (the transaction orders them):
+    they are judged as the transaction's, not as an idempotent producer's."""
+    expect(cli("topic", "create", "o", "--partitions", "2"), 0)
+    begun = json.loads(expect(cli("txn-begin", "-g", "billing", "--json"), 0).stdout)
+    txn = str(begun["txn_id"])
+    as_m1 = ("--txn", txn, "--member", "m1", "-p", "0")
+    expect(cli("produce", "o", *as_m1, "-v", "a", "-v", "b"), 0)
+    expect(cli("produce", "o", "--txn", txn, "--member", "m2", "-p", "1", "-v", "c"), 0)
+    expect(cli("txn-commit", txn), 0)
+    result = expect(cli("verify", "o", "--json"), 0)
+    assert (report(result)["clean"], report(result)["records"]) == (True, 3)
+
+
 # bad input -----------------------------------------------------------------------------
 
 

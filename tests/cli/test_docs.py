@@ -50,3 +50,32 @@ def test_bash_completion_answers_through_the_generated_protocol() -> None:
     )
     assert "plain,topic" in _complete("fencelog to", 1)
     assert "plain,--follow" in _complete("fencelog consume orders --fol", 3)
+
+
+# what the repository's root holds: the README's layout and nothing a run left behind
+ROOT_ENTRIES = {
+    ".ci", ".gitignore", "CHANGELOG.md", "Makefile", "README.md", "bench", "broker", "chaos",
+    "cli", "completions", "docs", "examples", "man", "pyproject.toml", "tests",
+}  # fmt: skip
+
+
+def _git(*args: str) -> list[str]:
+    done = subprocess.run(
+        ["git", "-C", str(docs.ROOT), *args], check=True, capture_output=True, text=True
+    )
+    return done.stdout.splitlines()
+
+
+def test_the_root_holds_no_stray_files() -> None:
+    """A file a command left at the root (a pid file, a server's log) is neither committed
+    nor lying there untracked: the root holds the project's layout only."""
+    if not (docs.ROOT / ".git").exists():
+        return  # an installed copy, not a checkout
+    tracked = {path.split("/", 1)[0] for path in _git("ls-files")}
+    assert tracked <= ROOT_ENTRIES, f"stray files committed at the root: {tracked - ROOT_ENTRIES}"
+    untracked = {
+        line[3:].rstrip("/")
+        for line in _git("status", "--porcelain", "--untracked-files=normal", "--", ".")
+        if line.startswith("?? ") and "/" not in line[3:].rstrip("/")
+    }
+    assert untracked == set(), f"stray files at the root (remove them): {untracked}"

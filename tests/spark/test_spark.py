@@ -35,6 +35,7 @@ from pyspark.errors import PySparkException
 from pyspark.sql import DataFrame, SparkSession
 
 import broker.spark
+from broker import testing
 from broker.client.client import connect
 from broker.errors import BrokerError, ErrorCode
 from broker.types import NewRecord, TopicConfig, TxnInfo
@@ -134,6 +135,7 @@ def test_batch_round_trip(spark: SparkSession, any_broker: Broker) -> None:
             ]
         jobs = txns_of(client, "spark-orders_upper")
         assert [(t.state, t.records) for t in jobs] == [("committed", 36)]
+        assert testing.assert_exactly_once(client, "orders_upper").records == 36
         # the job left nothing pending: only the loader's transaction is open
         assert [t.txn_id for t in client.txn_list()] == [pending.txn_id]
 
@@ -383,6 +385,8 @@ def test_batch_task_retry_writes_each_row_once(
             ("committed", LARGE_ORDERS)
         ]
         assert client.txn_list() == []
+        # the retried member's records are the transaction's: verify finds them clean
+        assert testing.assert_exactly_once(client, "out").records == LARGE_ORDERS
 
 
 @pytest.mark.usefixtures("small_arrow_batches")
@@ -473,6 +477,7 @@ def test_stream_available_now_runs_pick_up_only_new_records(
         assert sum(len(vs) for vs in output.values()) == 32
         assert duplicates(output) == []
         assert client.txn_list() == []
+        assert testing.assert_exactly_once(client, "out").records == 32
 
 
 def test_stream_replay_writes_nothing_twice(

@@ -144,3 +144,15 @@ def test_every_finding_is_counted_and_only_a_few_kept() -> None:
     assert kinds(report) == {"unexpected": 30, "lost": 1}
     assert len(report.partitions[0].examples["unexpected"]) == 2
     assert report.to_dict()["partitions"][0]["counts"] == {"unexpected": 30}
+
+
+def test_a_transaction_members_records_have_no_sequences_to_check() -> None:
+    """Two members of one transaction: their pids' records all carry sequence 0."""
+    member = {"pid": 5, "generation": 1}
+    report = check([rec(0, b"a", **member), rec(1, b"b", **member), rec(2, b"c", pid=6)])
+    assert kinds(report) == {}
+
+
+def test_a_members_older_generation_after_its_newer_one_is_fenced() -> None:
+    retried = [rec(0, b"a", pid=5, generation=2), rec(1, b"b", pid=5, generation=1)]
+    assert kinds(check(retried)) == {"fenced_generation": 1}
