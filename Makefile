@@ -16,6 +16,9 @@ $(STAMP): pyproject.toml
 
 demo: $(STAMP)
 	PATH="$(CURDIR)/$(BIN):$$PATH" bash examples/demo.sh
+	@echo
+	@echo "fencelog is installed in .venv. To put it on your PATH in this shell, run:"
+	@echo "    . .venv/bin/activate"
 
 test: lint typecheck unit
 

@@ -31,6 +31,7 @@ class State(Struct):
     explicit_broker: bool = True  # --broker or FENCELOG_BROKER named it
     explicit_durability: bool = False  # --durability on the command line
     request_timeout_s: float = DEFAULT_LIMITS.request_timeout_ms / 1000
+    connect_timeout_s: float = 0.5  # retries of a refused connection (cli.main's default)
     _client: Client | None = None
     _created: Path | None = None
 
@@ -53,6 +54,7 @@ class State(Struct):
                 token=self.token,
                 create=create,
                 request_timeout_s=self.request_timeout_s,
+                connect_timeout_s=self.connect_timeout_s,
             )
             click.get_current_context().call_on_close(self._client.close)
             if self.explicit_durability and self._client.served:

@@ -8,6 +8,7 @@ Exit statuses:
     10+  a BrokerError: the status is the error code's number (broker/errors.py), so each
          error class has its own status, listed in `fencelog --help` and fencelog(1).
     126  `own ... -- CMD`: CMD cannot be executed; 127: CMD was not found (as a shell)
+    130  interrupted (Ctrl-C), with one line on stderr, whenever it comes
 """
 
 from __future__ import annotations
@@ -24,6 +25,8 @@ from typer.core import TyperGroup
 
 from broker.errors import BrokerError, ErrorCode
 from cli.output import JSON_ERRORS_KEY
+
+INTERRUPTED_STATUS: Final = 130  # 128 + SIGINT, as a shell reports it
 
 
 def exit_status(code: ErrorCode) -> int:
@@ -46,6 +49,7 @@ def exit_status_table() -> list[tuple[int, str]]:
     rows += [(exit_status(code), code.name) for code in ErrorCode if code is not ErrorCode.INTERNAL]
     rows += [(126, "`own ... -- CMD`: CMD is not executable")]
     rows += [(127, "`own ... -- CMD`: CMD was not found")]
+    rows += [(INTERRUPTED_STATUS, "interrupted (Ctrl-C)")]
     return rows
 
 
@@ -110,6 +114,12 @@ class FencelogGroup(TyperGroup):
                 f"give it before the command (fencelog {error.option_name} ... {command} ...)",
                 ctx=error.ctx,
             ) from None
+        except KeyboardInterrupt:
+            # Ctrl-C in a command that does not take it as its end (consume --follow and
+            # own do): one line and 130, as when it comes during the imports (cli.start)
+            _failed(ctx)
+            sys.stderr.write("fencelog: interrupted\n")
+            ctx.exit(INTERRUPTED_STATUS)
         except BrokenPipeError:
             # The reader went away (`fencelog consume t | head -1`): the output ends, which
             # is not a failure. Point stdout at /dev/null so the exit flush stays quiet.

@@ -24,6 +24,9 @@ from cli.context import State
 from cli.errors import SUGGEST_COMMANDS, FencelogGroup, exit_status_table
 from cli.formats import parse_duration
 
+# A refused connection is retried this long (a server starting), then exit 80: a CLI
+# command against a port nobody listens on says so at once; `wait-ready` waits for a start.
+CONNECT_TIMEOUT: Final = "500ms"
 _EXIT_STATUSES = "\n".join(f"  {status_:>3}  {name}" for status_, name in exit_status_table())
 
 # Every subcommand, in the order of `fencelog --help`: (name, module, attribute), where
@@ -112,6 +115,16 @@ def main(
             metavar="DURATION",
         ),
     ] = f"{DEFAULT_LIMITS.request_timeout_ms // 1000}s",
+    connect_timeout: Annotated[
+        str,
+        typer.Option(
+            "--connect-timeout",
+            envvar="FENCELOG_CONNECT_TIMEOUT",
+            help="With a served broker: how long to retry a refused connection (a server "
+            "starting) before exit 80. To wait for a server to start, use wait-ready.",
+            metavar="DURATION",
+        ),
+    ] = CONNECT_TIMEOUT,
     version: Annotated[
         bool,
         typer.Option("--version", callback=_version, is_eager=True, help="Print the version."),
@@ -127,6 +140,7 @@ def main(
     request_timeout_s = parse_duration(request_timeout)
     if request_timeout_s <= 0:
         raise BrokerError(ErrorCode.INVALID_ARGUMENT, "--request-timeout must be positive")
+    connect_timeout_s = parse_duration(connect_timeout)
     source = ctx.get_parameter_source
     if not broker.strip() and source("broker") is click.core.ParameterSource.COMMANDLINE:
         raise BrokerError(  # `--broker "$BROKER"` with the variable unset
@@ -141,12 +155,20 @@ def main(
         explicit_broker=source("broker") is not click.core.ParameterSource.DEFAULT,
         explicit_durability=source("durability") is click.core.ParameterSource.COMMANDLINE,
         request_timeout_s=request_timeout_s,
+        connect_timeout_s=connect_timeout_s,
     )
 
 
 # The root's options that take a value: what to skip on the way to a subcommand's name.
 ROOT_VALUE_OPTIONS: Final = frozenset(
-    {"--broker", "-b", "--durability", "--auth-token-file", "--request-timeout"}
+    {
+        "--broker",
+        "-b",
+        "--durability",
+        "--auth-token-file",
+        "--request-timeout",
+        "--connect-timeout",
+    }
 )
 
 

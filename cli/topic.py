@@ -102,17 +102,13 @@ def create(
     """Create a topic with N partitions (and a retention or compaction)."""
     config = _config(TopicConfig(), retention, retention_bytes, cleanup)
     client = state().client(create=True)
-    try:
-        info = client.create_topic(
-            name,
-            partitions,
-            owner_group=owner_group,
-            config=None if config == TopicConfig() else config,
-        )
-    except BrokerError as error:
-        if not (if_not_exists and error.code is ErrorCode.TOPIC_EXISTS):
-            raise
-        info = client.describe_topic(name)
+    info = client.create_topic(
+        name,
+        partitions,
+        owner_group=owner_group,
+        config=None if config == TopicConfig() else config,
+        if_not_exists=if_not_exists,
+    )
     out = Output(as_json)
     if as_json:
         out.json(topic_dict(info, partitions=False))

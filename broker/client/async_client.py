@@ -48,6 +48,7 @@ from broker.client.remote import (
     request_frame,
     severed,
     wait_s_of,
+    worth_retrying,
 )
 from broker.errors import BrokerError, ErrorCode
 from broker.event_loop import BusyPoll, new_event_loop
@@ -387,7 +388,7 @@ class AsyncClient:
                     request_timeout_s=self._request_timeout_s,
                 )
             except BrokerError as error:
-                if error.code is not ErrorCode.CONNECTION_FAILED or remaining <= delay:
+                if not worth_retrying(error, remaining, delay):
                     raise
             await asyncio.sleep(delay)
             delay = min(delay * 2, BACKOFF_MAX_S)

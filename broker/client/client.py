@@ -182,12 +182,21 @@ class Client:
         *,
         owner_group: str | None = None,
         config: TopicConfig | None = None,
+        if_not_exists: bool = False,
     ) -> TopicInfo:
-        """A new topic; config: its retention and cleanup (TopicConfig), None for none."""
+        """A new topic; config: its retention and cleanup (TopicConfig), None for none.
+        if_not_exists: a topic of that name already there is no error; it is described
+        as it is (its partitions and config are left as they are), as `topic create
+        --if-not-exists` does."""
         arguments.integer("partitions", partitions)
-        return self._transport.call(
-            ops.CREATE_TOPIC, name, partitions, owner_group=owner_group, config=config
-        )
+        try:
+            return self._transport.call(
+                ops.CREATE_TOPIC, name, partitions, owner_group=owner_group, config=config
+            )
+        except BrokerError as error:
+            if not (if_not_exists and error.code is ErrorCode.TOPIC_EXISTS):
+                raise
+        return self.describe_topic(name)
 
     def alter_topic(
         self, name: str, *, partitions: int | None = None, config: TopicConfig | None = None
@@ -1025,6 +1034,7 @@ def connect(
     token: str | None = None,
     create: bool = True,
     request_timeout_s: float = DEFAULT_LIMITS.request_timeout_ms / 1000,
+    connect_timeout_s: float = DEFAULT_LIMITS.connect_timeout_ms / 1000,
 ) -> Client:
     """Connect to a broker.
 
@@ -1036,7 +1046,10 @@ def connect(
     apply to an embedded open only; `request_timeout_s` to a served one: a request
     without a reply by then (its own wait added for a long poll) closes the connection
     as lost (CONNECTION_FAILED, outcome unknown), which the idempotent producer retries
-    within its delivery timeout.
+    within its delivery timeout. `connect_timeout_s` bounds the retries of a refused
+    connection (a server may be starting: 5 s by default, at most the request timeout;
+    the CLI's `--connect-timeout` is 0.5 s); a connection that cannot succeed by
+    waiting (an unknown host, a refused token) fails at once.
     """
     durability = check_durability(durability)
     name = os.fspath(target) if target is not None else None
@@ -1068,7 +1081,7 @@ def connect(
         token=token,
         request_timeout_s=request_timeout_s,
         # connecting (its retries while the port refuses) waits no longer than a request
-        connect_timeout_s=min(DEFAULT_LIMITS.connect_timeout_ms / 1000, request_timeout_s),
+        connect_timeout_s=min(connect_timeout_s, request_timeout_s),
     )
     return Client(transport, name)
 

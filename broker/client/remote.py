@@ -135,10 +135,24 @@ def hello_of(reply: dict[str, Any], address: Address) -> Hello:
 
 
 def cannot_connect(address: Address, exc: BaseException) -> BrokerError:
+    """A connection that could not be made; `waiting_helps` is False where a retry soon
+    cannot succeed (an unknown host, a socket we may not open), unlike a refused port or
+    a socket file not there yet, which a starting server is about to listen on."""
     return BrokerError(
         ErrorCode.CONNECTION_FAILED,
         f"cannot connect to {address}: {exc}",
         hint="is `fencelog serve` running there?",
+        waiting_helps=not isinstance(exc, socket.gaierror | PermissionError),
+    )
+
+
+def worth_retrying(error: BrokerError, remaining_s: float, delay_s: float) -> bool:
+    """A connection attempt that failed and may succeed after delay_s, within the time
+    left for connecting."""
+    return (
+        error.code is ErrorCode.CONNECTION_FAILED
+        and error.details.get("waiting_helps", True) is not False
+        and remaining_s > delay_s
     )
 
 
@@ -268,7 +282,7 @@ def connect_with_backoff(open_once: Callable[[float], T], connect_timeout_s: flo
         try:
             return open_once(max(remaining, 0.05))
         except BrokerError as error:
-            if error.code is not ErrorCode.CONNECTION_FAILED or remaining <= delay:
+            if not worth_retrying(error, remaining, delay):
                 raise
         time.sleep(delay)
         delay = min(delay * 2, BACKOFF_MAX_S)

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Iterable, Mapping, Sequence
+from shlex import quote
 
 from msgspec import Struct
 
@@ -152,7 +153,7 @@ def check_fence(fence: Fence, holding: Holding) -> None:
     current = holding.generation
     if current == 0:
         why = f"nobody has ever claimed {fence.group}:{fence.resource}"
-        hint = f"claim it first: fencelog own {fence.group} {fence.resource} -- CMD"
+        hint = f"claim it first: fencelog own {quote(fence.group)} {quote(fence.resource)} -- CMD"
     elif current != fence.generation:
         why = f"the current generation is {current}"
         hint = (
@@ -210,6 +211,6 @@ def check_owner_fences(
                 f"writes to {resource} need the fence of {owner_group}:{resource}",
                 group=owner_group,
                 resource=resource,
-                hint=f"claim it (fencelog own {owner_group} {resource}) and pass "
-                f"--fence {owner_group}:{resource}:GENERATION",
+                hint=f"claim it (fencelog own {quote(owner_group)} {quote(resource)}) and pass "
+                f"--fence {quote(f'{owner_group}:{resource}:GENERATION')}",
             )

@@ -13,6 +13,7 @@ from __future__ import annotations
 import functools
 import operator
 import random
+import shlex
 import sqlite3
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -893,11 +894,12 @@ class Engine:
     def _topic(self, conn: sqlite3.Connection, name: str) -> logs.TopicRow:
         row = logs.topic_by_name(conn, name)
         if row is None:
+            record_rules.check_topic_name(name, self.limits)  # a name no topic can have
             raise BrokerError(
                 ErrorCode.UNKNOWN_TOPIC,
                 f"topic {name} does not exist",
                 topic=name,
-                hint=f"create it with: fencelog topic create {name}",
+                hint=f"create it with: fencelog topic create {shlex.quote(name)}",
             )
         return row
 

@@ -919,7 +919,7 @@ def _read_committed(
                     row.partition: row.next_offset for row in reader.committed_offsets(group, topic)
                 }
             except BrokerError as error:
-                if error.code is not ErrorCode.UNKNOWN_TOPIC:
+                if error.code not in {ErrorCode.UNKNOWN_TOPIC, ErrorCode.INVALID_TOPIC_NAME}:
                     raise
                 answers.append(
                     (
@@ -998,6 +998,7 @@ def topic_config(topic: str, configs: Mapping[str, str | None]) -> TopicConfig |
 # fencelog's errors as Kafka's, for every API; then what an API answers differently
 _ERRORS: Final = {
     ErrorCode.UNKNOWN_TOPIC: wire.UNKNOWN_TOPIC_OR_PARTITION,
+    ErrorCode.INVALID_TOPIC_NAME: wire.INVALID_TOPIC_EXCEPTION,
     ErrorCode.UNKNOWN_PARTITION: wire.UNKNOWN_TOPIC_OR_PARTITION,
     ErrorCode.FENCED: wire.INVALID_PRODUCER_EPOCH,
     ErrorCode.INVALID_GENERATION: wire.INVALID_PRODUCER_EPOCH,

@@ -3,12 +3,19 @@ is built (cli.main.command), and what a user sees is the same as with the whole 
 
 from __future__ import annotations
 
+import importlib.abc
+import os
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import click
 import pytest
 from click.testing import CliRunner
 
+from cli import start
 from cli.main import ROOT_VALUE_OPTIONS, command, invoked
 
 
@@ -75,3 +82,37 @@ def test_a_subcommands_tree_holds_that_command_only() -> None:
     built = command(["--broker", "d", "txn", "list"])
     assert list(built.commands) == ["txn"]
     assert len(command().commands) > 10
+
+
+class _InterruptedImport(importlib.abc.MetaPathFinder):
+    """Ctrl-C arriving while `fencelog` imports cli.main (its first ~0.3 s)."""
+
+    def find_spec(self, name: str, *_args: object) -> None:
+        if name == "cli.main":
+            raise KeyboardInterrupt
+
+
+def test_ctrl_c_during_the_imports_is_one_line_and_130(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.delitem(sys.modules, "cli.main")
+    monkeypatch.setattr(sys, "meta_path", [_InterruptedImport(), *sys.meta_path])
+    with pytest.raises(SystemExit) as stopped:
+        start.run()
+    assert stopped.value.code == 130
+    assert capsys.readouterr().err == "fencelog: interrupted\n"
+
+
+def test_ctrl_c_while_a_command_waits_is_one_line_and_130(tmp_path: Path) -> None:
+    """A command retrying a connection, interrupted: no traceback, status 130."""
+    fencelog = str(Path(sys.executable).parent / "fencelog")
+    args = [fencelog, "--broker", "tcp://127.0.0.1:1", "topic", "list"]
+    env = os.environ | {"FENCELOG_CONNECT_TIMEOUT": "30s"}
+    process = subprocess.Popen(args, stderr=subprocess.PIPE, text=True, env=env, cwd=tmp_path)
+    try:
+        time.sleep(1.0)  # not a timing assertion: Ctrl-C lands while it waits or imports
+        process.send_signal(signal.SIGINT)
+        _, stderr = process.communicate(timeout=30)
+    finally:
+        process.kill()
+    assert (process.returncode, stderr) == (130, "fencelog: interrupted\n")

@@ -148,6 +148,30 @@ def test_a_failed_command_keeps_a_directory_that_existed(invoke: Invoke, data_di
     assert data_dir.is_dir()
 
 
+@pytest.mark.parametrize(
+    ("name", "shown"),
+    [("a b/c", "topic name 'a b/c' has characters other than"), ("", "topic name is empty")],
+)
+@pytest.mark.parametrize("args", [["produce", "-v", "x"], ["consume"], ["topic", "describe"]])
+def test_a_bad_topic_name_is_named_as_such_not_as_a_missing_topic(
+    invoke: Invoke, name: str, shown: str, args: list[str]
+) -> None:
+    """No `create it with: fencelog topic create a b/c` hint that cannot work."""
+    command, *rest = args
+    argv = ["topic", "describe", name] if command == "topic" else [command, name, *rest]
+    result = expect(invoke(*argv), ErrorCode.INVALID_TOPIC_NAME)
+    line = one_line(result)
+    assert shown in line and "A-Z a-z 0-9 . _ -" in line, line
+    assert "create it with" not in line
+
+
+def test_a_hint_that_shows_a_command_quotes_the_names_in_it(invoke: Invoke) -> None:
+    expect(invoke("topic", "create", "t"), 0)
+    fence = "my group:row 1:3"
+    result = expect(invoke("produce", "t", "-v", "x", "--fence", fence), ErrorCode.FENCED)
+    assert "fencelog own 'my group' 'row 1' -- CMD" in one_line(result)
+
+
 # a damaged database ----------------------------------------------------------------------
 
 

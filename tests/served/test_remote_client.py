@@ -862,3 +862,80 @@ def test_a_transactions_first_produce_travels_as_columns_and_lands_whole(client:
         ("t", 1, -1, False)
     ] * 40
     assert [r.value for r in client.fetch("t", {1: 0}, max_records=100)] == values
+
+
+# connecting: what is retried, and for how long ---------------------------------------
+
+
+class _Clock:
+    """time.monotonic and time.sleep for broker.client.remote: sleeping moves it on."""
+
+    def __init__(self) -> None:
+        self.now = 100.0
+        self.slept: list[float] = []
+
+    def monotonic(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.slept.append(seconds)
+        self.now += seconds
+
+
+def _attempts(
+    monkeypatch: pytest.MonkeyPatch, exc: BaseException, connect_timeout_s: float
+) -> tuple[int, _Clock]:
+    from broker.client import remote
+
+    clock = _Clock()
+    monkeypatch.setattr(remote, "time", clock)
+    tries = 0
+
+    def open_once(_timeout_s: float) -> None:
+        nonlocal tries
+        tries += 1
+        raise remote.cannot_connect(Address.parse("tcp://127.0.0.1:1"), exc)
+
+    with pytest.raises(BrokerError) as failed:
+        remote.connect_with_backoff(open_once, connect_timeout_s)
+    assert failed.value.code is ErrorCode.CONNECTION_FAILED
+    return tries, clock
+
+
+def test_a_refused_connection_is_retried_only_within_the_connect_timeout(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    tries, clock = _attempts(monkeypatch, ConnectionRefusedError(111, "refused"), 0.5)
+    assert tries > 1  # a server about to listen is waited for
+    assert sum(clock.slept) < 0.5
+
+
+def test_an_unknown_host_is_not_retried(monkeypatch: pytest.MonkeyPatch) -> None:
+    tries, clock = _attempts(monkeypatch, socket.gaierror(-2, "Name or service not known"), 30)
+    assert (tries, clock.slept) == (1, [])
+
+
+def test_the_cli_waits_for_a_refused_port_as_connect_timeout_says(
+    runner: CliRunner, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The CLI's default is short (a command against a port nobody listens on fails at
+    once); --connect-timeout and FENCELOG_CONNECT_TIMEOUT set it."""
+    from broker.client import remote
+
+    waits: list[float] = []
+    real = remote.connect_with_backoff
+
+    def spy(open_once: Callable[[float], Any], connect_timeout_s: float) -> Any:
+        waits.append(connect_timeout_s)
+        return real(open_once, 0)
+
+    monkeypatch.setattr("broker.client.served.connect_with_backoff", spy)
+    for argv, env in [
+        ([], {}),
+        (["--connect-timeout", "3s"], {}),
+        ([], {"FENCELOG_CONNECT_TIMEOUT": "2s"}),
+    ]:
+        args = ["--broker", "tcp://127.0.0.1:1", *argv, "topic", "list"]
+        result = runner.invoke(command(args), args, env=env)
+        assert result.exit_code == ErrorCode.CONNECTION_FAILED, result.stderr
+    assert waits == [0.5, 3.0, 2.0]
