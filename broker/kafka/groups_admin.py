@@ -23,7 +23,8 @@ from kafka.protocol import admin, consumer
 from broker.errors import BrokerError, ErrorCode
 from broker.kafka import wire
 from broker.kafka.admin_codes import GROUP_SUBSCRIBED_TO_TOPIC, NON_EMPTY_GROUP, Handler
-from broker.kafka.groups import Group, State
+from broker.kafka.groups import Coordinator, Group, State
+from broker.types import KafkaGroup, KafkaGroupMember
 
 if TYPE_CHECKING:
     from broker.kafka.api import KafkaApi
@@ -161,6 +162,48 @@ class GroupsAdmin:
         except BrokerError as error:
             return _group_error(error)
         return wire.NONE
+
+
+def kafka_groups(coordinator: Coordinator) -> list[KafkaGroup]:
+    """The coordinator's groups and their live members, each member's assignment as
+    the consumer protocol says it (none when it is not that protocol's)."""
+    return [
+        KafkaGroup(
+            group=group.group_id,
+            state=group.state.value,
+            protocol_type=group.protocol_type or "",
+            protocol=group.protocol_name or "",
+            members=tuple(
+                KafkaGroupMember(
+                    member.member_id,
+                    member.group_instance_id,
+                    member.client_id,
+                    _assignment(member.assignment) if group.protocol_type == "consumer" else (),
+                )
+                for member in group.members.values()
+            ),
+        )
+        for group in sorted(coordinator.groups.values(), key=lambda g: g.group_id)
+    ]
+
+
+def _assignment(data: bytes) -> tuple[tuple[str, tuple[int, ...]], ...]:
+    """A consumer protocol assignment (version, [topic, [partition]], user data) as
+    (topic, partitions); () when it cannot be read (or is empty: not synced yet)."""
+    try:
+        (count,) = _INT32.unpack_from(data, 2)
+        pos, found = 6, []
+        for _ in range(count):
+            (size,) = _INT16.unpack_from(data, pos)
+            topic = data[pos + 2 : pos + 2 + size].decode()
+            pos += 2 + size
+            (partitions,) = _INT32.unpack_from(data, pos)
+            indexes = struct.unpack_from(f">{partitions}i", data, pos + 4)
+            pos += 4 + 4 * partitions
+            found.append((topic, tuple(indexes)))
+    except (struct.error, UnicodeDecodeError):
+        return ()
+    return tuple(found)
 
 
 def _described(response: Any, group: Group) -> Any:

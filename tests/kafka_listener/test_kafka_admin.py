@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import subprocess
 import time
+import uuid
 from collections.abc import Iterator
 from typing import Any
 
@@ -40,6 +41,8 @@ from kafka import errors as kp_errors
 from kafka.admin import ConfigResource as KpConfigResource
 from kafka.admin import ConfigResourceType
 
+from broker.kafka import wire
+from support.kafka_raw import RawKafka
 from support.servers import ServeProcess
 
 STEP_S = 20.0  # every wait of a test is bounded by this
@@ -455,3 +458,198 @@ def test_transactions_and_producers_described(
     assert producers[KpPartition("ledger", 1)].active_producers == []
     with pytest.raises(kp_errors.UnknownTopicOrPartitionError):
         kp_admin.describe_producers([KpPartition("ledger", 7)])
+
+
+# every version advertised -----------------------------------------------------------------
+
+
+def admin_requests() -> dict[str, tuple[Any, Any]]:
+    """Per admin API: a request naming the topic `versions` (of 1 partition) or things
+    that do not exist, and what its answer must say, (answer, version) -> bool."""
+    from kafka.protocol import admin as kp
+    from kafka.protocol.consumer import OffsetDeleteRequest
+
+    no_id = uuid.UUID(int=0)
+    alter = kp.AlterConfigsRequest.AlterConfigsResource
+    incremental = kp.IncrementalAlterConfigsRequest.AlterConfigsResource
+    partitions = kp.CreatePartitionsRequest.CreatePartitionsTopic
+    records = kp.DeleteRecordsRequest.DeleteRecordsTopic
+    producers = kp.DescribeProducersRequest.TopicRequest
+    acl = {"resource_type_filter": 1, "resource_name_filter": None, "pattern_type_filter": 1}
+    acl |= {"principal_filter": None, "host_filter": None, "operation": 1, "permission_type": 1}
+    return {
+        "DeleteTopics": (
+            lambda v: kp.DeleteTopicsRequest(
+                topic_names=["nope"],
+                topics=[kp.DeleteTopicsRequest.DeleteTopicState(name="nope", topic_id=no_id)],
+                timeout_ms=1000,
+            ),
+            lambda a, v: a.responses[0].error_code == 3,
+        ),
+        "CreatePartitions": (
+            lambda v: kp.CreatePartitionsRequest(
+                topics=[partitions(name="versions", count=2, assignments=[[0]])],
+                timeout_ms=1000,
+                validate_only=True,
+            ),
+            lambda a, v: a.results[0].error_code == 0,
+        ),
+        "DeleteRecords": (
+            lambda v: kp.DeleteRecordsRequest(
+                topics=[records(name="versions", partitions=[(0, 0)])], timeout_ms=1000
+            ),
+            lambda a, v: (
+                (a.topics[0].partitions[0].error_code, a.topics[0].partitions[0].low_watermark)
+                == (0, 0)
+            ),
+        ),
+        "DescribeConfigs": (
+            lambda v: kp.DescribeConfigsRequest(
+                resources=[(2, "versions", None)], include_synonyms=True, include_documentation=True
+            ),
+            lambda a, v: "retention.ms" in {c.name for c in a.results[0].configs},
+        ),
+        "AlterConfigs": (
+            lambda v: kp.AlterConfigsRequest(
+                resources=[
+                    alter(
+                        resource_type=2, resource_name="versions", configs=[("retention.ms", "x")]
+                    )
+                ],
+                validate_only=True,
+            ),
+            lambda a, v: a.responses[0].error_code == 40,
+        ),
+        "IncrementalAlterConfigs": (
+            lambda v: kp.IncrementalAlterConfigsRequest(
+                resources=[
+                    incremental(
+                        resource_type=2,
+                        resource_name="versions",
+                        configs=[("retention.ms", 0, "9")],
+                    )
+                ],
+                validate_only=True,
+            ),
+            lambda a, v: a.responses[0].error_code == 0,
+        ),
+        "ListGroups": (lambda v: kp.ListGroupsRequest(), lambda a, v: a.error_code == 0),
+        "DescribeGroups": (
+            lambda v: kp.DescribeGroupsRequest(
+                groups=["nope"], include_authorized_operations=False
+            ),
+            lambda a, v: (
+                (a.groups[0].group_state, a.groups[0].error_code) == ("Dead", 69 if v >= 6 else 0)
+            ),
+        ),
+        "DeleteGroups": (
+            lambda v: kp.DeleteGroupsRequest(groups_names=["nope"]),
+            lambda a, v: a.results[0].error_code == 69,
+        ),
+        "OffsetDelete": (
+            lambda v: OffsetDeleteRequest(group_id="nope", topics=[]),
+            lambda a, v: a.error_code == 69,
+        ),
+        "DescribeCluster": (
+            lambda v: kp.DescribeClusterRequest(
+                include_cluster_authorized_operations=False, endpoint_type=1
+            ),
+            lambda a, v: [b.broker_id for b in a.brokers] == [0],
+        ),
+        "ListTransactions": (
+            lambda v: kp.ListTransactionsRequest(
+                state_filters=["Ongoing", "Bogus"], producer_id_filters=[], duration_filter=-1
+            ),
+            lambda a, v: (
+                (a.error_code, a.unknown_state_filters, a.transaction_states) == (0, ["Bogus"], [])
+            ),
+        ),
+        "DescribeTransactions": (
+            lambda v: kp.DescribeTransactionsRequest(transactional_ids=["nope"]),
+            lambda a, v: a.transaction_states[0].error_code == 105,
+        ),
+        "DescribeProducers": (
+            lambda v: kp.DescribeProducersRequest(
+                topics=[producers(name="versions", partition_indexes=[0, 5])]
+            ),
+            lambda a, v: [p.error_code for p in a.topics[0].partitions] == [0, 3],
+        ),
+        "DescribeAcls": (
+            lambda v: kp.DescribeAclsRequest(**acl),
+            lambda a, v: a.error_code == 54,
+        ),
+        "CreateAcls": (
+            lambda v: kp.CreateAclsRequest(
+                creations=[
+                    kp.CreateAclsRequest.AclCreation(
+                        resource_type=2,
+                        resource_name="t",
+                        resource_pattern_type=3,
+                        principal="User:a",
+                        host="*",
+                        operation=3,
+                        permission_type=3,
+                    )
+                ]
+            ),
+            lambda a, v: [r.error_code for r in a.results] == [54],
+        ),
+        "DeleteAcls": (
+            lambda v: kp.DeleteAclsRequest(filters=[kp.DeleteAclsRequest.DeleteAclsFilter(**acl)]),
+            lambda a, v: [r.error_code for r in a.filter_results] == [54],
+        ),
+        "DescribeUserScramCredentials": (
+            lambda v: kp.DescribeUserScramCredentialsRequest(users=[("alice",)]),
+            lambda a, v: [r.error_code for r in a.results] == [54],
+        ),
+        "AlterUserScramCredentials": (
+            lambda v: kp.AlterUserScramCredentialsRequest(deletions=[("alice", 1)], upsertions=[]),
+            lambda a, v: [r.error_code for r in a.results] == [54],
+        ),
+    }
+
+
+def test_every_admin_api_answers_at_every_advertised_version(
+    kafka_server: ServeProcess, kafka: str, admin: AdminClient
+) -> None:
+    create(admin, ("versions", 1))
+    cases = admin_requests()
+    advertised = {api.name: api for api in wire.APIS.values() if api.name in cases}
+    assert set(advertised) == set(cases)
+    raw = RawKafka(kafka)
+    try:
+        for name, (build, check) in cases.items():
+            api = advertised[name]
+            for version in range(api.min_version, api.max_version + 1):
+                answer = raw.call(build(version), version)
+                assert check(answer, version), (name, version, answer)
+    finally:
+        raw.close()
+
+
+# fencelog group list/describe -------------------------------------------------------------
+
+
+def test_fencelog_group_list_and_describe_show_kafka_members(
+    kafka_server: ServeProcess, kafka: str, admin: AdminClient
+) -> None:
+    create(admin, ("watched", 2))
+    produce(kafka, "watched", 1, partition=1)
+    fencelog(kafka_server, "consume", "watched", "--group", "native")
+    live = live_consumer(kafka, "watchers", "watched", 1)
+    try:
+        listed = {g["group"]: g for g in fencelog(kafka_server, "group", "list")}
+        watchers = listed["watchers"]
+        assert watchers["state"] == "Stable"
+        ((member,),) = [watchers["members"]]
+        assert member["client_id"] == "admin-test"
+        assert member["assignment"] == [{"topic": "watched", "partitions": [0, 1]}]
+        assert (listed["native"]["state"], listed["native"]["members"]) == (None, None)
+        (described,) = fencelog(kafka_server, "group", "describe", "watchers")
+        assert described["members"] == watchers["members"]
+        assert [(o["partition"], o["committed_offset"]) for o in described["offsets"]] == [(1, 1)]
+    finally:
+        live.close()
+    # gone from the listener (it left), the group is its offsets again, with no members
+    (described,) = fencelog(kafka_server, "group", "describe", "watchers")
+    assert (described["state"], described["members"]) == ("Empty", [])
