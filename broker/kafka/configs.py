@@ -75,7 +75,9 @@ class Configs:
         self, resource_type: int, name: str, keys: list[str] | None
     ) -> tuple[int, str | None, list[names.Described]]:
         limits = self.backend.writer.limits
-        if resource_type == BROKER and name in BROKER_NAMES:
+        if resource_type == BROKER:
+            if name not in BROKER_NAMES:
+                return wire.INVALID_REQUEST, f"fencelog is one broker, 0: not {name!r}", []
             found = names.broker_configs(limits, self.default_partitions, self.auto_create)
             return wire.NONE, None, [c for c in found if keys is None or c.name in keys]
         if resource_type != TOPIC:

@@ -70,16 +70,21 @@ class TxnAdmin:
     # ListTransactions ---------------------------------------------------------------
 
     async def list_transactions(self, connection: KafkaConnection, body: Any, version: int) -> Any:
+        response = admin.ListTransactionsResponse
+        pattern = body.transactional_id_pattern if version >= 2 else None
+        try:  # the whole id matches, as Java's Matcher.matches() asks
+            matches = re.compile(pattern).fullmatch if pattern else None
+        except re.error:
+            return response(
+                version=version,
+                throttle_time_ms=0,
+                error_code=wire.INVALID_REQUEST,
+                unknown_state_filters=[],
+                transaction_states=[],
+            )
         states = set(body.state_filters)
         pids = set(body.producer_id_filters)
         older_ms = body.duration_filter if version >= 1 else -1
-        pattern = body.transactional_id_pattern if version >= 2 else None
-        try:
-            matches = re.compile(pattern).search if pattern else None
-        except re.error:
-            matches = None
-            states = {"\0"}  # a pattern that cannot match: nothing listed
-        response = admin.ListTransactionsResponse
         listed = [
             response.TransactionState(
                 transactional_id=row.transactional_id,
@@ -96,7 +101,7 @@ class TxnAdmin:
             version=version,
             throttle_time_ms=0,
             error_code=wire.NONE,
-            unknown_state_filters=sorted(set(body.state_filters) - KAFKA_STATES),
+            unknown_state_filters=sorted(states - KAFKA_STATES),
             transaction_states=listed,
         )
 

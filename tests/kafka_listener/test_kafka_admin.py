@@ -271,6 +271,9 @@ def test_broker_configs_are_described_and_read_only(admin: AdminClient) -> None:
     missing = ConfigResource("topic", "no-such-topic")
     answer = settled(admin.describe_configs([missing]))[missing]
     assert answer.code() == KafkaError.UNKNOWN_TOPIC_OR_PART
+    other = ConfigResource("broker", "7")
+    answer = settled(admin.describe_configs([other]))[other]
+    assert answer.code() == KafkaError.INVALID_REQUEST
 
 
 # groups -----------------------------------------------------------------------------------
@@ -439,6 +442,10 @@ def test_transactions_and_producers_described(
     assert described.producer_id == listing.producer_id
     assert {(tp.topic, tp.partition) for tp in described.topic_partitions} == {("ledger", 1)}
     assert kp_admin.list_transactions(state_filters=["CompleteCommit"]) == {0: []}
+    assert kp_admin.list_transactions(transactional_id_pattern="ledger-.*") == {0: [listing]}
+    assert kp_admin.list_transactions(transactional_id_pattern="ledger") == {0: []}
+    with pytest.raises(kp_errors.InvalidRequestError):
+        kp_admin.list_transactions(transactional_id_pattern="(unclosed")
     with pytest.raises(kp_errors.TransactionalIdNotFoundError):
         kp_admin.describe_transactions(["nobody"])
 
