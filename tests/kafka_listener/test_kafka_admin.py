@@ -12,6 +12,7 @@ an authorizer (SECURITY_DISABLED).
 
 from __future__ import annotations
 
+import asyncio
 import json
 import subprocess
 import time
@@ -662,3 +663,43 @@ def test_fencelog_group_list_and_describe_show_kafka_members(
     # gone from the listener (it left), the group is its offsets again, with no members
     (described,) = fencelog(kafka_server, "group", "describe", "watchers")
     assert (described["state"], described["members"]) == ("Empty", [])
+
+
+# aiokafka: a third protocol implementation, at older versions ------------------------------
+
+
+def test_aiokafka_admin_drives_the_same_apis(kafka_server: ServeProcess, kafka: str) -> None:
+    from aiokafka import TopicPartition as AioPartition
+    from aiokafka.admin import AIOKafkaAdminClient, NewPartitions, RecordsToDelete
+    from aiokafka.admin import NewTopic as AioNewTopic
+    from aiokafka.admin.config_resource import ConfigResource as AioConfigResource
+    from aiokafka.admin.config_resource import ConfigResourceType as AioResourceType
+
+    async def drive() -> dict[str, Any]:
+        client = AIOKafkaAdminClient(bootstrap_servers=kafka, request_timeout_ms=20_000)
+        await client.start()
+        try:
+            await client.create_topics([AioNewTopic("aio", 1, 1), AioNewTopic("aio-gone", 1, 1)])
+            await client.create_partitions({"aio": NewPartitions(2)})
+            produce(kafka, "aio", 3)
+            low = await client.delete_records({AioPartition("aio", 0): RecordsToDelete(2)})
+            topic = AioResourceType.TOPIC
+            await client.alter_configs([AioConfigResource(topic, "aio", {"retention.ms": "60000"})])
+            (configs,) = await client.describe_configs([AioConfigResource(topic, "aio")])
+            deleted = await client.delete_topics(["aio-gone"])
+            groups = await client.list_consumer_groups()
+            return {"low": low, "configs": configs, "deleted": deleted, "groups": groups}
+        finally:
+            await client.close()
+
+    found = asyncio.run(asyncio.wait_for(drive(), STEP_S))
+    assert found["low"] == {AioPartition("aio", 0): 2}
+    entries = {e[0]: e[1] for e in found["configs"].resources[0][4]}
+    assert entries["retention.ms"] == "60000"
+    assert [r[1] for r in found["deleted"].topic_error_codes] == [0]
+    assert found["groups"] == []
+    (described,) = fencelog(kafka_server, "topic", "describe", "aio")
+    assert described["partitions"] == 2
+    assert described["config"]["retention_ms"] == 60_000
+    assert described["partition_details"][0]["start_offset"] == 2
+    assert "aio-gone" not in {t["topic"] for t in fencelog(kafka_server, "topic", "list")}
