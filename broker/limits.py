@@ -70,6 +70,9 @@ class Limits(Struct, frozen=True):
     # flight and none begun for this long is closed (the client connects again when it
     # needs to). A frame begun and never finished counts as none.
     kafka_idle_ms: int = 10 * 60 * 1000
+    # What a Kafka admin listing (ListGroups' offset rows, ListTransactions' transactional
+    # ids) reads at most.
+    kafka_listed_rows_max: int = 10_000
 
 
 DEFAULT_LIMITS = Limits()

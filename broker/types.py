@@ -354,6 +354,27 @@ class OwnershipInfo(Struct, frozen=True):
     claimed_ms: int
 
 
+class KafkaGroupMember(Struct, frozen=True):
+    """A live member of a Kafka consumer group (the Kafka listener's coordinator)."""
+
+    member_id: str
+    group_instance_id: str | None
+    client_id: str
+    assignment: tuple[tuple[str, tuple[int, ...]], ...]  # (topic, partitions)
+
+
+class KafkaGroup(Struct, frozen=True):
+    """A Kafka consumer group the Kafka listener's coordinator holds, with its state
+    (Kafka's names: Empty, PreparingRebalance, CompletingRebalance, Stable), protocol
+    type and assignor, and its live members."""
+
+    group: str
+    state: str
+    protocol_type: str
+    protocol: str
+    members: tuple[KafkaGroupMember, ...]
+
+
 class SessionInfo(Struct, frozen=True):
     """A client session: a connection to the server (conn-...: no pid, no heartbeat
     row) or a process that opened the data directory and claimed something (proc-...)."""

@@ -2,16 +2,20 @@
 
 A consumer group is its committed offsets (consume --group, the Python client's
 commit_offsets, Kafka clients' OffsetCommit, transactions' offsets). Lag is a partition's
-end offset minus the group's committed offset. fencelog's own consumers do not join a
-group, so members are not known: `members` is null. A reset is a plain commit and is not
-refused while consumers run (fencelog cannot see them): a running `consume --group`, or an
-open transaction holding the group's offsets, overwrites it with its next commit, so stop
-them first, as Kafka's reset requires.
+end offset minus the group's committed offset. A Kafka consumer group on the server's
+Kafka listener also has a state and live members, each with its client id and assigned
+partitions (soft state of the listener, asked of the server); fencelog's own consumers
+do not join a group, so their groups' members are not known: `members` is null.
+A reset is a plain commit and is not refused while consumers run (fencelog cannot see
+its own): a running `consume --group`, or an open transaction holding the group's
+offsets, overwrites it with its next commit, so stop them first, as Kafka's reset
+requires.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Sequence
 from typing import Annotated, Any
 
 import typer
@@ -20,6 +24,7 @@ from broker.client.client import Client
 from broker.core.ownership import check_name
 from broker.errors import BrokerError, ErrorCode
 from broker.rows import GroupOffsetRow
+from broker.types import KafkaGroup
 from cli.context import state
 from cli.errors import SUGGEST_COMMANDS
 from cli.options import JsonFlag
@@ -33,11 +38,15 @@ app = typer.Typer(
 )
 
 COLUMNS = ("group", "topic", "partition", "committed offset", "end offset", "lag")
+MEMBER_COLUMNS = ("group", "state", "member", "client id", "assigned")
 GroupArgument = Annotated[str, typer.Argument(help="The consumer group.")]
 
 
-def group_lags(client: Client, rows: list[GroupOffsetRow]) -> list[dict[str, Any]]:
-    """One dict per group: its committed offsets, end offsets and lag per partition."""
+def group_lags(
+    client: Client, rows: list[GroupOffsetRow], kafka: Sequence[KafkaGroup] | None = None
+) -> list[dict[str, Any]]:
+    """One dict per group: its committed offsets, end offsets and lag per partition, and
+    for a Kafka group (kafka: the live ones), its state and members."""
     ends: dict[str, list[int]] = {}
     groups: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for row in rows:
@@ -54,9 +63,28 @@ def group_lags(client: Client, rows: list[GroupOffsetRow]) -> list[dict[str, Any
                 "committed_ms": row.committed_ms,
             }
         )
+    live = {group.group: group for group in kafka or ()}
     return [
-        {"group": g, "members": None, "lag": sum(o["lag"] for o in offsets), "offsets": offsets}
-        for g, offsets in sorted(groups.items())
+        {
+            "group": g,
+            "state": live[g].state if g in live else None,
+            "members": _members(live[g]) if g in live else None,
+            "lag": sum(o["lag"] for o in groups[g]),
+            "offsets": groups[g],
+        }
+        for g in sorted(set(groups) | set(live))
+    ]
+
+
+def _members(group: KafkaGroup) -> list[dict[str, Any]]:
+    return [
+        {
+            "member_id": m.member_id,
+            "group_instance_id": m.group_instance_id,
+            "client_id": m.client_id,
+            "assignment": [{"topic": t, "partitions": list(ps)} for t, ps in m.assignment],
+        }
+        for m in group.members
     ]
 
 
@@ -71,30 +99,49 @@ def _print(out: Output, groups: list[dict[str, Any]]) -> None:
         for o in g["offsets"]
     ]
     out.table("consumer groups", COLUMNS, rows)
+    members = [
+        (g["group"], g["state"], m["member_id"], m["client_id"], _assigned(m["assignment"]))
+        for g in groups
+        for m in g["members"] or ()
+    ]
+    if members:
+        out.table("Kafka group members", MEMBER_COLUMNS, members)
+
+
+def _assigned(assignment: list[dict[str, Any]]) -> str:
+    return " ".join(f"{a['topic']}/{','.join(map(str, a['partitions']))}" for a in assignment)
 
 
 @app.command("list")
 def group_list(as_json: JsonFlag = False) -> None:
-    """Every consumer group: committed offsets, end offsets and lag per partition.
+    """Every consumer group: committed offsets, end offsets and lag per partition, and
+    the Kafka groups' members.
 
-    With --json, one object per group: group, members (null: fencelog's consumers do not
-    join a group), lag (the sum), offsets (topic, partition, committed_offset,
-    end_offset, lag, committed_ms).
+    With --json, one object per group: group, state (a Kafka group's: Stable,
+    PreparingRebalance...; null for fencelog's own groups), members (a Kafka group's
+    live members: member_id, group_instance_id, client_id, assignment [{topic,
+    partitions}]; null for fencelog's own, whose consumers do not join a group), lag
+    (the sum), offsets (topic, partition, committed_offset, end_offset, lag,
+    committed_ms).
     """
     client = state().client()
-    _print(Output(as_json), group_lags(client, client.consumer_groups()))
+    found = group_lags(client, client.consumer_groups(), client.kafka_groups())
+    _print(Output(as_json), found)
 
 
 @app.command("describe")
 def group_describe(group: GroupArgument, as_json: JsonFlag = False) -> None:
-    """One consumer group, as group list shows it; UNKNOWN_GROUP (43) if it never committed."""
+    """One consumer group, as group list shows it; UNKNOWN_GROUP (43) if it never
+    committed and no Kafka consumer is in it."""
     check_name("consumer group", group)
     client = state().client()
-    found = group_lags(client, [r for r in client.consumer_groups() if r.group == group])
+    rows = [r for r in client.consumer_groups() if r.group == group]
+    live = [g for g in client.kafka_groups() or () if g.group == group]
+    found = group_lags(client, rows, live)
     if not found:
         raise BrokerError(
             ErrorCode.UNKNOWN_GROUP,
-            f"consumer group {group!r} has no committed offsets",
+            f"consumer group {group!r} has no committed offsets and no Kafka members",
             hint="fencelog group list shows the groups",
         )
     _print(Output(as_json), found)

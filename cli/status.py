@@ -15,7 +15,7 @@ def status(as_json: JsonFlag = False) -> None:
     consumer groups' lag."""
     client = state().client()
     info = client.status()
-    groups = group_lags(client, client.consumer_groups())
+    groups = group_lags(client, client.consumer_groups(), client.kafka_groups())
     out = Output(as_json)
     if as_json:
         out.json(

@@ -46,6 +46,7 @@ from broker.types import (
     Durability,
     Fence,
     Headers,
+    KafkaGroup,
     Lease,
     NewRecord,
     OwnershipInfo,
@@ -134,6 +135,7 @@ class _Transport(Protocol):
     def ownership(self, group: str | None) -> list[OwnershipInfo]: ...
     def ownership_history(self, group: str | None, limit: int) -> list[AuditRow]: ...
     def backup(self, path: str) -> int: ...
+    def kafka_groups(self) -> list[KafkaGroup] | None: ...
     def attach(
         self, topic: str, access: str, name: str, epoch: int | None, wait_ms: int
     ) -> Attachment: ...
@@ -694,6 +696,12 @@ class Client:
         if limit < 0:
             raise BrokerError(ErrorCode.INVALID_ARGUMENT, f"limit must be >= 0, not {limit}")
         return self._transport.call(ops.CONSUMER_GROUPS, limit)
+
+    def kafka_groups(self) -> list[KafkaGroup] | None:
+        """The consumer groups live on the server's Kafka listener, with their state
+        and members (soft state, not in the data directory); [] without a Kafka
+        listener, None from a server too old to say."""
+        return self._transport.kafka_groups()
 
     def backup(self, path: str | os.PathLike[str]) -> int:
         """Write a consistent one-file copy of the whole broker; its size in bytes."""

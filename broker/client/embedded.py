@@ -37,6 +37,7 @@ from broker.types import (
     Durability,
     Fence,
     Inspection,
+    KafkaGroup,
     NewRecord,
     OwnershipInfo,
     ProducerFields,
@@ -166,6 +167,11 @@ class EmbeddedTransport:
     def backup(self, path: str) -> int:
         with self._engine() as engine:
             return engine.backup(path)
+
+    def kafka_groups(self) -> list[KafkaGroup] | None:
+        """None live: a Kafka listener runs only in a server, which an embedded open
+        of its directory would have gone through."""
+        return []
 
     def fetch_arrow(
         self,

@@ -36,7 +36,7 @@ from broker.client.remote import (
 from broker.errors import BrokerError, ErrorCode
 from broker.limits import DEFAULT_LIMITS
 from broker.protocol import codec
-from broker.protocol.messages import Op
+from broker.protocol.messages import KAFKA_GROUPS_FEATURE, Op
 from broker.protocol.ops import Operation
 from broker.rows import AuditRow, Row
 from broker.types import (
@@ -44,6 +44,7 @@ from broker.types import (
     Attachment,
     Claimed,
     Fence,
+    KafkaGroup,
     NewRecord,
     OwnershipInfo,
     ProducerFields,
@@ -273,6 +274,12 @@ class ServedTransport:
 
     def backup(self, path: str) -> int:
         return int(self._request(Op.BACKUP, {"path": os.path.abspath(path)})["bytes"])
+
+    def kafka_groups(self) -> list[KafkaGroup] | None:
+        """None: the server is too old to say."""
+        if KAFKA_GROUPS_FEATURE not in self._connection.hello.features:
+            return None
+        return codec.kafka_groups_from_wire(self._request(Op.KAFKA_GROUPS, {})["groups"])
 
     # what needs a session kept alive: the event loop transport ------------------------
 

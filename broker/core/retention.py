@@ -40,6 +40,21 @@ def front_cut(
     return Cut(new_start, freed, count) if count else None
 
 
+def offset_cut(
+    front: list[tuple[int, int, int]], start: int, before: int, more: bool
+) -> Cut | None:
+    """The cut of front (as front_cut takes it) below offset `before`. more: records
+    may follow front (it was as long as asked), so the cut may end at its last record
+    rather than at `before`. None: nothing goes and the log start stays."""
+    below = [(offset, size) for offset, _, size in front if offset < before]
+    # every record of front goes and more may follow: the next step goes on from there
+    whole = more and len(below) == len(front)
+    new_start = below[-1][0] + 1 if whole else before
+    if new_start <= start:
+        return None
+    return Cut(new_start, sum(size for _, size in below), len(below))
+
+
 def check_epoch(
     transactional_id: str,
     stored: tuple[int, int] | None,

@@ -14,7 +14,10 @@ records of one partition, so a writer never waits long behind it:
 What the rules rely on survives: the producer table is snapshotted before records it was
 derived from are deleted (a start then loads it instead of replaying them); transactions
 wait in their journals, not in the log, so an open or prepared one is never touched;
-committed offsets and owner fences are other tables. SQLite reuses the freed pages for new
+committed offsets and owner fences are other tables.
+
+Kafka's DeleteRecords cuts the front the same way, below an offset instead of a time or
+a size (cut_below), in the same bounded steps. SQLite reuses the freed pages for new
 records (the file does not shrink; `fencelog snapshot create` writes a compact copy).
 """
 
@@ -126,6 +129,26 @@ class Cleaner:
                 logs.delete_records(conn, row, partition, doomed)
         self._windows[key] = high
         return Step(len(doomed), high < info.end_offset)
+
+    def cut_below(self, topic: str, partition: int, before: int) -> int:
+        """Delete the records of a partition below offset `before` (the caller checked
+        it is at most the end offset) in bounded steps; the log start offset after."""
+        limit = self.limits.clean_step_records
+        while True:
+            with self.database.read() as conn:
+                row = logs.topic_by_name(conn, topic)
+                if row is None or partition >= row.partitions:
+                    return 0
+                start = logs.start_offset(conn, row, partition)
+                front = logs.front(conn, row, partition, start, limit)
+            cut = rules.offset_cut(front, start, before, len(front) >= limit)
+            if cut is None:
+                return start
+            if cut.records and any(self.producers.entries_of(row.topic_id)):
+                self._snapshot()  # the producer table outlives the records it came from
+            with self.database.write() as conn:
+                if logs.start_offset(conn, row, partition) == start:  # nobody cut meanwhile
+                    logs.delete_front(conn, row, partition, start, cut.new_start, cut.freed)
 
     def clean(self, topic: str) -> int:
         """Every step every partition of topic needs now, compaction sweeping each once

@@ -242,6 +242,25 @@ class Engine:
             self._topic(conn, topic)
         return self.cleaner.clean(topic)
 
+    def delete_records_below(self, topic: str, partition: int, offset: int) -> int:
+        """Delete partition's records below offset (-1: its end), moving its log start
+        there as retention does (Kafka's DeleteRecords); the log start offset after.
+        An offset past the end is OFFSET_OUT_OF_RANGE."""
+        with self.database.read() as conn:
+            row = self._topic(conn, topic)
+            record_rules.check_partition(topic, partition, row.partitions)
+            end = logs.end_offset(conn, row, partition)
+        before = end if offset == -1 else offset
+        if not 0 <= before <= end:
+            raise BrokerError(
+                ErrorCode.OFFSET_OUT_OF_RANGE,
+                f"{topic}/{partition}: records are deleted below an offset from 0 to the "
+                f"end offset {end} (or -1: the end), not {offset}",
+                topic=topic,
+                partition=partition,
+            )
+        return self.cleaner.cut_below(topic, partition, before)
+
     def cleanable(self) -> list[tuple[str, int]]:
         """(topic, partitions) of every topic with a retention or compaction."""
         with self.database.read() as conn:
@@ -621,6 +640,23 @@ class Engine:
             if offset < 0:
                 raise BrokerError(ErrorCode.INVALID_ARGUMENT, "offsets are >= 0")
         return row
+
+    def delete_group(self, group: str) -> int:
+        """Forget a consumer group's committed offsets (Kafka's DeleteGroups); how many
+        there were (0: no such group)."""
+        ownership_rules.check_name("consumer group", group)
+        with self.database.write() as conn:
+            return producer_store.delete_group_offsets(conn, group)
+
+    def delete_offsets(self, group: str, topic: str, partitions: Sequence[int]) -> None:
+        """Forget a consumer group's committed offsets of some partitions of topic
+        (Kafka's OffsetDelete)."""
+        ownership_rules.check_name("consumer group", group)
+        with self.database.write() as conn:
+            row = self._topic(conn, topic)
+            for partition in partitions:
+                record_rules.check_partition(topic, partition, row.partitions)
+                producer_store.delete_offset(conn, group, row.topic_id, partition)
 
     def committed_offsets(self, group: str, topic: str) -> list[rows.OffsetRow]:
         ownership_rules.check_name("consumer group", group)

@@ -20,6 +20,8 @@
 from __future__ import annotations
 
 import os
+import sqlite3
+from collections.abc import Sequence
 from typing import Final, NamedTuple
 
 from broker.core import retention as retention_rules
@@ -31,11 +33,12 @@ from broker.limits import Limits
 from broker.storage import kafka as store
 from broker.storage import producers as counters
 from broker.storage.database import Database
-from broker.types import Clock
+from broker.types import Clock, TxnInfo
 
 EPOCH_MAX: Final = 32767  # Kafka's producer epoch is an int16
 CLUSTER_COUNTER: Final = "kafka_cluster_id"
 GROUP_PREFIX: Final = "kafka:"
+TransactionalId = store.KafkaProducerRow  # a transactional id's row, as transactions() gives
 
 
 class KafkaProducer(NamedTuple):
@@ -135,6 +138,32 @@ class KafkaProducers:
                 hint="AddPartitionsToTxn comes before a transactional produce",
             )
         return row.txn_id
+
+    def transactions(
+        self, transactional_ids: Sequence[str] | None, limit: int
+    ) -> list[tuple[TransactionalId, TxnInfo | None]]:
+        """Each transactional id asked (None: every one, the first limit by name) that
+        exists, with its current transaction (None: none open since its last end)."""
+        now_ms = self.clock()
+        with self.database.read() as conn:
+            if transactional_ids is None:
+                rows = store.all_producers(conn, limit)
+            else:
+                found = (store.producer(conn, tid) for tid in transactional_ids[:limit])
+                rows = [row for row in found if row is not None]
+            return [(row, self._txn_info(conn, row.txn_id, now_ms)) for row in rows]
+
+    def _txn_info(
+        self, conn: sqlite3.Connection, txn_id: int | None, now_ms: int
+    ) -> TxnInfo | None:
+        if txn_id is None:
+            return None
+        try:
+            return self.txns.info(conn, txn_id, now_ms)
+        except BrokerError as error:
+            if error.code is not ErrorCode.UNKNOWN_TXN:
+                raise
+            return None  # gone from the bounded history
 
     def end(self, transactional_id: str, producer_id: int, epoch: int, commit: bool) -> None:
         """EndTxn: commit or abort the open transaction (nothing open: nothing to do)."""

@@ -33,7 +33,12 @@ from broker.engine.engine import Engine, ProduceOutcome, ProduceRequest
 from broker.errors import BrokerError, ErrorCode
 from broker.kafka import records as kafka_records
 from broker.kafka import wire
+from broker.kafka.cluster import Cluster
+from broker.kafka.configs import Configs
 from broker.kafka.groups import Coordinator
+from broker.kafka.groups_admin import GroupsAdmin
+from broker.kafka.topics_admin import TopicsAdmin
+from broker.kafka.txn_admin import TxnAdmin
 from broker.limits import Limits
 from broker.rows import KafkaRow
 from broker.types import AppendResult, PartitionInfo, ProducerFields, TopicConfig, TopicInfo
@@ -121,6 +126,8 @@ class KafkaApi:
             28: self.txn_offset_commit,
             36: self.sasl_authenticate,
         }
+        for family in (TopicsAdmin, Configs, GroupsAdmin, TxnAdmin, Cluster):
+            self._handlers.update(family(self).handlers())
 
     async def handle(self, connection: KafkaConnection, request: wire.Request) -> Any:
         handler = self._handlers[request.header.api_key]

@@ -65,6 +65,32 @@ APIS: Final = {
         _api(producer.EndTxnRequest, producer.EndTxnResponse, 0, 3),
         _api(producer.TxnOffsetCommitRequest, producer.TxnOffsetCommitResponse, 0, 3),
         _api(sasl.SaslAuthenticateRequest, sasl.SaslAuthenticateResponse, 0, 2),
+        # the admin APIs (broker/kafka/topics_admin.py, configs.py, groups_admin.py,
+        # txn_admin.py, cluster.py)
+        _api(admin.DeleteTopicsRequest, admin.DeleteTopicsResponse, 0, 6),
+        _api(admin.CreatePartitionsRequest, admin.CreatePartitionsResponse, 0, 3),
+        _api(admin.DeleteRecordsRequest, admin.DeleteRecordsResponse, 0, 2),
+        _api(admin.DescribeConfigsRequest, admin.DescribeConfigsResponse, 0, 4),
+        _api(admin.AlterConfigsRequest, admin.AlterConfigsResponse, 0, 2),
+        _api(admin.IncrementalAlterConfigsRequest, admin.IncrementalAlterConfigsResponse, 0, 1),
+        _api(admin.ListGroupsRequest, admin.ListGroupsResponse, 0, 5),
+        _api(admin.DescribeGroupsRequest, admin.DescribeGroupsResponse, 0, 6),
+        _api(admin.DeleteGroupsRequest, admin.DeleteGroupsResponse, 0, 2),
+        _api(consumer.OffsetDeleteRequest, consumer.OffsetDeleteResponse, 0, 0),
+        _api(admin.DescribeClusterRequest, admin.DescribeClusterResponse, 0, 2),
+        _api(admin.ListTransactionsRequest, admin.ListTransactionsResponse, 0, 2),
+        _api(admin.DescribeTransactionsRequest, admin.DescribeTransactionsResponse, 0, 0),
+        _api(admin.DescribeProducersRequest, admin.DescribeProducersResponse, 0, 0),
+        _api(admin.DescribeAclsRequest, admin.DescribeAclsResponse, 0, 3),
+        _api(admin.CreateAclsRequest, admin.CreateAclsResponse, 0, 3),
+        _api(admin.DeleteAclsRequest, admin.DeleteAclsResponse, 0, 3),
+        _api(
+            admin.DescribeUserScramCredentialsRequest,
+            admin.DescribeUserScramCredentialsResponse,
+            0,
+            0,
+        ),
+        _api(admin.AlterUserScramCredentialsRequest, admin.AlterUserScramCredentialsResponse, 0, 0),
     )
 }
 API_VERSIONS_KEY: Final = metadata.ApiVersionsRequest.API_KEY

@@ -13,6 +13,7 @@ from itertools import repeat
 from typing import Any, Final, TypeVar, cast
 
 import msgpack
+import msgspec
 
 from broker.core.txn import parse_txn_id
 from broker.protocol.frames import ProtocolError
@@ -39,6 +40,7 @@ from broker.types import (
     Fence,
     Headers,
     JournalEntryInfo,
+    KafkaGroup,
     Lease,
     Mode,
     NewRecord,
@@ -629,6 +631,17 @@ def claimed_to_wire(claimed: Sequence[Claimed]) -> list[tuple[str, str, int]]:
 
 def claimed_from_wire(wire: Sequence[Sequence[Any]]) -> list[Claimed]:
     return [Claimed(*row) for row in wire]
+
+
+def kafka_groups_to_wire(groups: Sequence[KafkaGroup]) -> list[Any]:
+    return msgspec.to_builtins(list(groups))  # type: ignore[no-any-return]
+
+
+def kafka_groups_from_wire(wire: Any) -> list[KafkaGroup]:
+    try:
+        return msgspec.convert(wire, list[KafkaGroup])
+    except msgspec.ValidationError as error:
+        raise ProtocolError(f"a malformed list of Kafka groups: {error}") from error
 
 
 def ownership_to_wire(rows: Sequence[OwnershipInfo]) -> list[tuple[Any, ...]]:

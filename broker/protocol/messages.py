@@ -39,6 +39,7 @@ PROTOCOL_VERSION: Final = 2  # 2: fetch replies carry rows without the topic
 ARROW_FEATURE: Final = "fetch_arrow"  # FETCH_ARROW (the server has pyarrow)
 COLUMNS_FEATURE: Final = "produce_columns"  # PRODUCE's records as columns
 CHECKSUM_FEATURE: Final = "frame_crc"  # frames carry a CRC-32 of their body (frames.py)
+KAFKA_GROUPS_FEATURE: Final = "kafka_groups"  # KAFKA_GROUPS
 
 
 class Kind(enum.IntEnum):
@@ -77,6 +78,7 @@ class Op(enum.IntEnum):
     BACKUP = 46
     CONSUMER_GROUPS = 47
     OFFSET_FOR_TIME = 48
+    KAFKA_GROUPS = 49  # the Kafka listener's live groups and members (feature kafka_groups)
     ATTACH = 50
     DETACH = 51
     TOPIC_ACCESS = 52

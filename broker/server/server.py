@@ -58,6 +58,7 @@ from broker.protocol.messages import (
     ARROW_FEATURE,
     CHECKSUM_FEATURE,
     COLUMNS_FEATURE,
+    KAFKA_GROUPS_FEATURE,
     PROTOCOL_VERSION,
     ErrorReply,
     Op,
@@ -150,6 +151,7 @@ class Server:
             Op.OWNERSHIP: self._ownership,
             Op.OWN_HISTORY: self._own_history,
             Op.BACKUP: self._backup,
+            Op.KAFKA_GROUPS: self._kafka_groups,
             Op.ATTACH: self._attach,
             Op.DETACH: self._detach,
         }
@@ -875,6 +877,15 @@ class Server:
             )
         return {"bytes": await self._read(lambda: self._reader.backup(out))}
 
+    async def _kafka_groups(self, session: Session, args: dict[str, Any]) -> dict[str, Any]:
+        """The Kafka listener's live groups (none without one): members are soft state
+        in its coordinator, not in the data directory."""
+        if self.kafka is None:
+            return {"groups": []}
+        from broker.kafka.groups_admin import kafka_groups  # only with a Kafka listener
+
+        return {"groups": codec.kafka_groups_to_wire(kafka_groups(self.kafka.coordinator))}
+
     async def _attach(self, session: Session, args: dict[str, Any]) -> dict[str, Any]:
         topic = codec.field(args, "topic", str)
         access = parse_access(codec.field(args, "access", str))
@@ -1010,10 +1021,10 @@ _LOGGED_TXN_OPS: Final = {
 @functools.cache
 def _features() -> frozenset[str]:
     """What this server can answer beyond the protocol version: PRODUCE's records as
-    columns; FETCH_ARROW, which needs pyarrow (the spark extra): a server without it
+    columns; KAFKA_GROUPS; FETCH_ARROW, which needs pyarrow (the spark extra): a server without it
     does not announce it."""
     arrow = {ARROW_FEATURE} if importlib.util.find_spec("pyarrow") else set()
-    return frozenset({COLUMNS_FEATURE, CHECKSUM_FEATURE, *arrow})
+    return frozenset({COLUMNS_FEATURE, CHECKSUM_FEATURE, KAFKA_GROUPS_FEATURE, *arrow})
 
 
 def _is_loopback(host: str) -> bool:

@@ -27,6 +27,11 @@ def producer_by_pid(conn: sqlite3.Connection, producer_id: int) -> KafkaProducer
     return None if row is None else KafkaProducerRow(*row)
 
 
+def all_producers(conn: sqlite3.Connection, limit: int) -> list[KafkaProducerRow]:
+    """The first limit transactional ids, by name."""
+    return [KafkaProducerRow(*row) for row in conn.execute(Q["kafka_producers_all"], (limit,))]
+
+
 def put_producer(conn: sqlite3.Connection, row: KafkaProducerRow, now_ms: int) -> None:
     conn.execute(
         Q["kafka_producer_put"],

@@ -148,6 +148,15 @@ def all_group_offsets(conn: sqlite3.Connection, limit: int) -> list[GroupOffsetR
     return [GroupOffsetRow(*row) for row in conn.execute(Q["offsets_all_groups"], (limit,))]
 
 
+def delete_group_offsets(conn: sqlite3.Connection, group: str) -> int:
+    """Forget every committed offset of group; how many there were."""
+    return conn.execute(Q["offsets_delete_group"], (group,)).rowcount
+
+
+def delete_offset(conn: sqlite3.Connection, group: str, topic_id: int, partition: int) -> None:
+    conn.execute(Q["offsets_delete_partition"], (group, topic_id, partition))
+
+
 def set_group_state(
     conn: sqlite3.Connection, group: str, topic_id: int, producer_state: bytes
 ) -> None:

@@ -436,6 +436,12 @@ INSERT INTO producer_attachments (attachment_id, topic_id, session_id, name, mod
                                   attached_ms)
 VALUES (?, ?, ?, ?, ?, ?, ?);
 
+-- name: offsets_delete_group
+DELETE FROM consumer_offsets WHERE group_name = ?;
+
+-- name: offsets_delete_partition
+DELETE FROM consumer_offsets WHERE group_name = ? AND topic_id = ? AND partition = ?;
+
 -- name: offsets_state_put
 UPDATE consumer_offsets SET producer_state = ? WHERE group_name = ? AND topic_id = ?;
 
@@ -691,6 +697,10 @@ ON CONFLICT (transactional_id) DO UPDATE SET
 
 -- name: kafka_producer_set_txn
 UPDATE kafka_producers SET txn_id = ?2, updated_ms = ?3 WHERE transactional_id = ?1;
+
+-- name: kafka_producers_all
+SELECT transactional_id, producer_id, epoch, txn_timeout_ms, txn_id
+FROM kafka_producers ORDER BY transactional_id LIMIT ?;
 
 -- name: records_offset_for_time
 SELECT offset, timestamp_ms FROM records

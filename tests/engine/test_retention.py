@@ -200,3 +200,36 @@ def test_owner_fences_and_epochs_stay_as_they_were(engine: Engine) -> None:
     with pytest.raises(BrokerError) as unfenced:
         engine.produce("owned", stamped([b"no fence"], NOW_MS))
     assert unfenced.value.code is ErrorCode.FENCED
+
+
+def test_records_below_an_offset_are_deleted_in_steps(engine: Engine) -> None:
+    engine.create_topic("trimmed", 2)
+    engine.produce("trimmed", stamped([b"v"] * 20, NOW_MS))
+    assert engine.delete_records_below("trimmed", 0, 16) == 16  # steps of 7 records
+    part = engine.describe_topic("trimmed").partition_details[0]
+    assert (part.start_offset, part.end_offset, part.records, part.bytes) == (16, 20, 4, 4)
+    assert offsets(engine, "trimmed", 16) == [16, 17, 18, 19]
+    assert engine.delete_records_below("trimmed", 0, 3) == 16  # never back
+    assert engine.delete_records_below("trimmed", 0, -1) == 20  # -1: the end
+    assert engine.delete_records_below("trimmed", 1, 0) == 0
+    engine.produce("trimmed", stamped([b"next"], NOW_MS))
+    assert offsets(engine, "trimmed", 20) == [20]
+
+
+@pytest.mark.parametrize(
+    ("partition", "offset", "code"),
+    [
+        (0, 6, ErrorCode.OFFSET_OUT_OF_RANGE),
+        (0, -2, ErrorCode.OFFSET_OUT_OF_RANGE),
+        (3, 0, ErrorCode.UNKNOWN_PARTITION),
+    ],
+)
+def test_records_below_an_offset_past_the_end_are_refused(
+    engine: Engine, partition: int, offset: int, code: ErrorCode
+) -> None:
+    engine.create_topic("short")
+    engine.produce("short", stamped([b"v"] * 5, NOW_MS))
+    with pytest.raises(BrokerError) as refused:
+        engine.delete_records_below("short", partition, offset)
+    assert refused.value.code is code
+    assert engine.describe_topic("short").partition_details[0].start_offset == 0

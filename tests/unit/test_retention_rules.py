@@ -1,10 +1,11 @@
-"""broker/core/retention.py: the front cut of a partition and a Kafka epoch's check."""
+"""broker/core/retention.py: the front cut of a partition (by time and size, or below an
+offset) and a Kafka epoch's check."""
 
 from __future__ import annotations
 
 import pytest
 
-from broker.core.retention import Cut, check_epoch, front_cut
+from broker.core.retention import Cut, check_epoch, front_cut, offset_cut
 from broker.errors import BrokerError, ErrorCode
 
 
@@ -17,6 +18,22 @@ def test_the_cut_takes_the_old_front_and_stops_at_the_first_newer_record() -> No
 def test_the_cut_frees_at_least_the_excess() -> None:
     front = [(0, 10, 4), (1, 10, 4), (2, 10, 4)]
     assert front_cut(front, 0, cutoff_ms=None, excess_bytes=5) == Cut(2, 8, 2)
+
+
+def test_the_cut_below_an_offset_moves_the_start_to_it() -> None:
+    front = [(3, 0, 4), (4, 0, 4), (9, 0, 4)]  # a compacted log: 5 to 8 are gone
+    assert offset_cut(front, 3, before=5, more=False) == Cut(5, 8, 2)
+    assert offset_cut(front, 3, before=10, more=False) == Cut(10, 12, 3)
+    # the start is the offset asked even where no record is
+    assert offset_cut(front, 3, before=7, more=True) == Cut(7, 8, 2)
+    assert offset_cut([], 3, before=6, more=False) == Cut(6, 0, 0)
+
+
+def test_the_cut_below_an_offset_goes_step_by_step_and_never_back() -> None:
+    front = [(0, 0, 1), (1, 0, 1)]  # as many as a step reads: more may follow
+    assert offset_cut(front, 0, before=100, more=True) == Cut(2, 2, 2)
+    assert offset_cut(front, 0, before=0, more=True) is None
+    assert offset_cut([(5, 0, 1)], 5, before=3, more=False) is None
 
 
 @pytest.mark.parametrize(

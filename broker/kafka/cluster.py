@@ -1,0 +1,135 @@
+"""Kafka's cluster and security admin APIs: DescribeCluster, and the ACL and SCRAM APIs.
+
+DescribeCluster names this one broker (node 0, the controller) and the data directory's
+cluster id, as Metadata does. fencelog has no authorizer and keeps no SCRAM credentials
+(its Kafka listener authenticates with SASL/PLAIN and the server's auth token): the ACL
+and SCRAM APIs answer as a Kafka broker without an authorizer does, SECURITY_DISABLED,
+so admin tools say "security is disabled" rather than "unsupported version" (for SCRAM,
+each user asked is SECURITY_DISABLED; the top level is not: librdkafka crashes on it).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Final
+
+from kafka.protocol import admin
+
+from broker.kafka import wire
+from broker.kafka.admin_codes import SECURITY_DISABLED, Handler
+
+if TYPE_CHECKING:
+    from broker.kafka.api import KafkaApi
+    from broker.kafka.listener import KafkaConnection
+
+NODE_ID: Final = 0
+NOT_ASKED: Final = None  # authorized operations not asked for (INT32_MIN on the wire)
+NO_AUTHORIZER: Final = "fencelog has no authorizer: no ACLs are kept"
+NO_SCRAM: Final = "fencelog keeps no SCRAM credentials (its Kafka listener takes SASL/PLAIN)"
+
+
+class Cluster:
+    def __init__(self, api: KafkaApi) -> None:
+        self.api = api  # its host and port are known once the listener is bound
+
+    def handlers(self) -> dict[int, Handler]:
+        return {
+            admin.DescribeClusterRequest.API_KEY: self.describe_cluster,
+            admin.DescribeAclsRequest.API_KEY: self.describe_acls,
+            admin.CreateAclsRequest.API_KEY: self.create_acls,
+            admin.DeleteAclsRequest.API_KEY: self.delete_acls,
+            admin.DescribeUserScramCredentialsRequest.API_KEY: self.describe_scram,
+            admin.AlterUserScramCredentialsRequest.API_KEY: self.alter_scram,
+        }
+
+    async def describe_cluster(self, connection: KafkaConnection, body: Any, version: int) -> Any:
+        response = admin.DescribeClusterResponse
+        return response(
+            version=version,
+            throttle_time_ms=0,
+            error_code=wire.NONE,
+            error_message=None,
+            endpoint_type=1,  # brokers
+            cluster_id=self.api.cluster_id,
+            controller_id=NODE_ID,
+            brokers=[
+                response.DescribeClusterBroker(
+                    broker_id=NODE_ID,
+                    host=self.api.host,
+                    port=self.api.port,
+                    rack=None,
+                    is_fenced=False,
+                )
+            ],
+            authorized_operations=NOT_ASKED,
+        )
+
+    async def describe_acls(self, connection: KafkaConnection, body: Any, version: int) -> Any:
+        return admin.DescribeAclsResponse(
+            version=version,
+            throttle_time_ms=0,
+            error_code=SECURITY_DISABLED,
+            error_message=NO_AUTHORIZER,
+            resources=[],
+        )
+
+    async def create_acls(self, connection: KafkaConnection, body: Any, version: int) -> Any:
+        response = admin.CreateAclsResponse
+        return response(
+            version=version,
+            throttle_time_ms=0,
+            results=[
+                response.AclCreationResult(
+                    error_code=SECURITY_DISABLED, error_message=NO_AUTHORIZER
+                )
+                for _ in body.creations
+            ],
+        )
+
+    async def delete_acls(self, connection: KafkaConnection, body: Any, version: int) -> Any:
+        response = admin.DeleteAclsResponse
+        return response(
+            version=version,
+            throttle_time_ms=0,
+            filter_results=[
+                response.DeleteAclsFilterResult(
+                    error_code=SECURITY_DISABLED, error_message=NO_AUTHORIZER, matching_acls=[]
+                )
+                for _ in body.filters
+            ],
+        )
+
+    async def describe_scram(self, connection: KafkaConnection, body: Any, version: int) -> Any:
+        # SECURITY_DISABLED for each user asked, none at the top: librdkafka 2.16 (and so
+        # confluent-kafka) crashes on an answer with a top-level error; asked for every
+        # user, the answer is that there are none
+        response = admin.DescribeUserScramCredentialsResponse
+        users = [user.name for user in body.users or ()]
+        return response(
+            version=version,
+            throttle_time_ms=0,
+            error_code=wire.NONE,
+            error_message=None,
+            results=[
+                response.DescribeUserScramCredentialsResult(
+                    user=user,
+                    error_code=SECURITY_DISABLED,
+                    error_message=NO_SCRAM,
+                    credential_infos=[],
+                )
+                for user in dict.fromkeys(users)
+            ],
+        )
+
+    async def alter_scram(self, connection: KafkaConnection, body: Any, version: int) -> Any:
+        response = admin.AlterUserScramCredentialsResponse
+        users = [d.name for d in body.deletions] + [u.name for u in body.upsertions]
+        return response(
+            version=version,
+            throttle_time_ms=0,
+            results=[
+                response.AlterUserScramCredentialsResult(
+                    user=user, error_code=SECURITY_DISABLED, error_message=NO_SCRAM
+                )
+                for user in dict.fromkeys(users)
+            ],
+        )
