@@ -89,12 +89,15 @@ def check_more_partitions(topic: str, current: int, wanted: int) -> None:
 
 
 def check_keyed(topic: str, records: Sequence[NewRecord]) -> None:
-    """A compacted topic keeps the newest record of each key: every record needs one."""
+    """A compacted topic keeps the newest record of each key: every record needs one.
+    The refusal names the keyless records by their index in the batch (record_indexes)."""
     if None in map(_KEY, records):
+        keyless = [index for index, key in enumerate(map(_KEY, records)) if key is None]
         raise BrokerError(
             ErrorCode.INVALID_ARGUMENT,
             f"topic {topic} is compacted (cleanup compact): every record needs a key",
             topic=topic,
+            record_indexes=keyless,
             hint="give each record a key: produce --key, or KEY<separator>VALUE lines",
         )
 

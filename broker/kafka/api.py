@@ -31,8 +31,8 @@ from kafka.protocol import admin, consumer, metadata, producer, sasl
 
 from broker.engine.engine import Engine, ProduceOutcome, ProduceRequest
 from broker.errors import BrokerError, ErrorCode
+from broker.kafka import produce_errors, wire
 from broker.kafka import records as kafka_records
-from broker.kafka import wire
 from broker.kafka.cluster import Cluster
 from broker.kafka.configs import Configs
 from broker.kafka.groups import Coordinator
@@ -250,7 +250,7 @@ class KafkaApi:
         response = producer.ProduceResponse
         topic_cls = response.TopicProduceResponse
         by_topic: dict[str, list[Any]] = {}
-        for (topic, partition, _), (error, base_offset, message) in zip(
+        for (topic, partition, _), (error, base_offset, message, refused) in zip(
             work, outcomes, strict=True
         ):
             by_topic.setdefault(topic, []).append(
@@ -260,7 +260,7 @@ class KafkaApi:
                     base_offset=base_offset,
                     log_append_time_ms=-1,
                     log_start_offset=0,
-                    record_errors=[],
+                    record_errors=refused,
                     error_message=message,
                 )
             )
@@ -274,14 +274,16 @@ class KafkaApi:
 
     async def _produce_partition(
         self, topic: str, partition: int, data: bytes | None
-    ) -> tuple[int, int, str | None]:
-        """(Kafka error, base offset, message) of one partition's record batches."""
+    ) -> tuple[int, int, str | None, list[Any]]:
+        """(Kafka error, base offset, message, record errors) of one partition's record
+        batches."""
         try:
             batches = kafka_records.read_batches(data, partition)
         except kafka_records.BadRecords as bad:
             log.info("refused a Kafka produce to %s/%d: %s", topic, partition, bad)
-            return bad.code, -1, str(bad)
+            return bad.code, -1, str(bad), []
         base_offset = -1
+        first_index = 0  # of the batch's first record in the partition's data
         for index, batch in enumerate(batches):
             try:
                 offset = await self._produce_batch(topic, batch)
@@ -289,10 +291,11 @@ class KafkaApi:
                 code = _produce_error(error)
                 if code == wire.UNKNOWN_SERVER_ERROR:
                     log.error("a Kafka produce to %s/%d failed: %s", topic, partition, error)
-                return code, -1, error.message
+                return code, -1, error.message, produce_errors.record_errors(error, first_index)
             if index == 0:
                 base_offset = offset
-        return wire.NONE, base_offset, None
+            first_index += len(batch.records)
+        return wire.NONE, base_offset, None, []
 
     async def _produce_batch(self, topic: str, batch: kafka_records.ProducedBatch) -> int:
         backend = self.backend
