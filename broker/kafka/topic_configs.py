@@ -4,6 +4,8 @@ fencelog keeps three of a topic's configs: cleanup.policy, retention.ms and
 retention.bytes (schema 010). Kafka tools also expect to see others; fencelog describes
 the ones that mean something here, read-only, with the value that holds here (a
 tombstone's retention is the broker's, records are stored as sent, one replica...).
+`message.format.version` is taken and ignored, as Kafka 3.x does (KIP-724: deprecated,
+its value ignored since 3.0): records are always stored as v2 batches.
 
 - described: every config of a topic, each with its value, whether it is read-only,
   its source (DYNAMIC_TOPIC_CONFIG when set on the topic, else DEFAULT_CONFIG) and type.
@@ -14,6 +16,7 @@ tombstone's retention is the broker's, records are stored as sent, one replica..
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Mapping
 from typing import Final, NamedTuple
 
@@ -30,6 +33,8 @@ INT: Final = 3
 LONG: Final = 5
 LIST: Final = 7
 NO_LIMIT: Final = "-1"
+MESSAGE_FORMAT_VERSION: Final = "3.0-IV1"  # what Kafka 3.x describes, whatever is set
+_VERSION: Final = re.compile(r"\d+\.\d+(\.\d+){0,2}(-IV\d+)?")  # 0.10.0, 2.8-IV1, 3.0
 
 
 class ConfigRefused(Exception):
@@ -103,6 +108,13 @@ TOPIC_CONFIGS: Final[Mapping[str, _Config]] = {
     "message.timestamp.type": _read_only(
         STRING, _fixed("CreateTime"), "a record's timestamp is the producer's"
     ),
+    "message.format.version": _Config(
+        STRING,
+        False,
+        lambda config, limits: MESSAGE_FORMAT_VERSION,
+        _fixed(MESSAGE_FORMAT_VERSION),
+        "deprecated and ignored, as in Kafka 3.x: records are stored as v2 batches",
+    ),
     "min.insync.replicas": _read_only(INT, _fixed("1"), "fencelog is one broker"),
     "unclean.leader.election.enable": _read_only(
         BOOLEAN, _fixed("false"), "fencelog is one broker: there is no other leader"
@@ -142,6 +154,9 @@ def altered(current: TopicConfig, changes: Mapping[str, str | None], limits: Lim
         if entry.read_only:
             if text != entry.value(current, limits):
                 raise ConfigRefused(f"{name} is read-only in fencelog (it is {text!r} here)")
+        elif name == "message.format.version":
+            if not _VERSION.fullmatch(text):
+                raise ConfigRefused(f"{name} is a Kafka version such as 2.8, not {text!r}")
         elif name == "cleanup.policy":
             cleanup = _cleanup(text)
         elif name == "retention.ms":

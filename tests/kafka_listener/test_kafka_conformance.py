@@ -8,8 +8,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from confluent_kafka import KafkaError, Producer
-from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
+from confluent_kafka.admin import (  # type: ignore[attr-defined]
+    AdminClient,
+    AlterConfigOpType,
+    ConfigEntry,
+    ConfigResource,
+    NewTopic,
+)
 
 STEP_S = 20.0  # every wait of a test is bounded by this
 
@@ -43,3 +49,46 @@ def test_a_keyless_record_on_a_compacted_topic_fails_alone(kafka: str) -> None:
     for index in (1, 2):
         producer.produce("keyed", key=b"k%d" % index, value=b"again")
     assert producer.flush(STEP_S) == 0
+
+
+def version(value: str) -> ConfigEntry:
+    return ConfigEntry("message.format.version", value, incremental_operation=AlterConfigOpType.SET)
+
+
+def test_message_format_version_is_taken_and_ignored(kafka: str) -> None:
+    # librdkafka's 0092 sets a topic's message.format.version to 0.10.0.0 half way
+    # through producing; Kafka 3.x takes it and ignores it (KIP-724), records stay v2.
+    # It was INVALID_CONFIG (not a config fencelog knows) and the test stopped there.
+    admin = AdminClient({"bootstrap.servers": kafka})
+    admin.create_topics([NewTopic("mixed", 1, 1)])["mixed"].result(STEP_S)
+    producer = Producer({"bootstrap.servers": kafka})
+    producer.produce("mixed", value=b"before")
+    assert producer.flush(STEP_S) == 0
+    old = ConfigResource("topic", "mixed", incremental_configs=[version("0.10.0.0")])
+    assert admin.incremental_alter_configs([old])[old].result(STEP_S) is None
+    described = admin.describe_configs([ConfigResource("topic", "mixed")])
+    entries = next(iter(described.values())).result(STEP_S)
+    assert entries["message.format.version"].value == "3.0-IV1"
+    bogus = ConfigResource("topic", "mixed", incremental_configs=[version("old")])
+    try:
+        admin.incremental_alter_configs([bogus])[bogus].result(STEP_S)
+        raise AssertionError("a message.format.version that is no version was taken")
+    except KafkaException as refused:
+        assert refused.args[0].code() == KafkaError.INVALID_CONFIG
+    producer.produce("mixed", value=b"after")
+    assert producer.flush(STEP_S) == 0
+    reader = Consumer(
+        {"bootstrap.servers": kafka, "group.id": "mixed", "auto.offset.reset": "earliest"}
+    )
+    try:
+        reader.subscribe(["mixed"])
+        values: list[bytes | None] = []
+        for _ in range(40):  # bounded: 40 polls of at most 0.5 s
+            message = reader.poll(0.5)
+            if message is not None and message.error() is None:
+                values.append(message.value())
+            if len(values) == 2:
+                break
+    finally:
+        reader.close()
+    assert values == [b"before", b"after"]

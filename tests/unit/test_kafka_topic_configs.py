@@ -55,6 +55,7 @@ def test_altered_sets_and_resets() -> None:
         {"cleanup.policy": "archive"},
         {"cleanup.policy": ""},
         {"min.insync.replicas": "2"},  # read-only: only its own value passes
+        {"message.format.version": "ten"},  # taken and ignored, but only a version
     ],
 )
 def test_bad_changes_are_refused(changes: dict[str, str | None]) -> None:
@@ -84,3 +85,15 @@ def test_incremental_operations() -> None:
         incremental(current, [("retention.ms", APPEND, "1")], DEFAULT_LIMITS)
     with pytest.raises(ConfigRefused):
         incremental(current, [("no.such", SET, "1")], DEFAULT_LIMITS)
+
+
+def test_message_format_version_is_taken_and_ignored() -> None:
+    # Kafka 3.x takes it and ignores it (KIP-724); librdkafka's 0092 sets 0.10.0.0
+    current = TopicConfig(retention_ms=5_000)
+    for version in ("0.10.0.0", "2.8-IV1", "3.0"):
+        assert altered(current, {"message.format.version": version}, DEFAULT_LIMITS) == current
+    found = {c.name: c for c in described(current, DEFAULT_LIMITS, ["message.format.version"])}
+    assert (found["message.format.version"].value, found["message.format.version"].source) == (
+        "3.0-IV1",
+        DEFAULT_CONFIG,
+    )
