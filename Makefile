@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 BENCH_STAMP := $(VENV)/.installed-bench
 SUDO := $(if $(filter 0,$(shell id -u)),,sudo -n)
 
-.PHONY: demo test lint typecheck unit docs bench chaos clean kcat
+.PHONY: demo test lint typecheck unit docs bench chaos clean kcat bytecode
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -14,7 +14,14 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install --quiet -e '.[test]'
 	touch $(STAMP)
 
-demo: $(STAMP)
+# The project's own bytecode, beside its sources: an editable install leaves it to the
+# first import, and where PYTHONDONTWRITEBYTECODE=1 (many containers) nothing ever
+# writes it, so every command compiled broker/ and cli/ again (233 ms of CPU for one
+# produce, 7.7x python -c pass). Only what changed is compiled again.
+bytecode: $(STAMP)
+	$(BIN)/python -m compileall -q broker cli
+
+demo: $(STAMP) bytecode
 	PATH="$(CURDIR)/$(BIN):$$PATH" bash examples/demo.sh
 	@echo
 	@echo "fencelog is installed in .venv. To put it on your PATH in this shell, run:"
@@ -30,7 +37,7 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy
 
-unit: $(STAMP) kcat
+unit: $(STAMP) bytecode kcat
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/pytest -q
 
 # kcat, Debian's Kafka command-line client, for tests/kafka_listener; without it those

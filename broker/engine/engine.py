@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import functools
 import operator
-import random
+import os
 import shlex
 import sqlite3
 import time
@@ -107,7 +107,7 @@ class Engine:
         self.database = database
         self.limits = limits
         self.clock = clock
-        self._round_robin = random.randrange(1 << 30)  # noqa: S311 - spreading, not secrecy
+        self._round_robin = int.from_bytes(os.urandom(4)) >> 2  # spreading: 30 random bits
         self.owners = Owners(database, limits, clock, served_sessions=tuple)
         self.producers = ProducerTable(limits)
         self._hot = WriteCache(database)
