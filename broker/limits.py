@@ -70,6 +70,11 @@ class Limits(Struct, frozen=True):
     # flight and none begun for this long is closed (the client connects again when it
     # needs to). A frame begun and never finished counts as none.
     kafka_idle_ms: int = 10 * 60 * 1000
+    # a Kafka connection refused (a bad frame, no SASL first, the listener full): the first
+    # of each kind from a client host is warned of, the rest within this interval counted
+    # (broker/kafka/refusals.py), for at most this many hosts at once
+    kafka_refusal_warn_interval_ms: int = 60_000
+    kafka_refusal_hosts_max: int = 1024
 
 
 DEFAULT_LIMITS = Limits()
