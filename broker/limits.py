@@ -73,6 +73,11 @@ class Limits(Struct, frozen=True):
     # What a Kafka admin listing (ListGroups' offset rows, ListTransactions' transactional
     # ids) reads at most.
     kafka_listed_rows_max: int = 10_000
+    # a Kafka connection refused (a bad frame, no SASL first, the listener full): the first
+    # of each kind from a client host is warned of, the rest within this interval counted
+    # (broker/kafka/refusals.py), for at most this many hosts at once
+    kafka_refusal_warn_interval_ms: int = 60_000
+    kafka_refusal_hosts_max: int = 1024
 
 
 DEFAULT_LIMITS = Limits()

@@ -18,6 +18,7 @@ import re
 import zlib
 from collections.abc import Sequence
 
+from broker.core.values import check_integer, check_string
 from broker.errors import BrokerError, ErrorCode
 from broker.limits import INT64_MAX, INT64_MIN, Limits
 from broker.types import CLEANUP_POLICIES, NewRecord, RecordColumns, TopicConfig, values_of
@@ -30,6 +31,7 @@ _TOPIC_NAME = re.compile(r"^[A-Za-z0-9._-]+$")
 
 
 def check_topic_name(name: str, limits: Limits) -> None:
+    check_string("topic name", name)
     if not name:
         raise BrokerError(
             ErrorCode.INVALID_TOPIC_NAME,
@@ -51,6 +53,7 @@ def check_topic_name(name: str, limits: Limits) -> None:
 
 
 def check_partition_count(partitions: int, limits: Limits) -> None:
+    check_integer("a topic's partition count", partitions)
     if not 1 <= partitions <= limits.topic_partitions_max:
         raise BrokerError(
             ErrorCode.INVALID_ARGUMENT,
@@ -100,6 +103,7 @@ def check_keyed(topic: str, records: Sequence[NewRecord]) -> None:
 
 
 def check_partition(topic: str, partition: int, partitions: int) -> None:
+    check_integer("partition", partition)
     if not 0 <= partition < partitions:
         raise BrokerError(
             ErrorCode.UNKNOWN_PARTITION,
@@ -167,6 +171,7 @@ def _check_timestamps(records: Sequence[NewRecord]) -> None:
 
 def check_offset(offset: int) -> None:
     """An offset asked for: 0 or more, and within what SQLite stores (64 bits)."""
+    check_integer("offset", offset)
     if not 0 <= offset <= INT64_MAX:
         raise BrokerError(
             ErrorCode.INVALID_ARGUMENT,

@@ -37,6 +37,7 @@ from broker.kafka.cluster import Cluster
 from broker.kafka.configs import Configs
 from broker.kafka.groups import Coordinator
 from broker.kafka.groups_admin import GroupsAdmin
+from broker.kafka.refusals import Refusals
 from broker.kafka.topics_admin import TopicsAdmin
 from broker.kafka.txn_admin import TxnAdmin
 from broker.limits import Limits
@@ -99,9 +100,10 @@ class KafkaApi:
         self.frame_bytes_max = backend.limits.frame_bytes_max
         self.connections_max = backend.limits.connections_max
         self.connections: set[KafkaConnection] = set()
-        # when each client host was last warned of (a client without SASL reconnects
-        # many times a second: one warning a minute each, the rest at debug)
-        self.unauthenticated_warned: dict[str, float] = {}
+        limits = backend.limits
+        self.refusals = Refusals(
+            limits.kafka_refusal_warn_interval_ms / 1000, limits.kafka_refusal_hosts_max
+        )
         self.coordinator = Coordinator(self._next_generation)
         self._generation_claims = 0
         self._handlers: dict[int, Callable[[KafkaConnection, Any, int], Any]] = {

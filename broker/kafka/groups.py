@@ -27,6 +27,8 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Final
 
+from broker.core.ownership import check_name
+from broker.errors import BrokerError
 from broker.kafka import wire
 
 EXPIRY_CHECK_S: Final = 0.5
@@ -125,7 +127,7 @@ class Coordinator:
         protocol_type: str,
         protocols: list[tuple[str, bytes]],
     ) -> JoinResult:
-        if not group_id:
+        if not _valid_group_id(group_id):
             return JoinResult(wire.INVALID_GROUP_ID)
         low, high = SESSION_TIMEOUT_MS_RANGE
         if not low <= session_timeout_ms <= high:
@@ -393,3 +395,14 @@ class Coordinator:
                     del group.members[member.member_id]
                 if expired:
                     self._after_removal(group)
+
+
+def _valid_group_id(group_id: str) -> bool:
+    """Whether group_id can name a group: its generations are ownership generations of
+    the resource `<group>`, named as ownership names are (a Kafka group id of another
+    character, such as a NUL, would fail the claim of its first generation)."""
+    try:
+        check_name("consumer group", group_id)
+    except BrokerError:
+        return False
+    return True

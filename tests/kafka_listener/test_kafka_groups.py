@@ -7,6 +7,7 @@ from __future__ import annotations
 import concurrent.futures
 from typing import Any
 
+import pytest
 from kafka.protocol.consumer import (
     HeartbeatRequest,
     JoinGroupRequest,
@@ -24,10 +25,10 @@ from support.waiting import wait_until
 GROUP = "zombies"
 
 
-def join(member: RawKafka, member_id: str = "") -> Any:
+def join(member: RawKafka, member_id: str = "", group_id: str = GROUP) -> Any:
     protocol = JoinGroupRequest.JoinGroupRequestProtocol(name="range", metadata=b"m")
     request = JoinGroupRequest(
-        group_id=GROUP,
+        group_id=group_id,
         session_timeout_ms=10_000,
         rebalance_timeout_ms=10_000,
         member_id=member_id,
@@ -189,3 +190,18 @@ def test_a_member_commits_while_its_group_prepares_a_rebalance(
     finally:
         for member in (first, second, third):
             member.close()
+
+
+@pytest.mark.parametrize("group_id", ["bad\x00group", "g" * 256], ids=["nul", "256-chars"])
+def test_a_join_to_a_group_id_no_group_can_have_is_invalid_group_id(
+    kafka_server: ServeProcess, kafka: str, group_id: str
+) -> None:
+    # found by tests/kafka_listener/test_kafka_fuzz.py (seed 5): the first generation's
+    # claim failed, the joiner heard COORDINATOR_NOT_AVAILABLE and the log an ERROR
+    member = RawKafka(kafka)
+    try:
+        assert join(member, group_id=group_id).error_code == wire.INVALID_GROUP_ID
+        assert join(member).error_code == wire.NONE  # the coordinator goes on
+    finally:
+        member.close()
+    assert " ERROR " not in kafka_server.stderr_text(), kafka_server.stderr_text()
