@@ -32,7 +32,7 @@ from kafka.protocol import admin, consumer, metadata, producer, sasl
 from broker.engine.engine import Engine, ProduceOutcome, ProduceRequest
 from broker.errors import BrokerError, ErrorCode
 from broker.kafka import records as kafka_records
-from broker.kafka import wire
+from broker.kafka import refusals, wire
 from broker.kafka.cluster import Cluster
 from broker.kafka.configs import Configs
 from broker.kafka.groups import Coordinator
@@ -799,7 +799,10 @@ class KafkaApi:
                 auth_bytes=b"",
             )
         if not connection.authenticate(bytes(body.auth_bytes)):
-            log.warning("Kafka connection %s: SASL/PLAIN authentication failed", connection.peer)
+            connection.log_refusal(
+                refusals.REFUSED_AUTH_FAILED,
+                f"Kafka connection {connection.peer}: SASL/PLAIN authentication failed",
+            )
             return response(
                 version=version,
                 error_code=wire.SASL_AUTHENTICATION_FAILED,

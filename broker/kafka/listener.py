@@ -126,8 +126,13 @@ class KafkaConnection(asyncio.Protocol):
         self._queue(asyncio.ensure_future(self._answer(request)))
 
     def _refuse(self, kind: str, why: str, error: str | None = None) -> None:
-        """Close this connection, saying why: at WARNING for the first refusal of its
-        kind from its host, then at DEBUG, counted, for a while (refusals.py)."""
+        """Close this connection, saying why (log_refusal)."""
+        self.log_refusal(kind, f"closing Kafka connection {self.peer}: {why}", error)
+        self._close()
+
+    def log_refusal(self, kind: str, what: str, error: str | None = None) -> None:
+        """Log a refusal: at WARNING for the first of its kind from its host, then at
+        DEBUG, counted, for a while (refusals.py)."""
         host = refusals.host_of(self.peer)
         verdict = self.api.refusals.refused(host, kind, asyncio.get_running_loop().time())
         level, more = logging.DEBUG, ""
@@ -140,8 +145,7 @@ class KafkaConnection(asyncio.Protocol):
         extra = {"event": "refused_frame", "client": self.peer}
         if error is not None:
             extra["error"] = error
-        log.log(level, "closing Kafka connection %s: %s%s", self.peer, why, more, extra=extra)
-        self._close()
+        log.log(level, "%s%s", what, more, extra=extra)
 
     def _unanswerable(self, request: wire.Request) -> bytes | None:
         header = request.header

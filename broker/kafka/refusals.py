@@ -21,6 +21,7 @@ REFUSED_TOO_LARGE: Final = "frame_too_large"  # a frame over the frame limit
 REFUSED_MALFORMED: Final = "malformed"  # bytes that are no request, or break its spec
 REFUSED_UNAUTHENTICATED: Final = "unauthenticated"  # a request before SASL
 REFUSED_FULL: Final = "connections_max"  # the listener holds its limit of connections
+REFUSED_AUTH_FAILED: Final = "sasl_failed"  # SASL/PLAIN with a wrong password
 
 
 class Verdict(Struct, frozen=True):
