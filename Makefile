@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 BENCH_STAMP := $(VENV)/.installed-bench
 SUDO := $(if $(filter 0,$(shell id -u)),,sudo -n)
 
-.PHONY: demo test lint typecheck unit docs bench chaos clean kcat bytecode
+.PHONY: demo test lint typecheck unit docs bench chaos clean kcat bytecode kafkajs
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -37,7 +37,7 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy
 
-unit: $(STAMP) bytecode kcat
+unit: $(STAMP) bytecode kcat kafkajs
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/pytest -q
 
 # kcat, Debian's Kafka command-line client, for tests/kafka_listener; without it those
@@ -49,6 +49,19 @@ kcat:
 		>/dev/null 2>&1 || \
 		echo "make: kcat is missing and apt-get could not install it;" \
 			"its tests will be skipped" >&2
+
+# KafkaJS, a Kafka client in JavaScript, for tests/kafka_listener/test_kafkajs.py, from npm
+# at the version its package-lock.json names; without Node's npm those tests skip.
+KAFKAJS := tests/kafka_listener/kafkajs
+kafkajs: $(KAFKAJS)/node_modules/.package-lock.json
+
+$(KAFKAJS)/node_modules/.package-lock.json: $(KAFKAJS)/package-lock.json
+	@if command -v npm >/dev/null 2>&1; then \
+		cd $(KAFKAJS) && npm ci --no-audit --no-fund --silent || \
+			echo "make: npm could not install KafkaJS; its tests will be skipped" >&2; \
+	else \
+		echo "make: npm is missing; the KafkaJS tests will be skipped" >&2; \
+	fi
 
 docs: $(STAMP)
 	$(BIN)/python -m cli.docs write
@@ -74,4 +87,4 @@ chaos: $(STAMP)
 		$(if $(SEED),--seed $(SEED))
 
 clean:
-	rm -rf $(VENV) .fencelog .mypy_cache .ruff_cache .pytest_cache
+	rm -rf $(VENV) .fencelog .mypy_cache .ruff_cache .pytest_cache $(KAFKAJS)/node_modules
