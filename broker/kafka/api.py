@@ -33,9 +33,9 @@ from broker.engine.engine import Engine, ProduceOutcome, ProduceRequest
 from broker.errors import BrokerError, ErrorCode
 from broker.kafka import records as kafka_records
 from broker.kafka import wire
+from broker.kafka.fetch_budget import FetchBudget
 from broker.kafka.groups import Coordinator
 from broker.limits import Limits
-from broker.rows import KafkaRow
 from broker.types import AppendResult, PartitionInfo, ProducerFields, TopicConfig, TopicInfo
 
 if TYPE_CHECKING:
@@ -818,9 +818,10 @@ def _read_fetch(
     reader: Engine, wanted: list[tuple[str, list[tuple[int, int, int]]]], max_bytes: int
 ) -> dict[str, list[tuple[int, int, int, bytes | None, int]]]:
     """Per topic: (partition, Kafka error, high watermark, one record batch or None, log
-    start offset)."""
+    start offset); the batches within max_bytes and each partition's max bytes as Kafka
+    keeps them (broker/kafka/fetch_budget.py)."""
     found: dict[str, list[tuple[int, int, int, bytes | None, int]]] = {}
-    budget = max_bytes
+    budget = FetchBudget(max_bytes)
     for topic, partitions in wanted:
         parts = found.setdefault(topic, [])
         try:
@@ -841,15 +842,14 @@ def _read_fetch(
                 parts.append((partition, wire.OFFSET_OUT_OF_RANGE, end, None, detail.start_offset))
                 continue
             batch = None
-            if offset < end and budget > 0:
-                limit = min(partition_max, budget)
+            if offset < end and not budget.exhausted():
+                limit = min(partition_max, budget.left_bytes)
                 stored = reader.fetch_kafka_rows(
                     topic, partition, offset, _records_in(detail, limit)
                 )
-                stored = _within(stored, limit)
+                stored = budget.take(stored, partition_max)
                 if stored:
                     batch = kafka_records.encode_batch(stored)
-                    budget -= len(batch)
                     end = max(end, stored[-1][0] + 1)
             parts.append((partition, wire.NONE, end, batch, detail.start_offset))
     return found
@@ -860,16 +860,6 @@ def _records_in(detail: PartitionInfo, limit: int) -> int:
     size says), so a fetch reads no rows it then drops."""
     average = detail.bytes // detail.records if detail.records else 0
     return max(1, limit // (average + _RECORD_OVERHEAD) + 1)
-
-
-def _within(stored: list[KafkaRow], limit: int) -> list[KafkaRow]:
-    """The first records whose keys and values fit in limit bytes (always the first)."""
-    total = 0
-    for index, row in enumerate(stored):
-        total += len(row[3]) + (len(row[2]) if row[2] is not None else 0) + _RECORD_OVERHEAD
-        if total > limit and index > 0:
-            return stored[:index]
-    return stored
 
 
 def _read_offsets(

@@ -1,0 +1,142 @@
+"""Where a Kafka client sees Kafka's behaviour from `fencelog serve --kafka-listen`
+(issue 35's "behaviours that differ from Kafka"): a fetch within its byte budget,
+CreateTopics' replica assignments, configs and validate_only, Kafka's record bounds,
+commit metadata and leader epochs kept, static membership, and the lag a consumer sees.
+
+Each with a real client where one shows it (confluent-kafka, kafka-python, kcat), and
+with raw requests (kafka-python's protocol classes) where the answer's fields are the
+point."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from confluent_kafka import Consumer, Producer, TopicPartition
+from kafka.protocol.consumer import FetchRequest
+
+from broker.client.client import connect
+from support.kafka_raw import RawKafka
+from support.servers import ServeProcess
+
+STEP_S = 20.0  # every wait of a test is bounded by this
+KIB = 1024
+
+
+def produce_each(kafka: str, topic: str, values: dict[int, bytes], **config: Any) -> None:
+    """One record per partition, each acknowledged."""
+    errors: list[Any] = []
+    producer = Producer({"bootstrap.servers": kafka, "linger.ms": 0, **config})
+    for partition, value in values.items():
+        producer.produce(
+            topic, value, partition=partition, on_delivery=lambda e, _m: errors.append(e)
+        )
+    assert producer.flush(STEP_S) == 0, "records still queued after the flush"
+    assert errors == [None] * len(values)
+
+
+# 3. a fetch within its byte budget --------------------------------------------------------
+
+
+def test_a_consumer_with_a_small_fetch_max_bytes_reads_records_near_that_size(
+    kafka_server: ServeProcess, kafka: str
+) -> None:
+    """Two partitions, a 900 KiB record each, fetch.max.bytes 1,000,000: each fetch
+    answers one of them (librdkafka drops a response larger than receive.message.max.bytes
+    and would fetch again forever)."""
+    with connect(kafka_server.address) as client:
+        client.create_topic("big", 2)
+    values = {0: b"a" * (900 * KIB), 1: b"b" * (900 * KIB)}
+    produce_each(kafka, "big", values)
+    consumer = Consumer(
+        {
+            "bootstrap.servers": kafka,
+            "group.id": "big-readers",
+            "fetch.max.bytes": 1_000_000,
+            "receive.message.max.bytes": 1_000_512,
+            "enable.auto.commit": False,
+        }
+    )
+    try:
+        consumer.assign([TopicPartition("big", 0, 0), TopicPartition("big", 1, 0)])
+        found: dict[int, bytes] = {}
+        deadline = time.monotonic() + STEP_S
+        while len(found) < 2 and time.monotonic() < deadline:
+            message = consumer.poll(0.5)
+            if message is None:
+                continue
+            assert message.error() is None, message.error()
+            found[message.partition() or 0] = message.value() or b""
+        assert found == values
+    finally:
+        consumer.close()
+
+
+def fetch(kafka: str, max_bytes: int, partition_max_bytes: int, partitions: int) -> Any:
+    """A raw Fetch v11 of partitions 0..partitions-1 of topic "budget" from offset 0."""
+    topic_cls = FetchRequest.FetchTopic
+    request = FetchRequest(
+        replica_id=-1,
+        max_wait_ms=0,
+        min_bytes=1,
+        max_bytes=max_bytes,
+        isolation_level=0,
+        session_id=0,
+        session_epoch=-1,
+        topics=[
+            topic_cls(
+                topic="budget",
+                partitions=[
+                    topic_cls.FetchPartition(
+                        partition=p,
+                        current_leader_epoch=-1,
+                        fetch_offset=0,
+                        log_start_offset=-1,
+                        partition_max_bytes=partition_max_bytes,
+                    )
+                    for p in range(partitions)
+                ],
+            )
+        ],
+        forgotten_topics_data=[],
+        rack_id="",
+    )
+    raw = RawKafka(kafka)
+    try:
+        return raw.call(request, 11)
+    finally:
+        raw.close()
+
+
+def record_bytes(answer: Any) -> list[int]:
+    return [len(p.records or b"") for t in answer.responses for p in t.partitions]
+
+
+def test_only_the_first_partitions_first_record_may_exceed_the_fetch_budget(
+    kafka_server: ServeProcess, kafka: str
+) -> None:
+    with connect(kafka_server.address) as client:
+        client.create_topic("budget", 3)
+    produce_each(kafka, "budget", {0: b"x" * (10 * KIB), 1: b"y" * (10 * KIB), 2: b"z"})
+
+    # a budget smaller than any record: the first partition's record alone comes back
+    sizes = record_bytes(fetch(kafka, 1_000, 1_000, 3))
+    assert sizes[0] > 10 * KIB
+    assert sizes[1:] == [0, 0]
+
+    # room for the first record and a small one, not for the second big one
+    sizes = record_bytes(fetch(kafka, 12 * KIB, 1_000_000, 3))
+    assert sizes[0] > 10 * KIB
+    assert sizes[1] == 0
+    assert 0 < sizes[2] < 200
+    assert sum(sizes) <= 12 * KIB
+
+    # a partition's own limit holds for a partition after the first
+    sizes = record_bytes(fetch(kafka, 1_000_000, 5 * KIB, 3))
+    assert sizes[0] > 10 * KIB
+    assert sizes[1] == 0
+    assert 0 < sizes[2] < 200
+
+    # a budget for everything answers everything
+    sizes = record_bytes(fetch(kafka, 1_000_000, 1_000_000, 3))
+    assert all(size > 0 for size in sizes)
