@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from functools import partial
 from typing import TYPE_CHECKING, Any, Final, Protocol, TypeVar
 
@@ -32,9 +32,10 @@ from kafka.protocol import admin, consumer, metadata, producer, sasl
 from broker.engine.engine import Engine, ProduceOutcome, ProduceRequest
 from broker.errors import BrokerError, ErrorCode
 from broker.kafka import records as kafka_records
-from broker.kafka import wire
+from broker.kafka import topic_requests, wire
 from broker.kafka.fetch_budget import FetchBudget
 from broker.kafka.groups import Coordinator
+from broker.kafka.topic_requests import topic_config
 from broker.limits import Limits
 from broker.types import AppendResult, PartitionInfo, ProducerFields, TopicConfig, TopicInfo
 
@@ -414,17 +415,24 @@ class KafkaApi:
         response = admin.CreateTopicsResponse
         results = []
         for topic in body.topics:
-            partitions = (
-                self.default_partitions if topic.num_partitions == -1 else topic.num_partitions
-            )
+            partitions = -1
             message: str | None
             try:
+                partitions = topic_requests.partitions_asked(
+                    topic.name,
+                    topic.num_partitions,
+                    topic.replication_factor,
+                    [(a.partition_index, list(a.broker_ids)) for a in topic.assignments or ()],
+                    self.default_partitions,
+                )
                 config = topic_config(topic.name, {c.name: c.value for c in topic.configs or ()})
-            except BrokerError as refused:
-                error, message = wire.INVALID_CONFIG, refused.message
+            except topic_requests.Refused as refused:
+                error, message = refused.code, refused.message
+            except BrokerError as invalid:
+                error, message = wire.INVALID_CONFIG, invalid.message
             else:
                 error, message = await self._create_topic(
-                    topic.name, partitions, topic.replication_factor, body.validate_only, config
+                    topic.name, partitions, body.validate_only, config
                 )
             results.append(
                 response.CreatableTopicResult(
@@ -440,25 +448,19 @@ class KafkaApi:
         return response(version=version, throttle_time_ms=0, topics=results)
 
     async def _create_topic(
-        self,
-        name: str,
-        partitions: int,
-        replication: int,
-        validate_only: bool,
-        config: TopicConfig | None = None,
+        self, name: str, partitions: int, validate_only: bool, config: TopicConfig | None
     ) -> tuple[int, str | None]:
-        if replication not in (-1, 1):
-            return (
-                wire.INVALID_REPLICATION_FACTOR,
-                f"fencelog is one broker: the replication factor is 1, not {replication}",
-            )
+        """Create the topic, or with validate_only check that it could be, creating
+        nothing; (Kafka error, message)."""
         writer = self.backend.writer
         from broker.core import records as record_rules  # the topic checks, without a write
 
         try:
             record_rules.check_topic_name(name, writer.limits)
             record_rules.check_partition_count(partitions, writer.limits)
-            if not validate_only:
+            if validate_only:
+                await self._refuse_existing(name)
+            else:
                 await self.backend.write(
                     lambda: writer.create_topic(name, partitions, config=config)
                 )
@@ -472,6 +474,17 @@ class KafkaApi:
                 raise
             return code, error.message
         return wire.NONE, None
+
+    async def _refuse_existing(self, name: str) -> None:
+        """TOPIC_EXISTS when the topic exists (what creating it would say)."""
+        reader = self.backend.reader
+        try:
+            await self.backend.read(lambda: reader.describe_topic(name))
+        except BrokerError as error:
+            if error.code is ErrorCode.UNKNOWN_TOPIC:
+                return
+            raise
+        raise BrokerError(ErrorCode.TOPIC_EXISTS, f"topic {name} already exists")
 
     # consumer groups ------------------------------------------------------------------
 
@@ -939,47 +952,6 @@ def _read_committed(
         return answers, wire.NONE
     except BrokerError as error:
         return [], _group_error(error)
-
-
-# topic configs ----------------------------------------------------------------------------
-
-# what CreateTopics applies; every other config of Kafka's is accepted and has no effect
-# here (segments, replicas, message formats...)
-KAFKA_TOPIC_CONFIGS: Final = ("cleanup.policy", "retention.ms", "retention.bytes")
-
-
-def topic_config(topic: str, configs: Mapping[str, str | None]) -> TopicConfig | None:
-    """CreateTopics' configs as fencelog's TopicConfig (None: none of them given); a
-    value that is not Kafka's is INVALID_ARGUMENT, answered INVALID_CONFIG."""
-    if not any(name in configs for name in KAFKA_TOPIC_CONFIGS):
-        return None
-
-    def limit(name: str) -> int | None:
-        text = configs.get(name)
-        if text is None:
-            return None
-        try:
-            value = int(text)
-        except ValueError:
-            value = -2
-        if value == -1:
-            return None  # Kafka's "no limit"
-        if value <= 0:
-            raise BrokerError(
-                ErrorCode.INVALID_ARGUMENT,
-                f"topic {topic}: {name} is -1 (no limit) or a positive number, not {text!r}",
-            )
-        return value
-
-    policies = {p.strip() for p in (configs.get("cleanup.policy") or "delete").split(",")}
-    if not policies <= {"delete", "compact"}:
-        raise BrokerError(
-            ErrorCode.INVALID_ARGUMENT,
-            f"topic {topic}: cleanup.policy is delete, compact or both, not "
-            f"{configs.get('cleanup.policy')!r}",
-        )
-    cleanup = "compact" if "compact" in policies else "delete"
-    return TopicConfig(limit("retention.ms"), limit("retention.bytes"), cleanup)
 
 
 # errors ---------------------------------------------------------------------------------

@@ -12,7 +12,12 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from confluent_kafka import Consumer, Producer, TopicPartition
+import pytest
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
+from kafka.admin import KafkaAdminClient
+from kafka.admin import NewTopic as KafkaNewTopic
+from kafka.errors import InvalidConfigurationError, TopicAlreadyExistsError
 from kafka.protocol.consumer import FetchRequest
 
 from broker.client.client import connect
@@ -140,3 +145,72 @@ def test_only_the_first_partitions_first_record_may_exceed_the_fetch_budget(
     # a budget for everything answers everything
     sizes = record_bytes(fetch(kafka, 1_000_000, 1_000_000, 3))
     assert all(size > 0 for size in sizes)
+
+
+# 4. CreateTopics: replica assignments, config names, validate_only -------------------------
+
+
+def topic_names(server: ServeProcess) -> list[str]:
+    with connect(server.address) as client:
+        return sorted(t.name for t in client.list_topics())
+
+
+def test_create_topics_takes_partitions_from_replica_assignments_and_checks_them(
+    kafka_server: ServeProcess, kafka: str
+) -> None:
+    admin = AdminClient({"bootstrap.servers": kafka})
+    made = admin.create_topics([NewTopic("assigned", 3, replica_assignment=[[0], [0], [0]])])
+    made["assigned"].result(STEP_S)
+    assert sorted(admin.list_topics(timeout=STEP_S).topics["assigned"].partitions) == [0, 1, 2]
+
+    elsewhere = admin.create_topics([NewTopic("elsewhere", 2, replica_assignment=[[0], [1]])])
+    with pytest.raises(KafkaException) as refused:
+        elsewhere["elsewhere"].result(STEP_S)
+    assert refused.value.args[0].code() == KafkaError.INVALID_REPLICA_ASSIGNMENT
+    assert "fencelog is one broker" in refused.value.args[0].str()
+    assert "elsewhere" not in topic_names(kafka_server)
+
+
+def test_create_topics_refuses_a_config_name_kafka_does_not_have(
+    kafka_server: ServeProcess, kafka: str
+) -> None:
+    admin = AdminClient({"bootstrap.servers": kafka})
+    unknown = admin.create_topics([NewTopic("odd", 1, 1, config={"retention.msec": "1000"})])
+    with pytest.raises(KafkaException) as refused:
+        unknown["odd"].result(STEP_S)
+    assert refused.value.args[0].code() == KafkaError.INVALID_CONFIG
+    assert "unknown topic config retention.msec" in refused.value.args[0].str()
+    known = admin.create_topics([NewTopic("even", 1, 1, config={"max.message.bytes": "2000"})])
+    known["even"].result(STEP_S)
+    assert topic_names(kafka_server) == ["even"]
+
+
+def test_validate_only_creates_nothing_and_says_what_creating_would(
+    kafka_server: ServeProcess, kafka: str
+) -> None:
+    admin = AdminClient({"bootstrap.servers": kafka})
+    checked = admin.create_topics([NewTopic("dry", 4, 1)], validate_only=True)
+    checked["dry"].result(STEP_S)
+    assert topic_names(kafka_server) == []
+
+    # kafka-python's admin, its own protocol code: the same answers
+    python_admin = KafkaAdminClient(bootstrap_servers=kafka, request_timeout_ms=10_000)
+    try:
+        python_admin.create_topics(
+            [KafkaNewTopic("dry", 2, 1)], validate_only=True, timeout_ms=10_000
+        )
+        assert topic_names(kafka_server) == []
+        python_admin.create_topics([KafkaNewTopic("wet", 2, 1)], timeout_ms=10_000)
+        with pytest.raises(TopicAlreadyExistsError):
+            python_admin.create_topics(
+                [KafkaNewTopic("wet", 2, 1)], validate_only=True, timeout_ms=10_000
+            )
+        with pytest.raises(InvalidConfigurationError):
+            python_admin.create_topics(
+                [KafkaNewTopic("dry", 2, 1, topic_configs={"no.such.config": "1"})],
+                validate_only=True,
+                timeout_ms=10_000,
+            )
+    finally:
+        python_admin.close()
+    assert topic_names(kafka_server) == ["wet"]
