@@ -14,6 +14,8 @@ from msgspec.structs import replace
 class Limits(Struct, frozen=True):
     topic_name_chars_max: int = 249
     topic_partitions_max: int = 1024
+    # a record's bounds on the native protocol; a Kafka producer's batch is bounded as
+    # Kafka bounds it, by its bytes (append_bytes_max) alone
     record_key_bytes_max: int = 64 * 1024
     record_value_bytes_max: int = 1024 * 1024
     record_headers_max: int = 64

@@ -85,7 +85,8 @@ class ProduceRequest(NamedTuple):
     producer: ProducerFields = NO_PRODUCER
     fences: Sequence[Fence] = ()
     attachment: int | None = None  # an exclusive or shared producer's attachment
-    kafka_epochs: bool = False  # a Kafka producer's: a new generation restarts sequences
+    # a Kafka producer's: a new generation restarts sequences; bounded as Kafka bounds it
+    kafka_epochs: bool = False
 
 
 ProduceOutcome = list[AppendResult] | BrokerError
@@ -285,7 +286,7 @@ class Engine:
         bounds and rules: ProduceRequest.kafka_epochs).
         """
         request = ProduceRequest(topic, records, producer, fences, attachment, kafka)
-        record_rules.check_records(records, self.limits, records_max=self._records_max(request))
+        record_rules.check_records(records, self.limits, kafka=kafka)
         staged = self.producers.stage()
         appends = logs.Appends()
         with self.database.write() as conn:
@@ -365,9 +366,7 @@ class Engine:
             conn.execute("SAVEPOINT request")
             mark = staged.mark()
             try:
-                record_rules.check_records(
-                    request.records, self.limits, records_max=self._records_max(request)
-                )
+                record_rules.check_records(request.records, self.limits, kafka=request.kafka_epochs)
                 outcome: ProduceOutcome = self._produce_in(conn, request, staged, appends)
             except BrokerError as error:
                 conn.execute("ROLLBACK TO request")
@@ -377,9 +376,7 @@ class Engine:
             return outcome
         changes, held = conn.total_changes, len(appends)
         try:
-            record_rules.check_records(
-                request.records, self.limits, records_max=self._records_max(request)
-            )
+            record_rules.check_records(request.records, self.limits, kafka=request.kafka_epochs)
             return self._produce_in(conn, request, staged, appends)
         except BrokerError as error:
             if (conn.total_changes, len(appends)) != (changes, held):
@@ -388,12 +385,6 @@ class Engine:
                     ErrorCode.INTERNAL, f"a produce failed after writing: {error.message}"
                 ) from error
             return error
-
-    def _records_max(self, request: ProduceRequest) -> int:
-        """A Kafka batch is bounded by its bytes, as in Kafka; every other append also
-        by append_records_max."""
-        limits = self.limits
-        return limits.kafka_batch_records_max if request.kafka_epochs else limits.append_records_max
 
     def _produce_in(
         self,

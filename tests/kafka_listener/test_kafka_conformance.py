@@ -13,7 +13,14 @@ import time
 from typing import Any
 
 import pytest
-from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka import (
+    Consumer,
+    KafkaError,
+    KafkaException,
+    Message,
+    Producer,
+    TopicPartition,
+)
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 from kafka.admin import KafkaAdminClient
 from kafka.admin import NewTopic as KafkaNewTopic
@@ -21,6 +28,8 @@ from kafka.errors import InvalidConfigurationError, TopicAlreadyExistsError
 from kafka.protocol.consumer import FetchRequest
 
 from broker.client.client import connect
+from broker.errors import BrokerError, ErrorCode
+from broker.types import NewRecord
 from support.kafka_raw import RawKafka
 from support.servers import ServeProcess
 
@@ -214,3 +223,51 @@ def test_validate_only_creates_nothing_and_says_what_creating_would(
     finally:
         python_admin.close()
     assert topic_names(kafka_server) == ["wet"]
+
+
+# 5. Kafka's record bounds, not fencelog's --------------------------------------------------
+
+
+def test_a_kafka_record_is_bounded_by_its_batch_not_by_fencelogs_record_limits(
+    kafka_server: ServeProcess, kafka: str
+) -> None:
+    """A 99,000-byte key, 65 headers and a 2 MiB value: within Kafka's bounds (the
+    batch's bytes), beyond fencelog's own per-record ones, which the native protocol
+    keeps."""
+    key = b"k" * 99_000
+    headers: list[tuple[str, str | bytes | None]] = [(f"h{i}", b"%d" % i) for i in range(65)]
+    value = b"v" * (2 * 1024 * KIB)
+    errors: list[Any] = []
+    producer = Producer({"bootstrap.servers": kafka, "message.max.bytes": 4_000_000})
+    producer.produce("wide", value=b"small", key=key, headers=headers)
+    producer.produce("wide", value=value, on_delivery=lambda e, _m: errors.append(e))
+    assert producer.flush(STEP_S) == 0
+    assert errors == [None]
+    reader = Consumer(
+        {
+            "bootstrap.servers": kafka,
+            "group.id": "wide-readers",
+            "enable.auto.commit": False,
+            "auto.offset.reset": "earliest",
+        }
+    )
+    try:
+        reader.assign([TopicPartition("wide", 0, 0)])
+        found: list[Message] = []
+        deadline = time.monotonic() + STEP_S
+        while len(found) < 2 and time.monotonic() < deadline:
+            message = reader.poll(0.5)
+            if message is not None:
+                assert message.error() is None, message.error()
+                found.append(message)
+    finally:
+        reader.close()
+    assert [m.key() for m in found] == [key, None]
+    assert found[0].headers() == headers
+    assert [len(m.value() or b"") for m in found] == [5, len(value)]
+
+    with connect(kafka_server.address) as client:  # the native protocol keeps its bounds
+        with pytest.raises(BrokerError) as refused:
+            client.produce("wide", [NewRecord(b"small", key)])
+        assert refused.value.code is ErrorCode.RECORD_TOO_LARGE
+        assert "key is 99000 bytes; the limit is 65536" in refused.value.message

@@ -181,6 +181,20 @@ def test_header_names_must_be_1_to_max_characters(name: str) -> None:
     assert code_of(excinfo) is ErrorCode.INVALID_ARGUMENT
 
 
+def test_a_kafka_batch_has_no_record_bounds_only_its_bytes() -> None:
+    """Kafka bounds a batch by its bytes alone: a key, a value, headers beyond
+    fencelog's record bounds pass; the batch's bytes still have theirs."""
+    wide = NewRecord(b"v" * 11, key=b"k" * 5, headers=(("", b"abcd"), ("b", b""), ("c", b"")))
+    check_records([wide], SMALL, kafka=True)
+    with pytest.raises(BrokerError) as excinfo:
+        check_records([wide], SMALL)
+    assert code_of(excinfo) is ErrorCode.RECORD_TOO_LARGE
+    with pytest.raises(BrokerError) as excinfo:
+        check_records([wide, wide], SMALL, kafka=True)
+    assert code_of(excinfo) is ErrorCode.RECORD_TOO_LARGE
+    assert "at most 25 bytes, not 44" in excinfo.value.message
+
+
 def test_empty_batch_is_refused() -> None:
     with pytest.raises(BrokerError) as excinfo:
         check_records([], SMALL)
