@@ -250,6 +250,8 @@ class OffsetRow(Struct, frozen=True):
     next_offset: int
     producer_state: bytes | None
     committed_ms: int
+    metadata: str | None = None  # committed with the offset (Kafka's OffsetCommit metadata)
+    leader_epoch: int = -1  # Kafka's committed leader epoch (-1: none)
 
 
 class GroupOffsetRow(Struct, frozen=True):

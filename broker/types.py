@@ -215,6 +215,18 @@ class AppendResult(NamedTuple):
 ResultColumns = tuple[int, int | Sequence[int], int | Sequence[int], bool | Sequence[bool]]
 
 
+class OffsetMetadata(NamedTuple):
+    """What a consumer commits beside a partition's next offset (Kafka's OffsetCommit
+    carries both): its metadata text (None: none) and the leader epoch of the last
+    record it read (-1: none; one broker: 0)."""
+
+    metadata: str | None = None
+    leader_epoch: int = -1
+
+
+NO_OFFSET_METADATA: Final = OffsetMetadata()
+
+
 class PartitionInfo(Struct, frozen=True):
     partition: int
     start_offset: int

@@ -170,6 +170,17 @@ def _check_timestamps(records: Sequence[NewRecord]) -> None:
             )
 
 
+def check_offset_metadata(metadata: str | None, limits: Limits) -> None:
+    """An offset commit's metadata: at most offset_metadata_chars_max characters
+    (Kafka's offset.metadata.max.bytes)."""
+    if metadata is not None and len(metadata) > limits.offset_metadata_chars_max:
+        raise BrokerError(
+            ErrorCode.INVALID_ARGUMENT,
+            f"an offset's metadata is at most {limits.offset_metadata_chars_max} characters, "
+            f"not {len(metadata)}",
+        )
+
+
 def check_offset(offset: int) -> None:
     """An offset asked for: 0 or more, and within what SQLite stores (64 bits)."""
     if not 0 <= offset <= INT64_MAX:

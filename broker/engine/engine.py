@@ -38,6 +38,7 @@ from broker.storage import producers as producer_store
 from broker.storage import txns as txn_store
 from broker.storage.database import SCHEMA_VERSION, Database
 from broker.types import (
+    NO_OFFSET_METADATA,
     NO_PRODUCER,
     Access,
     AccessInfo,
@@ -49,6 +50,7 @@ from broker.types import (
     Fence,
     Lease,
     NewRecord,
+    OffsetMetadata,
     ProducerEntry,
     ProducerFields,
     Record,
@@ -575,14 +577,30 @@ class Engine:
         topic: str,
         offsets: Mapping[int, int],
         producer_state: bytes | None = None,
+        metadata: str | None = None,
     ) -> None:
-        """Store a consumer group's next offsets, with the producer state to resume."""
+        """Store a consumer group's next offsets, with the producer state to resume and
+        a metadata text for every partition (None: none)."""
+        details = {partition: OffsetMetadata(metadata) for partition in offsets}
+        self.commit_offset_details(group, topic, offsets, details, producer_state)
+
+    def commit_offset_details(
+        self,
+        group: str,
+        topic: str,
+        offsets: Mapping[int, int],
+        details: Mapping[int, OffsetMetadata],
+        producer_state: bytes | None = None,
+    ) -> None:
+        """commit_offsets() with each partition's own metadata and leader epoch (a
+        Kafka consumer's OffsetCommit); a partition details lacks has none."""
         with self.database.write() as conn:
-            row = self._offsets_topic(conn, group, topic, offsets)
+            row = self._offsets_topic(conn, group, topic, offsets, details)
             now_ms = self.clock()
             for partition, offset in offsets.items():
+                detail = details.get(partition, NO_OFFSET_METADATA)
                 producer_store.commit_offset(
-                    conn, group, row.topic_id, partition, offset, producer_state, now_ms
+                    conn, group, row.topic_id, partition, offset, producer_state, now_ms, detail
                 )
             if producer_state is not None:
                 producer_store.set_group_state(conn, group, row.topic_id, producer_state)
@@ -596,20 +614,43 @@ class Engine:
         producer_state: bytes | None = None,
     ) -> None:
         """Consumer offsets that take effect when transaction txn_id commits."""
+        self.txn_commit_offset_details(txn_id, group, topic, offsets, {}, producer_state)
+
+    def txn_commit_offset_details(
+        self,
+        txn_id: int,
+        group: str,
+        topic: str,
+        offsets: Mapping[int, int],
+        details: Mapping[int, OffsetMetadata],
+        producer_state: bytes | None = None,
+    ) -> None:
+        """txn_commit_offsets() with each partition's metadata and leader epoch (a Kafka
+        producer's TxnOffsetCommit)."""
         with self.database.write() as conn:
-            row = self._offsets_topic(conn, group, topic, offsets)
-            self.txns.add_offsets(conn, txn_id, group, row.topic_id, offsets, producer_state)
+            row = self._offsets_topic(conn, group, topic, offsets, details)
+            self.txns.add_offsets(
+                conn, txn_id, group, row.topic_id, offsets, producer_state, details
+            )
 
     def _offsets_topic(
-        self, conn: sqlite3.Connection, group: str, topic: str, offsets: Mapping[int, int]
+        self,
+        conn: sqlite3.Connection,
+        group: str,
+        topic: str,
+        offsets: Mapping[int, int],
+        details: Mapping[int, OffsetMetadata],
     ) -> logs.TopicRow:
-        """The topic of an offset commit, once the group, partitions and offsets are valid."""
+        """The topic of an offset commit, once the group, partitions, offsets and
+        metadata are valid."""
         ownership_rules.check_name("consumer group", group)
         row = self._topic(conn, topic)
         for partition, offset in offsets.items():
             record_rules.check_partition(topic, partition, row.partitions)
             if offset < 0:
                 raise BrokerError(ErrorCode.INVALID_ARGUMENT, "offsets are >= 0")
+        for detail in details.values():
+            record_rules.check_offset_metadata(detail.metadata, self.limits)
         return row
 
     def committed_offsets(self, group: str, topic: str) -> list[rows.OffsetRow]:

@@ -31,6 +31,7 @@ from kafka.protocol import admin, consumer, metadata, producer, sasl
 
 from broker.engine.engine import Engine, ProduceOutcome, ProduceRequest
 from broker.errors import BrokerError, ErrorCode
+from broker.kafka import offsets as kafka_offsets
 from broker.kafka import records as kafka_records
 from broker.kafka import topic_requests, wire
 from broker.kafka.fetch_budget import FetchBudget
@@ -578,8 +579,11 @@ class KafkaApi:
         topics = await self._commit_each_topic(
             body.topics,
             error,
-            lambda name, offsets: writer.commit_offsets(body.group_id, name, offsets),
+            lambda name, asked: writer.commit_offset_details(
+                body.group_id, name, asked.offsets, asked.details
+            ),
             _group_error,
+            with_epochs=version >= 6,
         )
         return response(
             version=version,
@@ -589,10 +593,10 @@ class KafkaApi:
                     name=name,
                     partitions=[
                         topic_cls.OffsetCommitResponsePartition(partition_index=p, error_code=code)
-                        for p in partitions
+                        for p, code in partitions
                     ],
                 )
-                for name, partitions, code in topics
+                for name, partitions in topics
             ],
         )
 
@@ -600,21 +604,25 @@ class KafkaApi:
         self,
         topics: Any,
         error: int,
-        commit: Callable[[str, dict[int, int]], None],
+        commit: Callable[[str, kafka_offsets.CommitAsked], None],
         kafka_error: Callable[[BrokerError], int],
-    ) -> list[tuple[str, list[int], int]]:
-        """(topic, partitions, Kafka error) of each topic's offsets, committed one topic
-        per write unless error already refuses them all."""
+        *,
+        with_epochs: bool,
+    ) -> list[tuple[str, list[tuple[int, int]]]]:
+        """(topic, [(partition, Kafka error)]) of each topic's offsets, committed one
+        topic per write unless error already refuses them all."""
         answers = []
+        limits = self.backend.limits
         for topic in topics:
-            offsets = {p.partition_index: p.committed_offset for p in topic.partitions}
+            asked = kafka_offsets.commit_asked(topic.partitions, limits, with_epochs=with_epochs)
             code = error
-            if code == wire.NONE:
+            if code == wire.NONE and asked.offsets:
                 try:
-                    await self.backend.write(partial(commit, topic.name, offsets))
+                    await self.backend.write(partial(commit, topic.name, asked))
                 except BrokerError as failed:
                     code = kafka_error(failed)
-            answers.append((topic.name, list(offsets), code))
+            indexes = [p.partition_index for p in topic.partitions]
+            answers.append((topic.name, [(p, asked.refused.get(p, code)) for p in indexes]))
         return answers
 
     async def offset_fetch(self, connection: KafkaConnection, body: Any, version: int) -> Any:
@@ -626,9 +634,13 @@ class KafkaApi:
             else [(t.name, list(t.partition_indexes)) for t in body.topics]
         )
         stable = version >= 7 and bool(body.require_stable)
-        found, error = await self.backend.read(
-            lambda: _read_committed(reader, group, asked, stable)
-        )
+        error = wire.NONE
+        try:
+            found = await self.backend.read(
+                lambda: kafka_offsets.read_committed(reader, group, asked, stable)
+            )
+        except BrokerError as failed:
+            found, error = [], _group_error(failed)
         response = consumer.OffsetFetchResponse
         topic_cls = response.OffsetFetchResponseTopic
         return response(
@@ -640,13 +652,13 @@ class KafkaApi:
                     name=topic,
                     partitions=[
                         topic_cls.OffsetFetchResponsePartition(
-                            partition_index=p,
-                            committed_offset=offset,
-                            committed_leader_epoch=-1,
-                            metadata="",
-                            error_code=code,
+                            partition_index=c.partition,
+                            committed_offset=c.offset,
+                            committed_leader_epoch=c.leader_epoch,
+                            metadata=c.metadata,
+                            error_code=c.error,
                         )
-                        for p, offset, code in parts
+                        for c in parts
                     ],
                 )
                 for topic, parts in found
@@ -739,8 +751,11 @@ class KafkaApi:
         topics = await self._commit_each_topic(
             body.topics,
             error,
-            lambda name, offsets: writer.txn_commit_offsets(txn_id, body.group_id, name, offsets),
+            lambda name, asked: writer.txn_commit_offset_details(
+                txn_id, body.group_id, name, asked.offsets, asked.details
+            ),
             _txn_error,
+            with_epochs=version >= 2,
         )
         return response(
             version=version,
@@ -752,10 +767,10 @@ class KafkaApi:
                         topic_cls.TxnOffsetCommitResponsePartition(
                             partition_index=p, error_code=code
                         )
-                        for p in partitions
+                        for p, code in partitions
                     ],
                 )
-                for name, partitions, code in topics
+                for name, partitions in topics
             ],
         )
 
@@ -904,54 +919,6 @@ def _read_offsets(
                 parts.append((partition, wire.NONE, *(at[::-1] if at else (-1, -1))))
         answers.append((topic, parts))
     return answers
-
-
-def _read_committed(
-    reader: Engine, group: str, asked: list[tuple[str, list[int]]] | None, stable: bool = False
-) -> tuple[list[tuple[str, list[tuple[int, int, int]]]], int]:
-    """Per topic: (partition, committed offset or -1, Kafka error); the group's error.
-    stable (OffsetFetch's require_stable, KIP-447): a partition whose offset an open
-    transaction holds is UNSTABLE_OFFSET_COMMIT, which the client asks again after."""
-    try:
-        topics = [t.name for t in reader.list_topics()] if asked is None else [n for n, _ in asked]
-        partitions = dict(asked) if asked is not None else {}
-        answers = []
-        for topic in topics:
-            try:
-                committed = {
-                    row.partition: row.next_offset for row in reader.committed_offsets(group, topic)
-                }
-            except BrokerError as error:
-                if error.code is not ErrorCode.UNKNOWN_TOPIC:
-                    raise
-                answers.append(
-                    (
-                        topic,
-                        [
-                            (p, -1, wire.UNKNOWN_TOPIC_OR_PARTITION)
-                            for p in partitions.get(topic, [])
-                        ],
-                    )
-                )
-                continue
-            if asked is None and not committed:
-                continue
-            wanted = partitions.get(topic) if asked is not None else sorted(committed)
-            unstable = set(reader.pending_offsets(group, topic)) if stable else set()
-            answers.append(
-                (
-                    topic,
-                    [
-                        (p, -1, wire.UNSTABLE_OFFSET_COMMIT)
-                        if p in unstable
-                        else (p, committed.get(p, -1), wire.NONE)
-                        for p in wanted or []
-                    ],
-                )
-            )
-        return answers, wire.NONE
-    except BrokerError as error:
-        return [], _group_error(error)
 
 
 # errors ---------------------------------------------------------------------------------

@@ -701,7 +701,10 @@ def snapshots_from_wire(wire: Sequence[Sequence[int]]) -> list[SnapshotRow]:
 
 
 def offsets_to_wire(rows: Sequence[OffsetRow]) -> list[tuple[Any, ...]]:
-    return [(r.partition, r.next_offset, r.producer_state, r.committed_ms) for r in rows]
+    return [
+        (r.partition, r.next_offset, r.producer_state, r.committed_ms, r.metadata, r.leader_epoch)
+        for r in rows
+    ]
 
 
 def offsets_from_wire(wire: Sequence[Sequence[Any]]) -> list[OffsetRow]:

@@ -25,7 +25,7 @@ from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-def
 from kafka.admin import KafkaAdminClient
 from kafka.admin import NewTopic as KafkaNewTopic
 from kafka.errors import InvalidConfigurationError, TopicAlreadyExistsError
-from kafka.protocol.consumer import FetchRequest
+from kafka.protocol.consumer import FetchRequest, OffsetCommitRequest, OffsetFetchRequest
 
 from broker.client.client import connect
 from broker.errors import BrokerError, ErrorCode
@@ -271,3 +271,122 @@ def test_a_kafka_record_is_bounded_by_its_batch_not_by_fencelogs_record_limits(
             client.produce("wide", [NewRecord(b"small", key)])
         assert refused.value.code is ErrorCode.RECORD_TOO_LARGE
         assert "key is 99000 bytes; the limit is 65536" in refused.value.message
+
+
+# 2. commit metadata and leader epochs kept -----------------------------------------------
+
+
+def raw_commit(kafka: str, group: str, parts: dict[int, tuple[int, str | None, int]]) -> Any:
+    """OffsetCommit v8 of topic "kept" without a generation: {partition: (offset,
+    metadata, leader epoch)}; the answer's {partition: error}."""
+    topic_cls = OffsetCommitRequest.OffsetCommitRequestTopic
+    request = OffsetCommitRequest(
+        group_id=group,
+        generation_id_or_member_epoch=-1,
+        member_id="",
+        group_instance_id=None,
+        topics=[
+            topic_cls(
+                name="kept",
+                partitions=[
+                    topic_cls.OffsetCommitRequestPartition(
+                        partition_index=p,
+                        committed_offset=offset,
+                        committed_leader_epoch=epoch,
+                        committed_metadata=metadata,
+                    )
+                    for p, (offset, metadata, epoch) in parts.items()
+                ],
+            )
+        ],
+    )
+    raw = RawKafka(kafka)
+    try:
+        answer = raw.call(request, 8)
+    finally:
+        raw.close()
+    return {p.partition_index: p.error_code for t in answer.topics for p in t.partitions}
+
+
+def raw_committed(kafka: str, group: str, partitions: list[int]) -> dict[int, tuple[Any, ...]]:
+    """OffsetFetch v7 of topic "kept": {partition: (offset, metadata, leader epoch)}."""
+    topic_cls = OffsetFetchRequest.OffsetFetchRequestTopic
+    request = OffsetFetchRequest(
+        group_id=group,
+        topics=[topic_cls(name="kept", partition_indexes=partitions)],
+        require_stable=False,
+    )
+    raw = RawKafka(kafka)
+    try:
+        answer = raw.call(request, 7)
+    finally:
+        raw.close()
+    return {
+        p.partition_index: (p.committed_offset, p.metadata, p.committed_leader_epoch)
+        for t in answer.topics
+        for p in t.partitions
+    }
+
+
+def test_offset_commit_metadata_and_leader_epoch_are_answered_by_offset_fetch(
+    kafka_server: ServeProcess, kafka: str
+) -> None:
+    with connect(kafka_server.address) as client:
+        client.create_topic("kept", 3)
+    errors = raw_commit(kafka, "raw", {0: (5, "checkpoint-a", 0), 1: (7, None, 4)})
+    assert errors == {0: 0, 1: 0}
+    assert raw_committed(kafka, "raw", [0, 1, 2]) == {
+        0: (5, "checkpoint-a", 0),
+        1: (7, "", 4),  # null metadata answers as Kafka's: ""
+        2: (-1, "", -1),  # nothing committed
+    }
+    # metadata over Kafka's offset.metadata.max.bytes: that partition refused, alone
+    errors = raw_commit(kafka, "raw", {0: (6, "x" * 4097, 0), 2: (1, "fits", 0)})
+    assert errors == {0: KafkaError.OFFSET_METADATA_TOO_LARGE, 2: 0}
+    assert raw_committed(kafka, "raw", [0, 2]) == {0: (5, "checkpoint-a", 0), 2: (1, "fits", 0)}
+
+
+def test_metadata_committed_by_either_protocol_reads_back_through_the_other(
+    kafka_server: ServeProcess, kafka: str
+) -> None:
+    with connect(kafka_server.address) as client:
+        client.create_topic("kept", 2)
+    produce_each(kafka, "kept", {0: b"a", 1: b"b"})
+    reader = Consumer({"bootstrap.servers": kafka, "group.id": "both", "enable.auto.commit": False})
+    try:
+        mark = TopicPartition("kept", 0, 1, metadata="from librdkafka", leader_epoch=0)
+        reader.commit(offsets=[mark], asynchronous=False)
+        (found,) = reader.committed([TopicPartition("kept", 0)], timeout=STEP_S)
+        assert (found.offset, found.metadata, found.leader_epoch) == (1, "from librdkafka", 0)
+        with connect(kafka_server.address) as client:
+            # confluent-kafka sends the C string's terminating NUL too; kept as sent, as
+            # Kafka keeps it
+            sent = "from librdkafka\x00"
+            assert client.committed_metadata("both", "kept") == {0: sent}
+            client.commit_offsets("both", "kept", {1: 1}, metadata="from fencelog")
+            assert client.committed_metadata("both", "kept") == {0: sent, 1: "from fencelog"}
+            assert client.committed_offsets("both", "kept")[0] == {0: 1, 1: 1}
+        (found,) = reader.committed([TopicPartition("kept", 1)], timeout=STEP_S)
+        assert (found.offset, found.metadata) == (1, "from fencelog")
+    finally:
+        reader.close()
+
+
+def test_a_transactions_offsets_keep_their_metadata_to_the_commit(
+    kafka_server: ServeProcess, kafka: str
+) -> None:
+    with connect(kafka_server.address) as client:
+        client.create_topic("kept", 1)
+    reader = Consumer({"bootstrap.servers": kafka, "group.id": "txn", "enable.auto.commit": False})
+    producer = Producer({"bootstrap.servers": kafka, "transactional.id": "meta-1"})
+    try:
+        producer.init_transactions(STEP_S)
+        producer.begin_transaction()
+        producer.produce("kept", b"out")
+        mark = TopicPartition("kept", 0, 1, metadata="in a txn", leader_epoch=0)
+        producer.send_offsets_to_transaction([mark], reader.consumer_group_metadata(), STEP_S)
+        assert raw_committed(kafka, "txn", [0]) == {0: (-1, "", -1)}  # not before the commit
+        producer.commit_transaction(STEP_S)
+        assert raw_committed(kafka, "txn", [0]) == {0: (1, "in a txn\x00", 0)}
+    finally:
+        reader.close()
