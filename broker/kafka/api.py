@@ -538,6 +538,7 @@ class KafkaApi:
             body.generation_id,
             body.member_id,
             {a.member_id: bytes(a.assignment) for a in body.assignments},
+            body.group_instance_id if version >= 3 else None,
         )
         return consumer.SyncGroupResponse(
             version=version,
@@ -549,29 +550,35 @@ class KafkaApi:
         )
 
     async def heartbeat(self, connection: KafkaConnection, body: Any, version: int) -> Any:
-        error = self.coordinator.heartbeat(body.group_id, body.generation_id, body.member_id)
+        instance = body.group_instance_id if version >= 3 else None
+        error = self.coordinator.heartbeat(
+            body.group_id, body.generation_id, body.member_id, instance
+        )
         return consumer.HeartbeatResponse(version=version, throttle_time_ms=0, error_code=error)
 
     async def leave_group(self, connection: KafkaConnection, body: Any, version: int) -> Any:
         response = consumer.LeaveGroupResponse
         if version < 3:
-            (error,) = self.coordinator.leave(body.group_id, [body.member_id])
+            (error,) = self.coordinator.leave(body.group_id, [(body.member_id, None)])
             return response(version=version, throttle_time_ms=0, error_code=error)
-        ids = [m.member_id for m in body.members]
-        errors = self.coordinator.leave(body.group_id, ids)
+        leaving = [(m.member_id, m.group_instance_id) for m in body.members]
+        errors = self.coordinator.leave(body.group_id, leaving)
         return response(
             version=version,
             throttle_time_ms=0,
             error_code=wire.NONE,
             members=[
-                response.MemberResponse(member_id=m, group_instance_id=None, error_code=e)
-                for m, e in zip(ids, errors, strict=True)
+                response.MemberResponse(member_id=m, group_instance_id=i, error_code=e)
+                for (m, i), e in zip(leaving, errors, strict=True)
             ],
         )
 
     async def offset_commit(self, connection: KafkaConnection, body: Any, version: int) -> Any:
         error = self.coordinator.check_commit(
-            body.group_id, body.generation_id_or_member_epoch, body.member_id
+            body.group_id,
+            body.generation_id_or_member_epoch,
+            body.member_id,
+            body.group_instance_id if version >= 7 else None,
         )
         writer = self.backend.writer
         response = consumer.OffsetCommitResponse
@@ -744,7 +751,9 @@ class KafkaApi:
             body.transactional_id, body.producer_id, body.producer_epoch
         )
         if error == wire.NONE and version >= 3 and body.generation_id >= 0:
-            error = self.coordinator.check_commit(body.group_id, body.generation_id, body.member_id)
+            error = self.coordinator.check_commit(
+                body.group_id, body.generation_id, body.member_id, body.group_instance_id
+            )
         writer = self.backend.writer
         response = producer.TxnOffsetCommitResponse
         topic_cls = response.TxnOffsetCommitResponseTopic

@@ -9,6 +9,7 @@ point."""
 
 from __future__ import annotations
 
+import contextlib
 import time
 from typing import Any
 
@@ -25,7 +26,15 @@ from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-def
 from kafka.admin import KafkaAdminClient
 from kafka.admin import NewTopic as KafkaNewTopic
 from kafka.errors import InvalidConfigurationError, TopicAlreadyExistsError
-from kafka.protocol.consumer import FetchRequest, OffsetCommitRequest, OffsetFetchRequest
+from kafka.protocol.consumer import (
+    FetchRequest,
+    HeartbeatRequest,
+    JoinGroupRequest,
+    LeaveGroupRequest,
+    OffsetCommitRequest,
+    OffsetFetchRequest,
+    SyncGroupRequest,
+)
 
 from broker.client.client import connect
 from broker.errors import BrokerError, ErrorCode
@@ -390,3 +399,176 @@ def test_a_transactions_offsets_keep_their_metadata_to_the_commit(
         assert raw_committed(kafka, "txn", [0]) == {0: (1, "in a txn\x00", 0)}
     finally:
         reader.close()
+
+
+# 6. static membership ---------------------------------------------------------------------
+
+STATIC = "statics"
+
+
+def static_join(member: RawKafka, instance: str, member_id: str = "") -> Any:
+    protocol = JoinGroupRequest.JoinGroupRequestProtocol(name="range", metadata=b"m")
+    request = JoinGroupRequest(
+        group_id=STATIC,
+        session_timeout_ms=30_000,
+        rebalance_timeout_ms=10_000,
+        member_id=member_id,
+        group_instance_id=instance,
+        protocol_type="consumer",
+        protocols=[protocol],
+    )
+    return member.call(request, 7)
+
+
+def static_sync(
+    member: RawKafka, generation: int, member_id: str, instance: str, assignments: dict[str, bytes]
+) -> Any:
+    request = SyncGroupRequest(
+        group_id=STATIC,
+        generation_id=generation,
+        member_id=member_id,
+        group_instance_id=instance,
+        protocol_type="consumer",
+        protocol_name="range",
+        assignments=[
+            SyncGroupRequest.SyncGroupRequestAssignment(member_id=m, assignment=a)
+            for m, a in assignments.items()
+        ],
+    )
+    return member.call(request, 5)
+
+
+def static_heartbeat(member: RawKafka, generation: int, member_id: str, instance: str) -> int:
+    request = HeartbeatRequest(
+        group_id=STATIC, generation_id=generation, member_id=member_id, group_instance_id=instance
+    )
+    return int(member.call(request, 4).error_code)
+
+
+def test_a_restarted_static_member_gets_its_assignment_back_and_fences_the_old_one(
+    kafka_server: ServeProcess, kafka: str
+) -> None:
+    with connect(kafka_server.address) as client:
+        client.create_topic("any")
+    first, restarted = RawKafka(kafka), RawKafka(kafka)
+    try:
+        joined = static_join(first, "app-1")
+        assert joined.error_code == 0
+        generation, old_id = joined.generation_id, joined.member_id
+        assigned = static_sync(first, generation, old_id, "app-1", {old_id: b"p0,p1"})
+        assert assigned.assignment == b"p0,p1"
+
+        # the same group.instance.id again, without a member id: a restart
+        again = static_join(restarted, "app-1")
+        assert again.error_code == 0
+        assert again.generation_id == generation  # no rebalance
+        assert again.member_id != old_id
+        assert again.leader == old_id  # so it assigns nothing (Kafka's rule)
+        new_id = again.member_id
+        back = static_sync(restarted, generation, new_id, "app-1", {})
+        assert (back.error_code, back.assignment) == (0, b"p0,p1")
+        assert static_heartbeat(restarted, generation, new_id, "app-1") == 0
+
+        # the replaced incarnation is fenced, whatever it sends
+        fenced = KafkaError.FENCED_INSTANCE_ID
+        assert static_heartbeat(first, generation, old_id, "app-1") == fenced
+        assert static_join(first, "app-1", old_id).error_code == fenced
+        assert static_sync(first, generation, old_id, "app-1", {}).error_code == fenced
+        topic_cls = OffsetCommitRequest.OffsetCommitRequestTopic
+        commit = OffsetCommitRequest(
+            group_id=STATIC,
+            generation_id_or_member_epoch=generation,
+            member_id=old_id,
+            group_instance_id="app-1",
+            topics=[
+                topic_cls(
+                    name="any",
+                    partitions=[
+                        topic_cls.OffsetCommitRequestPartition(
+                            partition_index=0, committed_offset=1, committed_metadata=None
+                        )
+                    ],
+                )
+            ],
+        )
+        assert first.call(commit, 7).topics[0].partitions[0].error_code == fenced
+        leave = LeaveGroupRequest(
+            group_id=STATIC,
+            members=[LeaveGroupRequest.MemberIdentity(member_id=old_id, group_instance_id="app-1")],
+        )
+        (left,) = first.call(leave, 4).members
+        assert left.error_code == fenced
+    finally:
+        for member in (first, restarted):
+            member.close()
+
+
+def test_a_static_consumer_restarts_without_a_rebalance_and_a_duplicate_is_fenced(
+    kafka_server: ServeProcess, kafka: str
+) -> None:
+    """librdkafka with group.instance.id: a consumer closed and started again gets its
+    partition back while the other member goes on undisturbed (no revoke, no assign);
+    a second live consumer with the same id fences the first (a fatal error for it)."""
+    with connect(kafka_server.address) as client:
+        client.create_topic("seats", 2)
+    rebalances: dict[str, int] = {"a": 0, "b": 0}
+
+    def static(instance: str) -> Consumer:
+        member = Consumer(
+            {
+                "bootstrap.servers": kafka,
+                "group.id": "seated",
+                "group.instance.id": instance,
+                "session.timeout.ms": 30_000,
+                "heartbeat.interval.ms": 200,
+                "enable.auto.commit": False,
+            }
+        )
+
+        def noted(_consumer: Any, _partitions: Any) -> None:
+            rebalances[instance] += 1
+
+        member.subscribe(["seats"], on_assign=noted, on_revoke=noted)
+        return member
+
+    def poll_until(done: Any, *members: Consumer) -> None:
+        deadline = time.monotonic() + STEP_S
+        while not done() and time.monotonic() < deadline:
+            for member in members:
+                member.poll(0.1)
+        assert done()
+
+    def partitions(member: Consumer) -> list[int]:
+        return sorted(p.partition for p in member.assignment())
+
+    first, other = static("a"), static("b")
+    closing = [first, other]
+    try:
+        poll_until(lambda: len(partitions(first)) == len(partitions(other)) == 1, first, other)
+        held = partitions(first)
+        other_rebalances = rebalances["b"]
+        first.close()  # a static member does not leave: its place is kept
+        restarted = static("a")
+        closing.append(restarted)
+        poll_until(lambda: partitions(restarted) == held, restarted, other)
+        other.poll(0.5)
+        assert rebalances["b"] == other_rebalances  # the other member was not disturbed
+
+        duplicate = static("a")  # a second live consumer with the same instance id
+        closing.append(duplicate)
+        errors: list[KafkaError] = []
+
+        def fenced() -> bool:
+            message = restarted.poll(0.1)
+            error = None if message is None else message.error()
+            if error is not None:
+                errors.append(error)
+            return bool(errors)
+
+        poll_until(lambda: fenced() and partitions(duplicate) == held, duplicate, other)
+        assert errors[0].code() == KafkaError._FATAL
+        assert "Static consumer fenced by other consumer" in errors[0].str()
+    finally:
+        for member in closing:
+            with contextlib.suppress(KafkaException, RuntimeError):
+                member.close()
