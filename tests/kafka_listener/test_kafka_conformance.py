@@ -10,6 +10,7 @@ point."""
 from __future__ import annotations
 
 import contextlib
+import json
 import time
 from typing import Any
 
@@ -572,3 +573,73 @@ def test_a_static_consumer_restarts_without_a_rebalance_and_a_duplicate_is_fence
         for member in closing:
             with contextlib.suppress(KafkaException, RuntimeError):
                 member.close()
+
+
+# 7. the offsets of transactions, and the lag a consumer sees -------------------------------
+
+
+def test_aborted_transactions_and_markers_take_no_offsets_and_the_lag_ends_at_zero(
+    kafka_server: ServeProcess, kafka: str
+) -> None:
+    """10 plain records, a transaction of 3 aborted, one of 2 committed: the log holds
+    offsets 0-11 (Kafka's would hold 0-16, the aborted records and two markers between),
+    and a consumer that read everything sees a lag of 0, its end offsets 12."""
+    with connect(kafka_server.address) as client:
+        client.create_topic("gaps", 1)
+    produce_each(kafka, "gaps", {0: b"plain-0"})
+    plain = Producer({"bootstrap.servers": kafka})
+    for i in range(1, 10):
+        plain.produce("gaps", b"plain-%d" % i, partition=0)
+    assert plain.flush(STEP_S) == 0
+    txns = Producer({"bootstrap.servers": kafka, "transactional.id": "gaps-1"})
+    txns.init_transactions(STEP_S)
+    for outcome, count in (("aborted", 3), ("committed", 2)):
+        txns.begin_transaction()
+        for i in range(count):
+            txns.produce("gaps", b"%s-%d" % (outcome.encode(), i), partition=0)
+        assert txns.flush(STEP_S) == 0
+        if outcome == "aborted":
+            txns.abort_transaction(STEP_S)
+        else:
+            txns.commit_transaction(STEP_S)
+
+    lags: list[tuple[int, int, int]] = []  # (hi_offset, ls_offset, consumer_lag_stored)
+
+    def noted(text: str) -> None:
+        stats = json.loads(text)
+        part = stats["topics"].get("gaps", {}).get("partitions", {}).get("0")
+        if part is not None:
+            lags.append((part["hi_offset"], part["ls_offset"], part["consumer_lag_stored"]))
+
+    reader = Consumer(
+        {
+            "bootstrap.servers": kafka,
+            "group.id": "gap-readers",
+            "enable.auto.commit": False,
+            "auto.offset.reset": "earliest",
+            "statistics.interval.ms": 100,
+            "stats_cb": noted,
+        }
+    )
+    try:
+        reader.assign([TopicPartition("gaps", 0)])
+        found: list[tuple[int, bytes]] = []
+        deadline = time.monotonic() + STEP_S
+        while (len(found) < 12 or not lags or lags[-1] != (12, 12, 0)) and (
+            time.monotonic() < deadline
+        ):
+            message = reader.poll(0.1)
+            if message is not None and message.error() is None:
+                found.append((message.offset() or 0, message.value() or b""))
+        assert [offset for offset, _ in found] == list(range(12))
+        assert [value for _, value in found[10:]] == [b"committed-0", b"committed-1"]
+        assert lags[-1] == (12, 12, 0)  # end offsets 12, read up to them
+        low, high = reader.get_watermark_offsets(TopicPartition("gaps", 0), STEP_S)
+        assert (low, high) == (0, 12)
+        reader.commit(offsets=[TopicPartition("gaps", 0, 12)], asynchronous=False)
+    finally:
+        reader.close()
+    with connect(kafka_server.address) as client:  # the lag fencelog shows: none either
+        (row,) = [r for r in client.consumer_groups() if r.group == "gap-readers"]
+        assert (row.topic, row.partition, row.next_offset) == ("gaps", 0, 12)
+        assert client.end_offsets("gaps") == [12]
