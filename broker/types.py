@@ -21,7 +21,7 @@ from msgspec import Struct, field
 
 from broker.errors import BrokerError, ErrorCode
 
-Headers = tuple[tuple[str, bytes], ...]
+Headers = tuple[tuple[str, bytes | None], ...]  # a header value None: Kafka's null
 Clock = Callable[[], int]  # the broker's clock: milliseconds since the epoch
 
 

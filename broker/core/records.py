@@ -217,10 +217,10 @@ def _check_record(index: int, record: NewRecord, limits: Limits) -> int:
         )
     size += key_size
     for name, value in record.headers:
-        if not isinstance(name, str) or not isinstance(value, bytes | bytearray):
+        if not isinstance(name, str) or not isinstance(value, bytes | bytearray | None):
             raise BrokerError(
                 ErrorCode.INVALID_ARGUMENT,
-                f"record {index}: a header is (name: str, value: bytes), not "
+                f"record {index}: a header is (name: str, value: bytes or None), not "
                 f"({type(name).__name__}, {type(value).__name__})",
                 hint="encode a text header value, e.g. value.encode()",
             )
@@ -237,16 +237,17 @@ def _check_record(index: int, record: NewRecord, limits: Limits) -> int:
                     ErrorCode.INVALID_ARGUMENT,
                     f"record {index}: header name {name!r} is not valid Unicode ({exc.reason})",
                 ) from None
-        if len(value) > limits.header_value_bytes_max:
+        if value is not None and len(value) > limits.header_value_bytes_max:
             raise too_large(f"header {name!r}", len(value), limits.header_value_bytes_max)
         size += _header_bytes(name, value)
     return size
 
 
-def _header_bytes(name: str, value: bytes) -> int:
+def _header_bytes(name: str, value: bytes | None) -> int:
     """A header's bytes as a batch counts them: its name's UTF-8 too (a batch of many
-    long names is as large on the wire as its values)."""
-    return len(value) + (len(name) if name.isascii() else len(name.encode("utf-8", "replace")))
+    long names is as large on the wire as its values); a null value has none."""
+    size = len(value) if value is not None else 0
+    return size + (len(name) if name.isascii() else len(name.encode("utf-8", "replace")))
 
 
 def split_batches(records: Sequence[NewRecord], limits: Limits) -> list[Sequence[NewRecord]]:

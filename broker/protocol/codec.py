@@ -303,9 +303,9 @@ def _headers(index: int, headers: object) -> Headers:
             isinstance(pair, tuple | list)
             and len(pair) == 2
             and isinstance(pair[0], str)
-            and isinstance(pair[1], bytes)
+            and (pair[1] is None or isinstance(pair[1], bytes))
         ):
-            raise ProtocolError(f"record {index}: each header is [name, binary value]")
+            raise ProtocolError(f"record {index}: each header is [name, binary value or nil]")
     return tuple((name, value) for name, value in headers)
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import subprocess
 import time
 from typing import Any
 
@@ -643,3 +644,59 @@ def test_aborted_transactions_and_markers_take_no_offsets_and_the_lag_ends_at_ze
         (row,) = [r for r in client.consumer_groups() if r.group == "gap-readers"]
         assert (row.topic, row.partition, row.next_offset) == ("gaps", 0, 12)
         assert client.end_offsets("gaps") == [12]
+
+
+# 1. (part) null header values kept null ----------------------------------------------------
+
+
+def test_a_null_header_value_stays_null_through_either_protocol(
+    kafka_server: ServeProcess, kafka: str
+) -> None:
+    headers: list[tuple[str, str | bytes | None]] = [("gone", None), ("empty", b""), ("x", b"1")]
+    producer = Producer({"bootstrap.servers": kafka})
+    producer.produce("heads", b"plain", partition=0, headers=headers)
+    assert producer.flush(STEP_S) == 0
+    txns = Producer({"bootstrap.servers": kafka, "transactional.id": "heads-1"})
+    txns.init_transactions(STEP_S)
+    txns.begin_transaction()
+    txns.produce("heads", b"in a txn", partition=0, headers=headers)
+    txns.commit_transaction(STEP_S)
+    with connect(kafka_server.address) as client:
+        client.produce("heads", [NewRecord(b"native", headers=(("gone", None), ("empty", b"")))])
+        stored = client.fetch("heads", {0: 0})
+    expected = (("gone", None), ("empty", b""), ("x", b"1"))
+    assert [r.headers for r in stored] == [expected, expected, expected[:2]]
+
+    shown = native_json(kafka_server, "heads")
+    assert [line["headers"] for line in shown][-1] == [["gone", None], ["empty", ""]]
+
+    reader = Consumer(
+        {
+            "bootstrap.servers": kafka,
+            "group.id": "heads",
+            "enable.auto.commit": False,
+            "auto.offset.reset": "earliest",
+        }
+    )
+    try:
+        reader.assign([TopicPartition("heads", 0, 0)])
+        found: list[Message] = []
+        deadline = time.monotonic() + STEP_S
+        while len(found) < 3 and time.monotonic() < deadline:
+            message = reader.poll(0.2)
+            if message is not None and message.error() is None:
+                found.append(message)
+    finally:
+        reader.close()
+    assert [m.headers() for m in found] == [headers, headers, headers[:2]]
+
+
+def native_json(server: ServeProcess, topic: str) -> list[dict[str, Any]]:
+    completed = subprocess.run(
+        ["fencelog", "--broker", server.address, "consume", topic, "--json"],
+        capture_output=True,
+        text=True,
+        timeout=STEP_S,
+        check=True,
+    )
+    return [json.loads(line) for line in completed.stdout.splitlines()]

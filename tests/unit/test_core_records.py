@@ -275,7 +275,7 @@ def test_split_batches_keeps_each_batch_within_both_limits() -> None:
     assert split_batches([], limits) == []
 
 
-@pytest.mark.parametrize("header", [("h", "text"), (b"h", b"v"), ("h", None)])
+@pytest.mark.parametrize("header", [("h", "text"), (b"h", b"v"), ("h", 1)])
 def test_a_header_of_other_types_is_refused_before_it_is_stored(
     header: tuple[object, object],
 ) -> None:
@@ -285,4 +285,9 @@ def test_a_header_of_other_types_is_refused_before_it_is_stored(
     with pytest.raises(BrokerError) as raised:
         check_records([record], DEFAULT_LIMITS)
     assert raised.value.code is ErrorCode.INVALID_ARGUMENT
-    assert "a header is (name: str, value: bytes)" in raised.value.message
+    assert "a header is (name: str, value: bytes or None)" in raised.value.message
+
+
+def test_a_null_header_value_is_a_header_of_no_bytes() -> None:
+    """Kafka's null header value, kept distinct from an empty one."""
+    check_records([NewRecord(b"v", headers=(("gone", None), ("empty", b"")))], SMALL)
