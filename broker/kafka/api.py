@@ -629,7 +629,8 @@ class KafkaApi:
                 except BrokerError as failed:
                     code = kafka_error(failed)
             indexes = [p.partition_index for p in topic.partitions]
-            answers.append((topic.name, [(p, asked.refused.get(p, code)) for p in indexes]))
+            refused = asked.refused if error == wire.NONE else {}  # error answers them all
+            answers.append((topic.name, [(p, refused.get(p, code)) for p in indexes]))
         return answers
 
     async def offset_fetch(self, connection: KafkaConnection, body: Any, version: int) -> Any:
