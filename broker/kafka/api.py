@@ -885,10 +885,10 @@ def _read_fetch(
                 stored = reader.fetch_kafka_rows(
                     topic, partition, offset, _records_in(detail, limit)
                 )
-                stored = budget.take(stored, partition_max)
-                if stored:
-                    batch = kafka_records.encode_batch(stored)
-                    end = max(end, stored[-1][0] + 1)
+                taken = budget.take(stored, partition_max)
+                if taken:
+                    batch = kafka_records.encode_batch(taken)
+                    end = max(end, taken[-1][0] + 1)
             parts.append((partition, wire.NONE, end, batch, detail.start_offset))
     return found
 
