@@ -336,8 +336,8 @@ class Coordinator:
     ) -> SyncResult:
         group = self.groups.get(group_id)
         member = None if group is None else group.members.get(member_id)
-        if group is None or member is None or _fenced(group, group_instance_id, member_id):
-            fenced = _fenced(group, group_instance_id, member_id)
+        fenced = _fenced(group, group_instance_id, member_id)
+        if group is None or member is None or fenced:
             return SyncResult(wire.FENCED_INSTANCE_ID if fenced else wire.UNKNOWN_MEMBER_ID)
         member.last_seen = asyncio.get_running_loop().time()
         if generation != group.generation:
