@@ -14,6 +14,8 @@ from msgspec.structs import replace
 class Limits(Struct, frozen=True):
     topic_name_chars_max: int = 249
     topic_partitions_max: int = 1024
+    # a record's bounds on the native protocol; a Kafka producer's batch is bounded as
+    # Kafka bounds it, by its bytes (append_bytes_max) alone
     record_key_bytes_max: int = 64 * 1024
     record_value_bytes_max: int = 1024 * 1024
     record_headers_max: int = 64
@@ -31,6 +33,8 @@ class Limits(Struct, frozen=True):
     clean_step_records: int = 2_000
     clean_interval_ms: int = 30_000  # serve cleans topics with a retention this often
     tombstone_retention_ms: int = 24 * 3600 * 1000
+    # an offset commit's metadata text (Kafka's offset.metadata.max.bytes)
+    offset_metadata_chars_max: int = 4096
     read_records_max: int = 10_000
     read_bytes_max: int = 8 * 1024 * 1024
     busy_timeout_ms: int = 30_000

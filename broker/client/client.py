@@ -665,9 +665,14 @@ class Client:
         offsets: Mapping[int, int],
         *,
         producer: Producer | ProducerState | None = None,
+        metadata: str | None = None,
     ) -> None:
-        """Store a consumer group's next offsets, with a producer's state to resume."""
-        self._transport.call(ops.COMMIT_OFFSETS, group, topic, dict(offsets), _state_blob(producer))
+        """Store a consumer group's next offsets, with a producer's state to resume and
+        a metadata text for each partition (as a Kafka consumer's commit carries; None:
+        none), which committed_metadata() and a Kafka OffsetFetch answer."""
+        self._transport.call(
+            ops.COMMIT_OFFSETS, group, topic, dict(offsets), _state_blob(producer), metadata
+        )
 
     def committed_offsets(
         self, group: str, topic: str
@@ -681,6 +686,12 @@ class Client:
         if newest is not None and newest.producer_state is not None:
             state = ProducerState.from_bytes(newest.producer_state)
         return {r.partition: r.next_offset for r in rows}, state
+
+    def committed_metadata(self, group: str, topic: str) -> dict[int, str | None]:
+        """The metadata committed with the group's offset of each partition (None: none),
+        by this client's commit_offsets or a Kafka consumer's commit."""
+        rows = self._transport.call(ops.COMMITTED_OFFSETS, group, topic)
+        return {r.partition: r.metadata for r in rows}
 
     def offset_for_time(self, topic: str, partition: int, timestamp_ms: int) -> int | None:
         """The offset of the first record of a partition at or after timestamp_ms (a

@@ -305,9 +305,9 @@ def _headers(index: int, headers: object) -> Headers:
             isinstance(pair, tuple | list)
             and len(pair) == 2
             and isinstance(pair[0], str)
-            and isinstance(pair[1], bytes)
+            and (pair[1] is None or isinstance(pair[1], bytes))
         ):
-            raise ProtocolError(f"record {index}: each header is [name, binary value]")
+            raise ProtocolError(f"record {index}: each header is [name, binary value or nil]")
     return tuple((name, value) for name, value in headers)
 
 
@@ -714,7 +714,10 @@ def snapshots_from_wire(wire: Sequence[Sequence[int]]) -> list[SnapshotRow]:
 
 
 def offsets_to_wire(rows: Sequence[OffsetRow]) -> list[tuple[Any, ...]]:
-    return [(r.partition, r.next_offset, r.producer_state, r.committed_ms) for r in rows]
+    return [
+        (r.partition, r.next_offset, r.producer_state, r.committed_ms, r.metadata, r.leader_epoch)
+        for r in rows
+    ]
 
 
 def offsets_from_wire(wire: Sequence[Sequence[Any]]) -> list[OffsetRow]:
