@@ -29,6 +29,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import enum
+import logging
 import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -37,6 +38,8 @@ from typing import Final
 from broker.core.ownership import check_name
 from broker.errors import BrokerError
 from broker.kafka import wire
+
+log = logging.getLogger("fencelog.kafka")
 
 EXPIRY_CHECK_S: Final = 0.5
 # A new group waits this long for more members before its first generation (Kafka's
@@ -278,14 +281,22 @@ class Coordinator:
     async def _complete(self, group: Group) -> None:
         try:
             generation = await self._next_generation(group.group_id)
-        except Exception:  # the writer failed: every joiner hears it and may retry
+        except Exception as exc:  # the writer failed: every joiner hears it and may retry
             group.completing = False
             for member in group.members.values():
                 self._fail_waits(member, wire.COORDINATOR_NOT_AVAILABLE)
             group.members.clear()
             group.static_members.clear()
             group.state = State.EMPTY
-            raise
+            # said here: nothing awaits this task, and asyncio would log it as an error of
+            # its own ("Task exception was never retrieved"), outside fencelog.kafka
+            log.warning(
+                "Kafka group %s: its next generation could not be claimed (%s); its "
+                "members are answered COORDINATOR_NOT_AVAILABLE and join again",
+                group.group_id,
+                exc,
+            )
+            return
         group.completing = False
         if group.deadline is not None:
             group.deadline.cancel()

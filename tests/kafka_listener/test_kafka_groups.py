@@ -4,7 +4,9 @@ zombie's commit on purpose)."""
 
 from __future__ import annotations
 
+import asyncio
 import concurrent.futures
+import logging
 from typing import Any
 
 import pytest
@@ -17,7 +19,9 @@ from kafka.protocol.consumer import (
 )
 
 from broker.client.client import connect
+from broker.errors import BrokerError, ErrorCode
 from broker.kafka import wire
+from broker.kafka.groups import Coordinator
 from support.kafka_raw import STEP_TIMEOUT_S, RawKafka
 from support.servers import ServeProcess
 from support.waiting import wait_until
@@ -205,3 +209,32 @@ def test_a_join_to_a_group_id_no_group_can_have_is_invalid_group_id(
     finally:
         member.close()
     assert " ERROR " not in kafka_server.stderr_text(), kafka_server.stderr_text()
+
+
+def test_a_generation_that_cannot_be_claimed_is_coordinator_not_available_and_a_warning(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The claim of a group's next generation failing (the database full, say): its
+    joiners hear COORDINATOR_NOT_AVAILABLE and join again; the listener's log says so,
+    once, not asyncio's "Task exception was never retrieved" at ERROR."""
+
+    async def failing(group_id: str) -> int:
+        raise BrokerError(ErrorCode.STORAGE_FAILED, "database or disk is full")
+
+    async def scenario() -> int:
+        coordinator = Coordinator(failing)
+        try:
+            joined = coordinator.join(
+                "g", "", None, "c", 10_000, 10_000, "consumer", [("range", b"")]
+            )
+            return (await asyncio.wait_for(joined, STEP_TIMEOUT_S)).error
+        finally:
+            await coordinator.stop()
+
+    with caplog.at_level(logging.WARNING):
+        error = asyncio.run(scenario())
+    assert error == wire.COORDINATOR_NOT_AVAILABLE
+    warned = [r for r in caplog.records if r.name == "fencelog.kafka"]
+    assert [r.levelname for r in warned] == ["WARNING"]
+    assert "next generation could not be claimed (database or disk is full)" in warned[0].message
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
