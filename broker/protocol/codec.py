@@ -856,6 +856,19 @@ def detail_to_wire(detail: TxnDetail) -> dict[str, Any]:
 def detail_from_wire(wire: dict[str, Any]) -> TxnDetail:
     return TxnDetail(
         txn_from_wire(wire["txn"]),
-        tuple(JournalEntryInfo(*row) for row in wire["journal"]),
+        tuple(
+            JournalEntryInfo(journal, position, kind, at_ms, _as_stored(body))
+            for journal, position, kind, at_ms, body in wire["journal"]
+        ),
         tuple(records_from_wire(wire["records"])),
     )
+
+
+def _as_stored(body: object) -> object:
+    """A journal entry's body as the engine gives it (arrays as lists): a frame's arrays
+    arrive as tuples, and the same txn_show() answered otherwise served than embedded."""
+    if isinstance(body, tuple | list):
+        return [_as_stored(item) for item in body]
+    if isinstance(body, dict):
+        return {key: _as_stored(value) for key, value in body.items()}
+    return body

@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from broker.client.client import Client
 from broker.client.producer import Producer
 from broker.errors import BrokerError
+from broker.rows import records_of
 from broker.types import (
     AppendResult,
     Fence,
@@ -65,6 +66,8 @@ OWNER_STEPS = {
     "release": 2,
     "fenced_produce": 5,
     "fenced_fetch": 2,
+    "txn_fenced_produce": 2,
+    "read": 1,
     "bad_input": 2,
     "reconnect": 1,
 }
@@ -85,6 +88,10 @@ WORKER_STEPS = {
     "txn_abort": 1,
     "commit_offsets": 1,
     "txn_commit_offsets": 1,
+    "txn_show": 1,
+    "txn_keepalive": 1,
+    "recreate_ledger": 1,
+    "read": 2,
     "bad_input": 2,
     "reconnect": 1,
 }
@@ -148,8 +155,10 @@ def _choices(kind: str) -> Sequence[str]:
         "own": CLAIM_CHOICES,
         "fenced_produce": FENCE_CHOICES,
         "idempotent_produce": GENERATION_CHOICES,
-        "attach": ("shared", "exclusive", "exclusive"),
+        "attach": ("shared", "exclusive", "exclusive", "wait-exclusive"),
         "fenced_fetch": FENCE_CHOICES,
+        "txn_fenced_produce": FENCE_CHOICES,
+        "txn_commit": ("all", "all", "latest", "stale"),
         "bad_input": tuple(BAD_INPUTS),
     }.get(kind, ("",))
 
@@ -533,9 +542,12 @@ class Run:
         txn_id = self._pick_txn(step)
         if txn_id is None:
             return ("no transaction",)
-        members = None
-        if step.flag:  # as a coordinator names the attempts that succeeded: the latest
-            members = {m.member: m.generation for m in self.members if m.txn_id == txn_id}
+        members = None  # "all": every member's records, as joined last
+        joined = [m for m in self.members if m.txn_id == txn_id]
+        if step.choice == "latest":  # as a coordinator names the attempts that succeeded
+            members = {m.member: m.generation for m in joined}
+        elif step.choice == "stale":  # an attempt that was joined again since
+            members = {m.member: max(m.generation - 1, 1) for m in joined}
         return self._txn(self.actors[step.actor].client.txn_commit(txn_id, members=members))
 
     def _txn_abort(self, index: int, step: Step) -> Answer:
@@ -543,6 +555,60 @@ class Run:
         if txn_id is None:
             return ("no transaction",)
         return self._txn(self.actors[step.actor].client.txn_abort(txn_id))
+
+    def _txn_fenced_produce(self, index: int, step: Step) -> Answer:
+        txn_id = self._pick_txn(step)
+        if txn_id is None:
+            return ("no transaction",)
+        partition = step.partition % 2
+        fences = self._fences(step.actor, partition, step.choice)
+        results = self.actors[step.actor].client.produce(
+            FENCED_TOPIC,
+            self._values(index, step.count),
+            partition=partition,
+            fences=fences,
+            txn=txn_id,
+        )
+        return _appended(results)
+
+    def _txn_show(self, index: int, step: Step) -> Answer:
+        txn_id = self._pick_txn(step)
+        if txn_id is None:
+            return ("no transaction",)
+        detail = self.actors[step.actor].client.txn_show(txn_id)
+        # at_ms is a clock reading; a body names topics by id, alike on both brokers
+        journal = tuple((e.journal, e.position, e.kind, repr(e.body)) for e in detail.journal)
+        return (self._txn(detail.info), journal, tuple(self._record(r) for r in detail.records))
+
+    def _txn_keepalive(self, index: int, step: Step) -> Answer:
+        txn_id = self._pick_txn(step)
+        if txn_id is None:
+            return ("no transaction",)
+        return self._txn(self.actors[step.actor].client.txn_keepalive(txn_id, 60_000))
+
+    def _recreate_ledger(self, index: int, step: Step) -> Answer:
+        """A topic transactions write to, deleted under them and created again."""
+        client = self.actors[step.actor].client
+        client.delete_topic(LEDGER_TOPIC)
+        client.create_topic(LEDGER_TOPIC, TOPICS[LEDGER_TOPIC])
+        return ("recreated",)
+
+    def _read(self, index: int, step: Step) -> Answer:
+        """One read three ways: fetch (from inside a batch too), stored rows, consume."""
+        topic = (PLAIN_TOPIC, LEDGER_TOPIC, EXCLUSIVE_TOPIC, FENCED_TOPIC)[step.ref % 4]
+        partition = step.partition % TOPICS[topic]
+        client = self.actors[step.actor].client
+        end = client.end_offsets(topic)[partition]
+        start = step.ref % (end + 1)
+        limit = 2 * step.count
+        fetched = client.fetch(topic, {partition: start}, max_records=limit)
+        rows = client.fetch_rows(topic, {partition: start}, max_records=limit)
+        consumed = list(client.consume(topic, partition=partition, start=start, max_records=limit))
+        return (
+            tuple(self._record(r) for r in fetched),
+            tuple(self._record(r) for r in records_of(topic, rows)),
+            tuple(self._record(r) for r in consumed),
+        )
 
     def _commit_offsets(self, index: int, step: Step) -> Answer:
         offsets = {step.partition % 2: step.ref % 5}
@@ -606,6 +672,12 @@ class Run:
             ),
             "producers": {topic: self._producer_states(topic) for topic in TOPICS},
             "access": self._access(),
+            "compacted": [self._record(r) for r in observer.read_compacted(PLAIN_TOPIC)],
+            "offsets_for_times": [
+                observer.offset_for_time(PLAIN_TOPIC, p, t)
+                for p in range(TOPICS[PLAIN_TOPIC])
+                for t in (0, 1_050, 1_150, 1_300, 10**13)
+            ],
             "offsets": [
                 observer.committed_offsets(f"readers-{count}", PLAIN_TOPIC)[0]
                 for count in (1, 2, 3)
