@@ -23,10 +23,12 @@ lease starts from (random).
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import itertools
 import random
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from broker.client.client import Client
 from broker.client.producer import Producer
@@ -40,10 +42,17 @@ from broker.types import (
     NewRecord,
     ProducerFields,
     Record,
+    TopicConfig,
     TxnInfo,
     TxnMember,
 )
 from support.waiting import wait_until
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+# The Arrow forms (fencelog[spark]) are compared where pyarrow is installed.
+ARROW = importlib.util.find_spec("pyarrow") is not None
 
 OWNERS = 3  # clients 0..2 claim and write fenced records
 WORKERS = 2  # clients 3..4 produce idempotently, exclusively and in transactions
@@ -54,7 +63,8 @@ RESOURCES = (f"{FENCED_TOPIC}/0", f"{FENCED_TOPIC}/1")
 PLAIN_TOPIC = "plain"  # 2 partitions: idempotent, plain and transactional records
 LEDGER_TOPIC = "ledger"  # 1 partition: a transaction's second topic
 EXCLUSIVE_TOPIC = "excl"  # 1 partition: producers attached shared or exclusive
-TOPICS = {FENCED_TOPIC: 2, PLAIN_TOPIC: 2, LEDGER_TOPIC: 1, EXCLUSIVE_TOPIC: 1}
+KEYED_TOPIC = "keyed"  # 2 partitions, compacted: the newest record of each key stays
+TOPICS = {FENCED_TOPIC: 2, PLAIN_TOPIC: 2, LEDGER_TOPIC: 1, EXCLUSIVE_TOPIC: 1, KEYED_TOPIC: 2}
 TXN_TARGETS = ((PLAIN_TOPIC, 0), (PLAIN_TOPIC, 1), (LEDGER_TOPIC, 0))
 TXN_GROUPS = ("billing", "audit")
 MEMBERS = ("m1", "m2")
@@ -91,6 +101,9 @@ WORKER_STEPS = {
     "txn_show": 1,
     "txn_keepalive": 1,
     "recreate_ledger": 1,
+    "keyed_produce": 2,
+    "clean": 1,
+    "snapshot_producers": 1,
     "read": 2,
     "bad_input": 2,
     "reconnect": 1,
@@ -226,7 +239,8 @@ class Run:
     def start(self) -> None:
         for name, partitions in TOPICS.items():
             owner = OWNER_GROUP if name == FENCED_TOPIC else None
-            self.observer.create_topic(name, partitions, owner_group=owner)
+            config = TopicConfig(cleanup="compact") if name == KEYED_TOPIC else None
+            self.observer.create_topic(name, partitions, owner_group=owner, config=config)
         self.actors = [self._open() for _ in range(OWNERS + WORKERS)]
 
     def close(self) -> None:
@@ -595,7 +609,9 @@ class Run:
 
     def _read(self, index: int, step: Step) -> Answer:
         """One read three ways: fetch (from inside a batch too), stored rows, consume."""
-        topic = (PLAIN_TOPIC, LEDGER_TOPIC, EXCLUSIVE_TOPIC, FENCED_TOPIC)[step.ref % 4]
+        topic = (PLAIN_TOPIC, LEDGER_TOPIC, EXCLUSIVE_TOPIC, FENCED_TOPIC, KEYED_TOPIC)[
+            step.ref % 5
+        ]
         partition = step.partition % TOPICS[topic]
         client = self.actors[step.actor].client
         end = client.end_offsets(topic)[partition]
@@ -604,11 +620,36 @@ class Run:
         fetched = client.fetch(topic, {partition: start}, max_records=limit)
         rows = client.fetch_rows(topic, {partition: start}, max_records=limit)
         consumed = list(client.consume(topic, partition=partition, start=start, max_records=limit))
-        return (
-            tuple(self._record(r) for r in fetched),
-            tuple(self._record(r) for r in records_of(topic, rows)),
-            tuple(self._record(r) for r in consumed),
-        )
+        ways = [fetched, records_of(topic, rows), consumed]
+        if ARROW:
+            ways.append(
+                _arrow_records(client.fetch_arrow(topic, partition, start, max_records=limit))
+            )
+        return tuple(tuple(self._record(r) for r in way) for way in ways)
+
+    def _keyed_produce(self, index: int, step: Step) -> Answer:
+        """Keyed records into the compacted topic, as Arrow columns when flagged."""
+        client = self.actors[step.actor].client
+        values = self._values(index, step.count)
+        keys = [f"k{(step.ref + n) % 3}".encode() for n in range(step.count)]
+        if step.flag and ARROW:
+            import pyarrow as pa
+
+            batch = pa.table({"value": values, "key": keys})
+            return tuple(
+                map(
+                    tuple,
+                    (r.values() for r in client.produce_arrow(KEYED_TOPIC, batch).to_pylist()),
+                )
+            )
+        records = [NewRecord(v, key=k) for v, k in zip(values, keys, strict=True)]
+        return _appended(client.produce(KEYED_TOPIC, records))
+
+    def _clean(self, index: int, step: Step) -> Answer:
+        return (self.actors[step.actor].client.clean_topic(KEYED_TOPIC),)
+
+    def _snapshot_producers(self, index: int, step: Step) -> Answer:
+        return (self.actors[step.actor].client.snapshot_producers(),)
 
     def _commit_offsets(self, index: int, step: Step) -> Answer:
         offsets = {step.partition % 2: step.ref % 5}
@@ -677,6 +718,18 @@ class Run:
                 observer.offset_for_time(PLAIN_TOPIC, p, t)
                 for p in range(TOPICS[PLAIN_TOPIC])
                 for t in (0, 1_050, 1_150, 1_300, 10**13)
+            ],
+            "topics": [
+                (t.name, t.partitions, t.owner_group, t.partition_details, t.config)
+                for t in sorted(observer.list_topics(), key=lambda t: t.name)
+            ],
+            "consumer_groups": sorted(
+                (g.group, g.topic, g.partition, g.next_offset) for g in observer.consumer_groups()
+            ),
+            "producer_snapshots": [
+                # a snapshot's size depends on the pids' numbers and generations
+                (r.snapshot_id, r.producers, r.evictions)
+                for r in observer.producer_snapshots()
             ],
             "offsets": [
                 observer.committed_offsets(f"readers-{count}", PLAIN_TOPIC)[0]
@@ -751,6 +804,27 @@ class Run:
                 for a in [*attached, *access.shared, *access.waiting]
             ),
         )
+
+
+def _arrow_records(batch: pa.RecordBatch) -> list[Record]:
+    """An Arrow page's rows as Records, to be compared as any read is."""
+    return [
+        Record(
+            row["topic"],
+            row["partition"],
+            row["offset"],
+            int(row["timestamp"].timestamp() * 1000),
+            row["key"],
+            row["value"],
+            tuple((h["key"], h["value"]) for h in row["headers"] or ()),
+            row["producer_id"],
+            row["generation"],
+            row["sequence"],
+            row["epoch"],
+            row["txn_id"],
+        )
+        for row in batch.to_pylist()
+    ]
 
 
 def _read_all(client: Client, topic: str, positions: dict[int, int]) -> Iterator[Record]:
