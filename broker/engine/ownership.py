@@ -158,10 +158,14 @@ class Owners:
             missing = [r for r in wanted if r not in holders]
             if missing or not wanted:
                 whom = "anyone" if any_holder else "this session"
-                name = f"{group}:{missing[0]}" if missing else f"no resource of {group}"
+                unheld = (
+                    f"{group}:{missing[0]} is not held by {whom}"
+                    if missing
+                    else f"no resource of {group} is held by {whom}"
+                )
                 raise BrokerError(
                     ErrorCode.NOT_HELD,
-                    f"{name} is not held by {whom}: nothing to release",
+                    f"{unheld}: nothing to release",
                     group=group,
                     resources=missing,
                     hint="its holder released it or its session ended; the generation "

@@ -615,3 +615,15 @@ def test_the_largest_generation_cannot_wedge_a_resource(a: Client, b: Client) ->
         b.own("workers", ["orders/0"], generation=1)
     except BrokerError as error:
         assert error.code is not ErrorCode.INTERNAL, error
+
+
+def test_releasing_a_whole_group_nobody_holds_says_so(a: Client, b: Client) -> None:
+    # It said "no resource of workers is not held by anyone" (or "by this session").
+    a.own("workers", ["orders/0", "orders/1"])
+    a.release("workers")
+    operator = refused(lambda: b.release("workers", any_holder=True), ErrorCode.NOT_HELD)
+    assert operator.message == "no resource of workers is held by anyone: nothing to release"
+    own = refused(lambda: b.release("workers"), ErrorCode.NOT_HELD)
+    assert own.message == "no resource of workers is held by this session: nothing to release"
+    named = refused(lambda: b.release("workers", ["orders/0"]), ErrorCode.NOT_HELD)
+    assert named.message == "workers:orders/0 is not held by this session: nothing to release"
