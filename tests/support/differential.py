@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from broker.client.client import Client
-from broker.client.producer import Producer
+from broker.client.producer import Producer, ProducerState
 from broker.errors import BrokerError
 from broker.rows import records_of
 from broker.types import (
@@ -85,6 +85,9 @@ WORKER_STEPS = {
     "lease": 2,
     "resume_lease": 1,
     "idempotent_produce": 7,
+    "producer_send": 3,
+    "producer_close": 2,
+    "producer_checkpoint": 1,
     "plain_produce": 1,
     "attach": 2,
     "exclusive_send": 3,
@@ -231,6 +234,8 @@ class Run:
     txns: list[int] = field(default_factory=list)
     members: list[TxnMember] = field(default_factory=list)
     producers: dict[int, tuple[int, Producer]] = field(default_factory=dict)  # slot
+    senders: dict[int, tuple[int, Producer]] = field(default_factory=dict)  # idempotent
+    saved: list[ProducerState] = field(default_factory=list)  # senders' states, saved
     epochs: dict[int, int] = field(default_factory=dict)  # slot -> last epoch held
     audit_seen: int = 0
     final: dict[str, object] = field(default_factory=dict)  # state() at the end
@@ -244,7 +249,7 @@ class Run:
         self.actors = [self._open() for _ in range(OWNERS + WORKERS)]
 
     def close(self) -> None:
-        for _, producer in self.producers.values():
+        for _, producer in [*self.producers.values(), *self.senders.values()]:
             with contextlib.suppress(BrokerError):
                 producer.close()
         for actor in self.actors:
@@ -278,11 +283,12 @@ class Run:
     def _replace(self, slot: int) -> None:
         """Close the client in `slot` (its session ends) and open a new one there."""
         old = self.actors[slot]
-        for producer_slot, (owner, producer) in list(self.producers.items()):
-            if owner == slot:
-                del self.producers[producer_slot]
-                with contextlib.suppress(BrokerError):
-                    producer.close()
+        for table in (self.producers, self.senders):
+            for producer_slot, (owner, producer) in list(table.items()):
+                if owner == slot:
+                    del table[producer_slot]
+                    with contextlib.suppress(BrokerError):
+                        producer.close()
         session_id = old.client.session_id
         old.client.close()
         if self.served:  # the server ends a closed connection's session just after
@@ -463,6 +469,51 @@ class Run:
         partition = None if step.partition == 2 else step.partition
         records = [r._replace(partition=partition) for r in shapes]
         return _appended(self.actors[step.actor].client.produce(PLAIN_TOPIC, records))
+
+    def _producer_send(self, index: int, step: Step) -> Answer:
+        """The client's idempotent producer: new, or resumed from a closed one's saved
+        state (perhaps an older one: its replays answer as duplicates)."""
+        slot = step.ref % 2
+        opened: tuple[str, ...] = ()
+        if slot not in self.senders:
+            state = self.saved[step.ref % len(self.saved)] if step.flag and self.saved else None
+            sender = self.actors[step.actor].client.producer(
+                PLAIN_TOPIC, state=state, max_in_flight=1, delivery_timeout_s=SESSION_END_S
+            )
+            self.senders[slot] = (step.actor, sender)
+            opened = ("resumed" if state is not None else "opened",)
+        _, sender = self.senders[slot]
+        results = sender.send(self._values(index, step.count), partition=step.partition % 2)
+        for partition_state in sender.state().partitions.values():
+            self.lease_starts.setdefault(partition_state.producer_id, partition_state.generation)
+        return (*opened, _appended(results))
+
+    def _producer_checkpoint(self, index: int, step: Step) -> Answer:
+        """Save a sender's state as a consumer that produces does with its input offsets;
+        one resumed from it later replays what was sent since."""
+        slot = step.ref % 2
+        if slot not in self.senders:
+            return ("no producer",)
+        self.saved.append(self.senders[slot][1].state())
+        return ("saved", len(self.saved))
+
+    def _producer_close(self, index: int, step: Step) -> Answer:
+        slot = step.ref % 2
+        if slot not in self.senders:
+            return ("no producer",)
+        _, sender = self.senders.pop(slot)
+        sender.close()
+        state = sender.state()
+        self.saved.append(state)
+        return tuple(
+            (
+                p,
+                self.ids.pid(s.producer_id),
+                self._relative(s.producer_id, s.generation),
+                s.sequence,
+            )
+            for p, s in sorted(state.partitions.items())
+        )
 
     # exclusive producers ---------------------------------------------------------------
 
