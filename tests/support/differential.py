@@ -22,6 +22,7 @@ lease starts from (random).
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 import importlib.util
 import itertools
@@ -90,6 +91,7 @@ WORKER_STEPS = {
     "producer_checkpoint": 1,
     "plain_produce": 1,
     "attach": 2,
+    "wait_for_exclusive": 1,
     "exclusive_send": 3,
     "detach": 1,
     "txn_begin": 2,
@@ -534,6 +536,40 @@ class Run:
         if producer.epoch is not None:
             self.epochs[slot] = producer.epoch
         return (producer.attachment_id, producer.name, producer.access, producer.epoch)
+
+    def _wait_for_exclusive(self, index: int, step: Step) -> Answer:
+        """A producer waits for exclusive access while others are attached; once they
+        have all closed, it is promoted (at a new epoch)."""
+        slot = step.ref % PRODUCER_SLOTS
+        if slot in self.producers:
+            self._detach(index, step)
+        name = f"producer-{slot}"
+        client = self.actors[step.actor].client
+        with concurrent.futures.ThreadPoolExecutor(1) as waiting:
+            promoted = waiting.submit(
+                client.producer,
+                EXCLUSIVE_TOPIC,
+                idempotent=False,
+                access="wait-exclusive",
+                name=name,
+                wait_timeout_s=SESSION_END_S,
+            )
+            if self.producers:  # it waits until they are gone
+                wait_until(
+                    lambda: any(
+                        a.name == name for a in self.observer.topic_access(EXCLUSIVE_TOPIC).waiting
+                    ),
+                    SESSION_END_S,
+                    message=f"{name} waits for exclusive access",
+                )
+            closed = sorted(self.producers)
+            for other in closed:
+                self.producers.pop(other)[1].close()
+            producer = promoted.result(SESSION_END_S)
+        self.producers[slot] = (step.actor, producer)
+        if producer.epoch is not None:
+            self.epochs[slot] = producer.epoch
+        return (tuple(closed), producer.attachment_id, producer.access, producer.epoch)
 
     def _exclusive_send(self, index: int, step: Step) -> Answer:
         slot = step.ref % PRODUCER_SLOTS
