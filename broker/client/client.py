@@ -263,6 +263,7 @@ class Client:
                 if error.code is not ErrorCode.PROTOCOL_ERROR:
                     raise
                 raise arguments.bad_record(batch) or error from None
+            producer = _numbered_on(producer, len(batch))
         return results
 
     def produce_arrow(
@@ -289,12 +290,14 @@ class Client:
         fences = arguments.fences_of(fences)
         if txn is not None:
             producer = producer._replace(txn_id=txn)
-        parts = [  # a RecordColumns' batches are RecordColumns (its slices)
-            self._transport.produce_columns(
-                topic, cast(RecordColumns, records), producer=producer, fences=fences
+        parts = []
+        for records in self._batches(columnar.record_columns(batch), None, None, ()):
+            parts.append(  # a RecordColumns' batches are RecordColumns (its slices)
+                self._transport.produce_columns(
+                    topic, cast(RecordColumns, records), producer=producer, fences=fences
+                )
             )
-            for records in self._batches(columnar.record_columns(batch), None, None, ())
-        ]
+            producer = _numbered_on(producer, len(records))
         results: pa.RecordBatch = columnar.results_to_arrow(parts)
         return results
 
@@ -909,6 +912,16 @@ class Client:
         finally:
             with contextlib.suppress(BrokerError):
                 self.release(group, [c.resource for c in claimed])
+
+
+def _numbered_on(producer: ProducerFields, count: int) -> ProducerFields:
+    """The producer fields of the append after one of `count` records: an idempotent
+    producer's sequences go on where that append's ended (sent with the same first
+    sequence, it was a duplicate of the first, and its records were never written).
+    Sequence 0 numbers nothing (a transaction member's records): it stays."""
+    if producer.producer_id and producer.first_sequence:
+        return producer._replace(first_sequence=producer.first_sequence + count)
+    return producer
 
 
 def _state_blob(producer: Producer | ProducerState | None) -> bytes | None:
