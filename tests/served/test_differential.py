@@ -35,7 +35,7 @@ from click.testing import CliRunner
 
 from broker.client.client import connect
 from cli.main import command
-from support.differential import Run, Step, plan
+from support.differential import LIMITS, Run, Step, plan
 from support.servers import served
 from support.waiting import wait_until
 
@@ -44,13 +44,13 @@ STEPS = 300
 
 
 def run_embedded(data_dir: Path, steps: list[Step]) -> Run:
-    with connect(str(data_dir)) as observer:
-        run = Run(lambda: connect(str(data_dir)), observer, served=False)
+    with connect(str(data_dir), limits=LIMITS) as observer:
+        run = Run(lambda: connect(str(data_dir), limits=LIMITS), observer, served=False)
         return finish(run, steps)
 
 
 def run_served(data_dir: Path, steps: list[Step]) -> Run:
-    with served(data_dir) as server, connect(server.address) as observer:
+    with served(data_dir, limits=LIMITS) as server, connect(server.address) as observer:
         run = Run(lambda: connect(server.address), observer, served=True)
         return finish(run, steps)
 

@@ -31,9 +31,12 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from msgspec.structs import replace
+
 from broker.client.client import Client
 from broker.client.producer import Producer, ProducerState
 from broker.errors import BrokerError
+from broker.limits import DEFAULT_LIMITS
 from broker.rows import records_of
 from broker.types import (
     AppendResult,
@@ -70,7 +73,12 @@ TXN_TARGETS = ((PLAIN_TOPIC, 0), (PLAIN_TOPIC, 1), (LEDGER_TOPIC, 0))
 TXN_GROUPS = ("billing", "audit")
 MEMBERS = ("m1", "m2")
 PRODUCER_SLOTS = 3  # exclusive/shared producers open at once, at most
-SESSION_END_S = 15.0  # served: a closed connection's session ends soon after; a bound
+SESSION_END_S = 15.0
+COUNT_MAX = 5  # records a write sends, at most: more than one append takes (LIMITS)
+# Both brokers take at most 4 records an append: a larger write is split into appends.
+LIMITS = replace(
+    DEFAULT_LIMITS, append_records_max=COUNT_MAX - 1
+)  # served: a closed connection's session ends soon after; a bound
 
 OWNER_STEPS = {
     "own": 6,
@@ -162,7 +170,7 @@ def _step(rng: random.Random) -> Step:
         choice=rng.choice(_choices(kind)),
         second_choice=rng.choice(SEQUENCE_CHOICES),
         partition=rng.randrange(3),
-        count=rng.randint(1, 3),
+        count=rng.randint(1, COUNT_MAX),
         ref=rng.randrange(1_000),
         flag=rng.random() < 0.3,
     )
@@ -820,7 +828,7 @@ class Run:
             ],
             "offsets": [
                 observer.committed_offsets(f"readers-{count}", PLAIN_TOPIC)[0]
-                for count in (1, 2, 3)
+                for count in range(1, COUNT_MAX + 1)
             ],
         }
 
