@@ -857,18 +857,19 @@ def detail_from_wire(wire: dict[str, Any]) -> TxnDetail:
     return TxnDetail(
         txn_from_wire(wire["txn"]),
         tuple(
-            JournalEntryInfo(journal, position, kind, at_ms, _as_stored(body))
+            JournalEntryInfo(journal, position, kind, at_ms, arrays_as_lists(body))
             for journal, position, kind, at_ms, body in wire["journal"]
         ),
         tuple(records_from_wire(wire["records"])),
     )
 
 
-def _as_stored(body: object) -> object:
-    """A journal entry's body as the engine gives it (arrays as lists): a frame's arrays
-    arrive as tuples, and the same txn_show() answered otherwise served than embedded."""
-    if isinstance(body, tuple | list):
-        return [_as_stored(item) for item in body]
-    if isinstance(body, dict):
-        return {key: _as_stored(value) for key, value in body.items()}
-    return body
+def arrays_as_lists(value: object) -> object:
+    """A free-form value (a journal entry's body, an error's details) as the engine
+    made it, arrays as lists: a frame's arrays arrive as tuples, and the same call
+    answered otherwise served than embedded."""
+    if isinstance(value, tuple | list):
+        return [arrays_as_lists(item) for item in value]
+    if isinstance(value, dict):
+        return {key: arrays_as_lists(item) for key, item in value.items()}
+    return value

@@ -627,3 +627,14 @@ def test_releasing_a_whole_group_nobody_holds_says_so(a: Client, b: Client) -> N
     assert own.message == "no resource of workers is held by this session: nothing to release"
     named = refused(lambda: b.release("workers", ["orders/0"]), ErrorCode.NOT_HELD)
     assert named.message == "workers:orders/0 is not held by this session: nothing to release"
+
+
+def test_an_errors_details_are_the_same_embedded_and_served(a: Client, b: Client) -> None:
+    # Served, the lists in an error's details came back as tuples (a frame's arrays).
+    a.own("workers", ["orders/0"], generation=5)
+    higher = refused(
+        lambda: b.own("workers", ["orders/0"], generation=2), ErrorCode.OWNED_BY_HIGHER_GENERATION
+    )
+    assert higher.details["refused"] == ["orders/0"]
+    unheld = refused(lambda: b.release("workers", ["orders/0"]), ErrorCode.NOT_HELD)
+    assert unheld.details["resources"] == ["orders/0"]

@@ -275,7 +275,23 @@ class Run:
         try:
             return (step.kind, *getattr(self, f"_{step.kind}")(index, step))
         except BrokerError as error:
-            return (step.kind, "error", error.code.name)
+            return (step.kind, "error", error.code.name, self._details(error))
+
+    def _details(self, error: BrokerError) -> Answer:
+        """An error's details (its message says the same in words, with the ids and
+        generations that legitimately differ)."""
+        pid = error.details.get("producer_id")
+        return tuple((k, self._detail(k, v, pid)) for k, v in sorted(error.details.items()))
+
+    def _detail(self, key: str, value: object, producer_id: object) -> object:
+        if key == "producer_id" and isinstance(value, int):
+            return self.ids.pid(value)
+        if key == "txn_id" and isinstance(value, int):
+            return self.ids.txn(value)
+        if key.endswith("_generation") and isinstance(producer_id, int):
+            assert isinstance(value, int), (key, value)
+            return self._relative(producer_id, value)
+        return value
 
     # sessions --------------------------------------------------------------------------
 
