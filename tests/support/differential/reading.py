@@ -33,7 +33,8 @@ if TYPE_CHECKING:
 
 class ReadingSteps(RunBase):
     def _read(self, index: int, step: Step) -> Answer:
-        """One read three ways: fetch (from inside a batch too), stored rows, consume."""
+        """One read every way: fetch (from inside a batch too), stored rows, consume of
+        one partition and of all (in pages), and Arrow (one page, and pages of 2)."""
         topic = (PLAIN_TOPIC, LEDGER_TOPIC, EXCLUSIVE_TOPIC, FENCED_TOPIC, KEYED_TOPIC)[
             step.ref % 5
         ]
@@ -42,14 +43,20 @@ class ReadingSteps(RunBase):
         end = client.end_offsets(topic)[partition]
         start = step.ref % (end + 1)
         limit = 2 * step.count
-        fetched = client.fetch(topic, {partition: start}, max_records=limit)
-        rows = client.fetch_rows(topic, {partition: start}, max_records=limit)
-        consumed = list(client.consume(topic, partition=partition, start=start, max_records=limit))
-        ways = [fetched, records_of(topic, rows), consumed]
+        ways = [
+            client.fetch(topic, {partition: start}, max_records=limit),
+            records_of(topic, client.fetch_rows(topic, {partition: start}, max_records=limit)),
+            list(client.consume(topic, partition=partition, start=start, max_records=limit)),
+            [
+                r
+                for batch in client.consume_batches(topic, start=start, max_records=limit)
+                for r in batch
+            ],
+        ]
         if ARROW:
-            ways.append(
-                _arrow_records(client.fetch_arrow(topic, partition, start, max_records=limit))
-            )
+            arrow = client.fetch_arrow(topic, partition, start, max_records=limit)
+            pages = client.arrow_pages(topic, partition, start, end, page_records=2)
+            ways += [_arrow_records(arrow), [r for page in pages for r in _arrow_records(page)]]
         return tuple(tuple(self._record(r) for r in way) for way in ways)
 
     def _recreate_ledger(self, index: int, step: Step) -> Answer:
