@@ -652,7 +652,8 @@ def test_a_released_claim_keeps_its_generation_embedded_as_served(
     """Issue 37 item 2, as filed: `own g r --generation 4 -- CMD`, `own release g r`, `own
     list`, `own g r --once`; embedded in the default ./.fencelog, served through
     FENCELOG_BROKER. Both keep generation 4 when the holder is gone, the next claim gets
-    5, and only an explicit generation 0 goes back (to 1)."""
+    5, and only an explicit generation 0 goes back (to 1). A holder killed before it
+    released holds nothing, embedded as served."""
     work = tmp_path / "work"
     work.mkdir()
     with contextlib.ExitStack() as stack:
@@ -695,5 +696,14 @@ def test_a_released_claim_keeps_its_generation_embedded_as_served(
         assert run("own", "g", "r", "--generation", "0", "--once") == (
             "claimed g:r at generation 1\n"
         )
+
+        # its holder killed, never releasing: nobody holds it (embedded listed the dead
+        # process, and `own release` severed it and exited 0)
+        killed = fencelog_in(work, env, "own", "g", "r", "--", "sh", "-c", "kill -9 $PPID")
+        assert killed.returncode == -signal.SIGKILL, killed.stderr
+        wait_until(lambda: holders() == ["g\tr\t2\t\tno"], ENDS_WITHIN_S, message="released")
+        refused = run("own", "release", "g", "r", status=int(ErrorCode.NOT_HELD))
+        assert "g:r is not held by anyone: nothing to release" in refused
+        assert run("own", "g", "r", "--once") == "claimed g:r at generation 3\n"
     if kind == "embedded":
         assert (work / ".fencelog").is_dir()
