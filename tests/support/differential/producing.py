@@ -26,7 +26,12 @@ if TYPE_CHECKING:
     from support.differential.plan import Step
 
 _KEYS: tuple[bytes | None, ...] = (None, b"", b"k1", b"k2")
-_HEADERS: tuple[Headers, ...] = ((), (("trace", b""),), (("trace", b"t1"), ("trace", b"t1")))
+_HEADERS: tuple[Headers, ...] = (
+    (),
+    (("trace", b""),),
+    (("trace", None),),  # Kafka's null header value, kept null
+    (("trace", b"t1"), ("trace", b"t1")),
+)
 
 
 class ProducingSteps(RunBase):
@@ -85,7 +90,7 @@ class ProducingSteps(RunBase):
 
     def _plain_produce(self, index: int, step: Step) -> Answer:
         """Records of every shape: keys null, empty or set, values empty or set, headers
-        none, empty or repeated, timestamps given or the broker's, one partition or
+        none, empty, null or repeated, timestamps given or the broker's, one partition or
         the broker's choice."""
         shapes = [
             NewRecord(
