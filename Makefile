@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 BENCH_STAMP := $(VENV)/.installed-bench
 SUDO := $(if $(filter 0,$(shell id -u)),,sudo -n)
 
-.PHONY: demo test lint typecheck unit docs bench chaos clean kcat
+.PHONY: demo test lint typecheck unit docs bench chaos clean kcat bytecode kafkajs
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -14,7 +14,14 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install --quiet -e '.[test]'
 	touch $(STAMP)
 
-demo: $(STAMP)
+# The project's own bytecode, beside its sources: an editable install leaves it to the
+# first import, and where PYTHONDONTWRITEBYTECODE=1 (many containers) nothing ever
+# writes it, so every command compiled broker/ and cli/ again (233 ms of CPU for one
+# produce, 7.7x python -c pass). Only what changed is compiled again.
+bytecode: $(STAMP)
+	$(BIN)/python -m compileall -q broker cli
+
+demo: $(STAMP) bytecode
 	PATH="$(CURDIR)/$(BIN):$$PATH" bash examples/demo.sh
 	@echo
 	@echo "fencelog is installed in .venv. To put it on your PATH in this shell, run:"
@@ -30,7 +37,7 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy
 
-unit: $(STAMP) kcat
+unit: $(STAMP) bytecode kcat kafkajs
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/pytest -q
 
 # kcat, Debian's Kafka command-line client, for tests/kafka_listener; without it those
@@ -42,6 +49,19 @@ kcat:
 		>/dev/null 2>&1 || \
 		echo "make: kcat is missing and apt-get could not install it;" \
 			"its tests will be skipped" >&2
+
+# KafkaJS, a Kafka client in JavaScript, for tests/kafka_listener/test_kafkajs.py, from npm
+# at the version its package-lock.json names; without Node's npm those tests skip.
+KAFKAJS := tests/kafka_listener/kafkajs
+kafkajs: $(KAFKAJS)/node_modules/.package-lock.json
+
+$(KAFKAJS)/node_modules/.package-lock.json: $(KAFKAJS)/package-lock.json
+	@if command -v npm >/dev/null 2>&1; then \
+		cd $(KAFKAJS) && npm ci --no-audit --no-fund --silent || \
+			echo "make: npm could not install KafkaJS; its tests will be skipped" >&2; \
+	else \
+		echo "make: npm is missing; the KafkaJS tests will be skipped" >&2; \
+	fi
 
 docs: $(STAMP)
 	$(BIN)/python -m cli.docs write
@@ -67,4 +87,4 @@ chaos: $(STAMP)
 		$(if $(SEED),--seed $(SEED))
 
 clean:
-	rm -rf $(VENV) .fencelog .mypy_cache .ruff_cache .pytest_cache
+	rm -rf $(VENV) .fencelog .mypy_cache .ruff_cache .pytest_cache $(KAFKAJS)/node_modules

@@ -12,6 +12,9 @@ Rules:
   around it, the median of the runs; every command takes turns with `python -c pass`,
   measured in the same rounds, whose median is the baseline. Target: at most 4x.
 - A shell loop: `for i in $(seq 50); do fencelog produce ...; done`, wall time, embedded.
+- The same embedded produce under PYTHONDONTWRITEBYTECODE=1 (many containers set it),
+  with the bytecode that `make` compiles at install beside the sources, against
+  `python -c pass` in the same environment. Target: at most 4x there too.
 """
 
 from __future__ import annotations
@@ -25,7 +28,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
-from bench.cli_produce import cached_environment, fencelog_script
+from bench.cli_produce import (
+    cached_environment,
+    dont_write_bytecode_environment,
+    dont_write_bytecode_label,
+    fencelog_script,
+)
 from bench.measures import interleaved, median
 from bench.processes import fencelog_server
 from bench.sections import Row, Section, series, verdict
@@ -113,6 +121,7 @@ def measure(work_dir: Path, sizes: Sizes) -> Results:
         *(lambda argv=argv: cpu_ms(argv, env) for argv in embedded.values()),
     )
     commands |= {f"embedded: {label}": f for label, f in zip(embedded, found, strict=True)}
+    commands |= _without_writing_bytecode(embedded["produce"], sizes)
     start = time.perf_counter()
     for _ in range(LOOP):
         subprocess.run(embedded["produce"], env=env, capture_output=True, check=True)
@@ -130,19 +139,40 @@ def measure(work_dir: Path, sizes: Sizes) -> Results:
     return Results(sizes, (*base, *more_base), commands, loop_s)
 
 
+def _without_writing_bytecode(produce: list[str], sizes: Sizes) -> dict[str, tuple[float, ...]]:
+    """produce, and python -c pass, where nothing writes bytecode: what a command costs
+    in a container that sets PYTHONDONTWRITEBYTECODE=1."""
+    env = dont_write_bytecode_environment()
+    interpreter = [sys.executable, "-c", "pass"]
+    base, found = interleaved(
+        sizes.runs, lambda: cpu_ms(interpreter, env), lambda: cpu_ms(produce, env)
+    )
+    label = dont_write_bytecode_label()
+    return {f"{label}: python -c pass": base, f"{label}: embedded: produce": found}
+
+
 def section(results: Results) -> Section:
     base = median(results.interpreter_ms)
     rows = [Row("python -c pass (CPU)", f"{base:.1f} ms")]
+    bases = {
+        label.removesuffix("python -c pass"): median(values)
+        for label, values in results.commands.items()
+        if label.endswith("python -c pass")
+    }
     for label, values in results.commands.items():
+        if label.endswith("python -c pass"):
+            rows.append(Row(f"{label} (CPU)", f"{median(values):.1f} ms"))
+            continue
+        against = next((b for prefix, b in bases.items() if label.startswith(prefix)), base)
         figure = median(values)
         rows.append(
             Row(
                 f"{label} (CPU)",
                 f"{figure:.1f} ms",
-                f"python -c pass {base:.1f} ms",
-                f"{figure / base:.1f}",
+                f"python -c pass {against:.1f} ms",
+                f"{figure / against:.1f}",
                 f"<= {RATIO_MAX:.0f}x",
-                verdict(figure / base <= RATIO_MAX),
+                verdict(figure / against <= RATIO_MAX),
             )
         )
     rows.append(Row(f"shell loop of {LOOP} embedded produces (wall)", f"{results.loop_s:.1f} s"))

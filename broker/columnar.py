@@ -85,7 +85,7 @@ def page_to_arrow(topic: str, page: rows.Page) -> pa.RecordBatch:
             _binary(pc.max_element_wise(lengths, 0), page.keys, count),
             pa.scalar(None, pa.binary()),
         )
-    headers: list[tuple[tuple[str, bytes], ...]] = [()] * count
+    headers: list[tuple[tuple[str, bytes | None], ...]] = [()] * count
     for record_offset, stored in page.headers:
         headers[record_offset - page.offset] = decode_headers(stored)
     kinds = (pa.int64(), pa.int32(), pa.int32(), pa.int32(), pa.int64())
@@ -152,7 +152,7 @@ def _binary(lengths: pa.Array, data: bytes, count: int) -> pa.Array:
     )
 
 
-def _headers_array(headers: Sequence[tuple[tuple[str, bytes], ...]]) -> pa.Array:
+def _headers_array(headers: Sequence[tuple[tuple[str, bytes | None], ...]]) -> pa.Array:
     if not any(headers):  # the common case: no record has headers, built without a loop
         zeros = pa.nulls(len(headers) + 1, pa.int32()).fill_null(0)
         return pa.ListArray.from_arrays(zeros, pa.array([], _HEADERS.value_type))

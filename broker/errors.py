@@ -44,6 +44,7 @@ class ErrorCode(enum.IntEnum):
     SEVERED = 42
     UNKNOWN_GROUP = 43
     NOT_HELD = 44
+    GROUP_NOT_EMPTY = 45  # a consumer group with live members: its offsets are theirs
     # idempotent producers (seeds/idempotent-producer.txt)
     OUT_OF_ORDER_SEQUENCE = 50
     INVALID_GENERATION = 51

@@ -14,6 +14,8 @@ from msgspec.structs import replace
 class Limits(Struct, frozen=True):
     topic_name_chars_max: int = 249
     topic_partitions_max: int = 1024
+    # a record's bounds on the native protocol; a Kafka producer's batch is bounded as
+    # Kafka bounds it, by its bytes (append_bytes_max) alone
     record_key_bytes_max: int = 64 * 1024
     record_value_bytes_max: int = 1024 * 1024
     record_headers_max: int = 64
@@ -31,6 +33,8 @@ class Limits(Struct, frozen=True):
     clean_step_records: int = 2_000
     clean_interval_ms: int = 30_000  # serve cleans topics with a retention this often
     tombstone_retention_ms: int = 24 * 3600 * 1000
+    # an offset commit's metadata text (Kafka's offset.metadata.max.bytes)
+    offset_metadata_chars_max: int = 4096
     read_records_max: int = 10_000
     read_bytes_max: int = 8 * 1024 * 1024
     busy_timeout_ms: int = 30_000
@@ -73,6 +77,11 @@ class Limits(Struct, frozen=True):
     # What a Kafka admin listing (ListGroups' offset rows, ListTransactions' transactional
     # ids) reads at most.
     kafka_listed_rows_max: int = 10_000
+    # a Kafka connection refused (a bad frame, no SASL first, the listener full): the first
+    # of each kind from a client host is warned of, the rest within this interval counted
+    # (broker/kafka/refusals.py), for at most this many hosts at once
+    kafka_refusal_warn_interval_ms: int = 60_000
+    kafka_refusal_hosts_max: int = 1024
 
 
 DEFAULT_LIMITS = Limits()

@@ -15,15 +15,15 @@ from typing import Any, Final, NamedTuple
 import msgpack
 from msgspec import Struct
 
-from broker.types import Record, collector_paused
+from broker.types import Headers, Record, collector_paused
 
 
-def decode_headers(stored: bytes) -> tuple[tuple[str, bytes], ...]:
-    headers: tuple[tuple[str, bytes], ...] = msgpack.unpackb(stored, use_list=False, raw=False)
+def decode_headers(stored: bytes) -> Headers:
+    headers: Headers = msgpack.unpackb(stored, use_list=False, raw=False)
     return headers
 
 
-def encode_headers(headers: tuple[tuple[str, bytes], ...]) -> bytes:
+def encode_headers(headers: Headers) -> bytes:
     packed: bytes = msgpack.packb(headers, use_bin_type=True)
     return packed
 
@@ -111,7 +111,7 @@ def records_of_page(topic: str, page: Page) -> list[Record]:
         keys = repeat(None, count)
     else:
         keys = _split_keys(page.keys, page.key_lengths, count)
-    headers: Iterator[tuple[tuple[str, bytes], ...]] | list[tuple[tuple[str, bytes], ...]]
+    headers: Iterator[Headers] | list[Headers]
     if page.headers:
         headers = [()] * count
         for offset, stored in page.headers:
@@ -250,6 +250,8 @@ class OffsetRow(Struct, frozen=True):
     next_offset: int
     producer_state: bytes | None
     committed_ms: int
+    metadata: str | None = None  # committed with the offset (Kafka's OffsetCommit metadata)
+    leader_epoch: int = -1  # Kafka's committed leader epoch (-1: none)
 
 
 class GroupOffsetRow(Struct, frozen=True):

@@ -1027,13 +1027,13 @@ def records_of(batch: pa.RecordBatch, default_topic: str | None) -> dict[str, li
     return by_topic
 
 
-def _header(header: Mapping[str, Any]) -> tuple[str, bytes]:
-    """A headers element as a record's header: a null value is stored empty, as the
-    Kafka listener stores one (Kafka's sink accepts it); a null key is refused."""
+def _header(header: Mapping[str, Any]) -> tuple[str, bytes | None]:
+    """A headers element as a record's header: a null value is kept null, as the Kafka
+    listener keeps one (Kafka's sink accepts it); a null key is refused."""
     key, value = header["key"], header["value"]
     if key is None:
         raise _option_error("a row has a header with a null key; header keys are strings")
-    return key, b"" if value is None else value
+    return key, value
 
 
 def _bytes(value: bytes | str) -> bytes:

@@ -21,7 +21,7 @@ from msgspec import Struct, field
 
 from broker.errors import BrokerError, ErrorCode
 
-Headers = tuple[tuple[str, bytes], ...]
+Headers = tuple[tuple[str, bytes | None], ...]  # a header value None: Kafka's null
 Clock = Callable[[], int]  # the broker's clock: milliseconds since the epoch
 
 
@@ -213,6 +213,18 @@ class AppendResult(NamedTuple):
 # Produce results as columns: how many, then each record's partition, offset and
 # duplicate flag, a column given as one value when every record has the same.
 ResultColumns = tuple[int, int | Sequence[int], int | Sequence[int], bool | Sequence[bool]]
+
+
+class OffsetMetadata(NamedTuple):
+    """What a consumer commits beside a partition's next offset (Kafka's OffsetCommit
+    carries both): its metadata text (None: none) and the leader epoch of the last
+    record it read (-1: none; one broker: 0)."""
+
+    metadata: str | None = None
+    leader_epoch: int = -1
+
+
+NO_OFFSET_METADATA: Final = OffsetMetadata()
 
 
 class PartitionInfo(Struct, frozen=True):

@@ -105,6 +105,16 @@ def parse_size(text: str) -> int:
     return size
 
 
+def duration_text(ms: int) -> str:
+    """ms as parse_duration reads it back, in the largest unit that divides it:
+    86400000 -> '1d', 90000 -> '90s', 1500 -> '1500ms'."""
+    for unit in ("w", "d", "h", "m", "s"):
+        scale_ms = int(_SCALE_S[unit] * 1000)
+        if ms and ms % scale_ms == 0:
+            return f"{ms // scale_ms}{unit}"
+    return f"{ms}ms"
+
+
 def parse_duration(text: str) -> float:
     """Seconds from '500us', '250ms', '30s', '2m', '1h', '7d', '2w' or a plain number of
     seconds."""

@@ -6,10 +6,11 @@ end offset minus the group's committed offset. A Kafka consumer group on the ser
 Kafka listener also has a state and live members, each with its client id and assigned
 partitions (soft state of the listener, asked of the server); fencelog's own consumers
 do not join a group, so their groups' members are not known: `members` is null.
-A reset is a plain commit and is not refused while consumers run (fencelog cannot see
-its own): a running `consume --group`, or an open transaction holding the group's
-offsets, overwrites it with its next commit, so stop them first, as Kafka's reset
-requires.
+A reset of a Kafka consumer group with live members on the server's Kafka listener is
+refused (GROUP_NOT_EMPTY), as Kafka's reset is. Otherwise it is a plain commit, not
+refused while fencelog's own consumers run (fencelog cannot see them): a running
+`consume --group`, or an open transaction holding the group's offsets, overwrites it
+with its next commit, so stop them first.
 """
 
 from __future__ import annotations
@@ -147,6 +148,20 @@ def group_describe(group: GroupArgument, as_json: JsonFlag = False) -> None:
     _print(Output(as_json), found)
 
 
+def _refuse_live_kafka_members(client: Client, group: str) -> None:
+    """Kafka refuses to reset a group that is not empty: its members would commit over
+    the reset. fencelog knows its Kafka listener's members (not its own consumers')."""
+    for found in client.kafka_groups() or ():
+        if found.group == group and found.members:
+            raise BrokerError(
+                ErrorCode.GROUP_NOT_EMPTY,
+                f"consumer group {group} has {len(found.members)} live Kafka "
+                f"member{'s' if len(found.members) > 1 else ''} ({found.state})",
+                group=group,
+                hint="stop its consumers first; a group's offsets can be reset once it is empty",
+            )
+
+
 @app.command("reset")
 def group_reset(
     group: GroupArgument,
@@ -173,6 +188,7 @@ def group_reset(
     check_name("consumer group", group)
     where = parse_where(to, "--to")
     client = state().client()
+    _refuse_live_kafka_members(client, group)
     details = {p.partition: p for p in client.describe_topic(topic).partition_details}
     before = client.committed_offsets(group, topic)[0]
     offsets = {

@@ -241,16 +241,17 @@ def _produce_stdin(
     if sys.stdin.isatty():
         sys.stderr.write("reading records from stdin, one per line; Ctrl-D ends\n")
     limits = client.limits
-    stop = threading.Event()
+    stop = _Stop()
     batches = line_batches(
-        sys.stdin.buffer, limits.append_records_max, limits.append_bytes_max // 2, stop
+        sys.stdin.buffer, limits.append_records_max, limits.append_bytes_max // 2, stop.requested
     )
     lines_before = 0
     try:
         with _stopped_by_signals(stop), acknowledged(f"producing to {summary.topic}") as advance:
             for batch in batches:
                 try:
-                    results = send(records := records_of(batch))
+                    with stop.sending_batch():
+                        results = send(records := records_of(batch))
                 except BrokerError as error:
                     raise _at_line(error, lines_before) from None
                 _emit(out, summary, records, results, idempotent=numbered)
@@ -360,14 +361,17 @@ def _produce_file(
     fields = ProducerFields(txn_id=summary.txn_id)
     if records is not None and summary.txn_id is not None and member is not None:
         fields = client.txn_join(summary.txn_id, member).producer
-    stop = threading.Event()
+    stop = _Stop()
     try:
         with _stopped_by_signals(stop), acknowledged(f"producing to {summary.topic}") as advance:
-            while records is not None and not stop.is_set():
+            while records is not None and not stop.requested.is_set():
                 for piece in record_rules.split_batches(records, limits):
-                    if stop.is_set():
+                    if stop.requested.is_set():
                         break
-                    results = client.produce(summary.topic, piece, producer=fields, fences=fences)
+                    with stop.sending_batch():
+                        results = client.produce(
+                            summary.topic, piece, producer=fields, fences=fences
+                        )
                     _emit(out, summary, piece, results, idempotent=False)
                     advance(len(piece))
                 batch = next(batches, None)
@@ -377,19 +381,38 @@ def _produce_file(
             out.line(summary.text())
 
 
+class _Stop:
+    """Ctrl-C or SIGTERM, as produce takes them: the first stops reading (the batch being
+    sent, if one is, is still acknowledged), a second abandons what is in flight."""
+
+    def __init__(self) -> None:
+        self.requested = threading.Event()
+        self.sending = threading.Event()  # a batch is on its way, not yet acknowledged
+
+    @contextlib.contextmanager
+    def sending_batch(self) -> Iterator[None]:
+        self.sending.set()
+        try:
+            yield
+        finally:
+            self.sending.clear()
+
+    def on_signal(self, signum: int, _frame: FrameType | None) -> None:
+        if self.requested.is_set():
+            raise KeyboardInterrupt
+        self.requested.set()
+        name = signal.Signals(signum).name
+        if self.sending.is_set():
+            sys.stderr.write(f"{name}: finishing the batch in flight (again to abandon it)\n")
+        else:
+            sys.stderr.write(f"{name}: stopping; no batch was in flight\n")
+
+
 @contextlib.contextmanager
-def _stopped_by_signals(stop: threading.Event) -> Iterator[None]:
+def _stopped_by_signals(stop: _Stop) -> Iterator[None]:
     """Ctrl-C or SIGTERM stops reading stdin: the batch being sent is still acknowledged,
     then the summary is printed and produce exits 0. A second one abandons it."""
-
-    def on_signal(signum: int, _frame: FrameType | None) -> None:
-        if stop.is_set():
-            raise KeyboardInterrupt
-        stop.set()
-        name = signal.Signals(signum).name
-        sys.stderr.write(f"{name}: finishing the batch in flight (again to abandon it)\n")
-
-    previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+    previous = {s: signal.signal(s, stop.on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
         yield
     finally:
@@ -531,8 +554,9 @@ class _Summary:
             return f"journaled nothing to {self.topic}: there was no record to send"
         if self.txn_id is not None:
             partitions = ", ".join(map(str, sorted(self.partitions)))
+            which = "partition" if len(self.partitions) == 1 else "partitions"
             return (
-                f"journaled {self.count} {plural} to {self.topic} (partitions {partitions}) "
+                f"journaled {self.count} {plural} to {self.topic} ({which} {partitions}) "
                 f"in transaction {self.txn_id}; consumers see them after txn-commit"
             )
         where = ", ".join(

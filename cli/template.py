@@ -2,11 +2,11 @@
 
 Tokens: %t topic, %p partition, %o offset, %T timestamp (ms since the epoch), %k key,
 %s value, %K key length and %S value length in bytes (-1 for a record without a key),
-%h headers (name=value, comma-separated), %% a percent sign. Escapes: \\n newline,
-\\t tab, \\r carriage return, \\\\ a backslash. Nothing is added: a template that wants a
-line per record ends with \\n. Keys, values and header values are rendered by the
-encoding (--format text, base64 or hex; text by default), so a template and an encoding
-combine: --format base64 --format '%k %s\\n'.
+%h headers (name=value, comma-separated; a null value: the name alone), %% a percent
+sign. Escapes: \\n newline, \\t tab, \\r carriage return, \\\\ a backslash. Nothing is
+added: a template that wants a line per record ends with \\n. Keys, values and header
+values are rendered by the encoding (--format text, base64 or hex; text by default), so
+a template and an encoding combine: --format base64 --format '%k %s\\n'.
 
 A template is parsed once into parts (text, or a token's field) and rendered per record:
 an unknown token fails before anything is read.
@@ -35,7 +35,10 @@ def _text(text: str) -> Part:
 
 
 def _headers(record: Record, rendering: Rendering) -> str:
-    return ",".join(f"{name}={rendering.show(value)}" for name, value in record.headers)
+    return ",".join(
+        name if value is None else f"{name}={rendering.show(value)}"
+        for name, value in record.headers
+    )
 
 
 _FIELDS: Final[dict[str, Part]] = {

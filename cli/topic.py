@@ -11,7 +11,7 @@ from broker.errors import BrokerError, ErrorCode
 from broker.types import AccessInfo, Attached, TopicConfig, TopicInfo
 from cli.context import state
 from cli.errors import SUGGEST_COMMANDS
-from cli.formats import parse_duration, parse_size
+from cli.formats import duration_text, parse_duration, parse_size
 from cli.options import JsonFlag
 from cli.output import Output
 
@@ -193,7 +193,7 @@ def _config(
 def _config_text(config: TopicConfig) -> str:
     parts = [f"cleanup {config.cleanup}"]
     if config.retention_ms is not None:
-        parts.append(f"retention {config.retention_ms} ms")
+        parts.append(f"retention {duration_text(config.retention_ms)}")
     if config.retention_bytes is not None:
         parts.append(f"at most {config.retention_bytes} bytes per partition")
     return ", ".join(parts)

@@ -66,7 +66,8 @@ def values_iterable(values: object) -> Iterable[Any]:
 
 
 def headers_of(headers: object) -> Headers:
-    """(name: str, value: bytes) pairs, as a tuple."""
+    """(name: str, value: bytes or None) pairs, as a tuple (None: a null value, as
+    Kafka's, kept distinct from empty)."""
     if isinstance(headers, Mapping) or not isinstance(headers, Iterable):
         raise refused(
             f"headers are (name, value) pairs, not a {type(headers).__name__}",
@@ -77,13 +78,13 @@ def headers_of(headers: object) -> Headers:
         if not (isinstance(pair, tuple | list) and len(pair) == 2):
             raise refused(f"a header is a (name, value) pair, not {pair!r}")
         name, value = pair
-        if not isinstance(name, str) or not isinstance(value, _BYTES):
+        if not isinstance(name, str) or not (value is None or isinstance(value, _BYTES)):
             raise refused(
-                f"a header is (name: str, value: bytes), not "
+                f"a header is (name: str, value: bytes or None), not "
                 f"({type(name).__name__}, {type(value).__name__})",
                 hint="encode a text header value, e.g. value.encode()",
             )
-    return tuple((name, bytes(value)) for name, value in pairs)
+    return tuple((name, None if value is None else bytes(value)) for name, value in pairs)
 
 
 def fences_of(fences: object) -> tuple[Fence, ...]:

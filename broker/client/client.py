@@ -263,6 +263,7 @@ class Client:
                 if error.code is not ErrorCode.PROTOCOL_ERROR:
                     raise
                 raise arguments.bad_record(batch) or error from None
+            producer = _numbered_on(producer, len(batch))
         return results
 
     def produce_arrow(
@@ -289,12 +290,14 @@ class Client:
         fences = arguments.fences_of(fences)
         if txn is not None:
             producer = producer._replace(txn_id=txn)
-        parts = [  # a RecordColumns' batches are RecordColumns (its slices)
-            self._transport.produce_columns(
-                topic, cast(RecordColumns, records), producer=producer, fences=fences
+        parts = []
+        for records in self._batches(columnar.record_columns(batch), None, None, ()):
+            parts.append(  # a RecordColumns' batches are RecordColumns (its slices)
+                self._transport.produce_columns(
+                    topic, cast(RecordColumns, records), producer=producer, fences=fences
+                )
             )
-            for records in self._batches(columnar.record_columns(batch), None, None, ())
-        ]
+            producer = _numbered_on(producer, len(records))
         results: pa.RecordBatch = columnar.results_to_arrow(parts)
         return results
 
@@ -665,9 +668,14 @@ class Client:
         offsets: Mapping[int, int],
         *,
         producer: Producer | ProducerState | None = None,
+        metadata: str | None = None,
     ) -> None:
-        """Store a consumer group's next offsets, with a producer's state to resume."""
-        self._transport.call(ops.COMMIT_OFFSETS, group, topic, dict(offsets), _state_blob(producer))
+        """Store a consumer group's next offsets, with a producer's state to resume and
+        a metadata text for each partition (as a Kafka consumer's commit carries; None:
+        none), which committed_metadata() and a Kafka OffsetFetch answer."""
+        self._transport.call(
+            ops.COMMIT_OFFSETS, group, topic, dict(offsets), _state_blob(producer), metadata
+        )
 
     def committed_offsets(
         self, group: str, topic: str
@@ -681,6 +689,12 @@ class Client:
         if newest is not None and newest.producer_state is not None:
             state = ProducerState.from_bytes(newest.producer_state)
         return {r.partition: r.next_offset for r in rows}, state
+
+    def committed_metadata(self, group: str, topic: str) -> dict[int, str | None]:
+        """The metadata committed with the group's offset of each partition (None: none),
+        by this client's commit_offsets or a Kafka consumer's commit."""
+        rows = self._transport.call(ops.COMMITTED_OFFSETS, group, topic)
+        return {r.partition: r.metadata for r in rows}
 
     def offset_for_time(self, topic: str, partition: int, timestamp_ms: int) -> int | None:
         """The offset of the first record of a partition at or after timestamp_ms (a
@@ -898,6 +912,16 @@ class Client:
         finally:
             with contextlib.suppress(BrokerError):
                 self.release(group, [c.resource for c in claimed])
+
+
+def _numbered_on(producer: ProducerFields, count: int) -> ProducerFields:
+    """The producer fields of the append after one of `count` records: an idempotent
+    producer's sequences go on where that append's ended (sent with the same first
+    sequence, it was a duplicate of the first, and its records were never written).
+    Sequence 0 numbers nothing (a transaction member's records): it stays."""
+    if producer.producer_id and producer.first_sequence:
+        return producer._replace(first_sequence=producer.first_sequence + count)
+    return producer
 
 
 def _state_blob(producer: Producer | ProducerState | None) -> bytes | None:

@@ -9,15 +9,18 @@ module beside it:
 
 It moves the transaction's deadline to timeout_ms from now every third of timeout_ms,
 and stops once the transaction has ended (committed or aborted: the broker refuses the
-keepalive) or the watched process is gone. A job whose process died is therefore kept
-alive no longer than one more timeout, then aborted by the broker as any abandoned
-transaction is. The settings come on stdin so an auth token never shows in `ps`.
+keepalive) or the watched process is gone: between keepalives it waits on the process
+itself (a pidfd on Linux; elsewhere a look every WATCH_S), so it stops within about a
+second of the driver's death. The broker then aborts the abandoned transaction when its
+last deadline passes (at most one timeout later), as any abandoned transaction. The
+settings come on stdin so an auth token never shows in `ps`.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import select
 import subprocess
 import sys
 import time
@@ -35,6 +38,7 @@ ENDED: frozenset[ErrorCode] = frozenset(
 )
 MIN_INTERVAL_S = 0.05
 MAX_INTERVAL_S = 60.0
+WATCH_S = 0.25  # where no pidfd tells of the watched process's end: how often to look
 
 
 class Keeping(Struct, frozen=True):
@@ -69,6 +73,26 @@ def alive(pid: int) -> bool:
         return True
 
 
+def ends_within(pid: int, timeout_s: float, sleep: Callable[[float], None] = time.sleep) -> bool:
+    """Wait up to timeout_s for pid to end; True if it has (at once, if it had)."""
+    try:
+        watch = os.pidfd_open(pid)
+    except (AttributeError, OSError):  # not Linux 5.3+, or the process is gone already
+        deadline = time.monotonic() + timeout_s
+        while alive(pid):
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return False
+            sleep(min(WATCH_S, left))
+        return True
+    try:
+        poller = select.poll()
+        poller.register(watch, select.POLLIN)
+        return bool(poller.poll(timeout_s * 1000)) or not alive(pid)
+    finally:
+        os.close(watch)
+
+
 def keep(keeping: Keeping, sleep: Callable[[float], None] = time.sleep) -> str:
     """Keep the transaction alive until it ends or the watched process does; why it
     stopped ("ended: ..." or "watched process gone")."""
@@ -85,7 +109,8 @@ def keep(keeping: Keeping, sleep: Callable[[float], None] = time.sleep) -> str:
                 if client is not None:  # a lost connection: the next round reconnects
                     client.close()
                     client = None
-            sleep(keeping.interval_s)
+            if ends_within(keeping.watch_pid, keeping.interval_s, sleep):
+                break
         return "watched process gone"
     finally:
         if client is not None:

@@ -39,7 +39,6 @@ import concurrent.futures
 import contextlib
 import math
 import os
-import secrets
 import socket
 import threading
 import time
@@ -214,7 +213,7 @@ class Producer:
             for partition, saved in state.partitions.items():
                 self._resume(partition, saved)
         self.access = access
-        self.name = name or f"{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(3)}"
+        self.name = name or f"{socket.gethostname()}-{os.getpid()}-{os.urandom(3).hex()}"
         self._attachment: Attachment | None = None
         self._closed = False
         if access is not None:

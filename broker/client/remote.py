@@ -191,11 +191,13 @@ def request_frame(frames: FrameConnection, request_id: int, op: Op, args: dict[s
 
 
 def error_of(message: ErrorReply) -> BrokerError:
+    """The broker's error as the engine raised it: its details' arrays as lists."""
     try:
         code = ErrorCode(message.code)
     except ValueError:
         code = ErrorCode.INTERNAL
-    return BrokerError(code, message.message, **message.details)
+    details = {key: codec.arrays_as_lists(value) for key, value in message.details.items()}
+    return BrokerError(code, message.message, **details)
 
 
 def severed(push: Push) -> BrokerError:

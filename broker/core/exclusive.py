@@ -27,6 +27,7 @@ from collections.abc import Sequence
 
 from msgspec import Struct
 
+from broker.core.values import check_integer
 from broker.errors import BrokerError, ErrorCode
 from broker.types import Access, Attached, Mode
 
@@ -141,6 +142,7 @@ def wait_timeout(topic: str, wait_ms: int) -> BrokerError:
 
 
 def check_wait_ms(wait_ms: int) -> None:
+    check_integer("wait_ms", wait_ms)
     if wait_ms < 0:
         raise BrokerError(ErrorCode.INVALID_ARGUMENT, f"wait_ms must be >= 0, not {wait_ms}")
 

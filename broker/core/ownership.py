@@ -28,6 +28,7 @@ from shlex import quote
 
 from msgspec import Struct
 
+from broker.core.values import check_integer, check_string
 from broker.errors import BrokerError, ErrorCode
 from broker.types import Fence
 
@@ -70,6 +71,7 @@ class Refusal(Struct, frozen=True):
 
 
 def check_name(what: str, name: str) -> None:
+    check_string(what, name)
     if not name or len(name) > NAME_CHARS_MAX or not name.isprintable():
         raise BrokerError(
             ErrorCode.INVALID_NAME,
@@ -84,6 +86,7 @@ def check_claims(group: str, claims: Sequence[tuple[str, int]]) -> None:
     seen: set[str] = set()
     for resource, generation in claims:
         check_name("resource", resource)
+        check_integer("generation", generation)
         if not 0 <= generation <= GENERATION_MAX:
             raise BrokerError(
                 ErrorCode.INVALID_ARGUMENT,

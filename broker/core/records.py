@@ -4,7 +4,10 @@ partition a record goes to.
 Rules:
 - Topic names are 1..topic_name_chars_max characters of [A-Za-z0-9._-], and not "." or
   "..", as in Kafka, so a name is safe in a path, a URL and a shell word.
-- A record's key, value and headers each have a size bound; a batch has a count bound.
+- A record's key, value and headers each have a size bound; a batch has a count bound
+  and a bytes bound. A Kafka producer's batch has only its bytes bound (and a count
+  only as large as Kafka's clients make), as Kafka bounds it: Kafka has no per-record
+  bounds.
 - A record with an explicit partition goes there. One with a key goes to
   crc32(key) mod partitions, so equal keys always share a partition. One with neither goes
   round robin from a starting point the caller passes (the CLI starts at a random
@@ -18,6 +21,7 @@ import re
 import zlib
 from collections.abc import Sequence
 
+from broker.core.values import check_integer, check_string
 from broker.errors import BrokerError, ErrorCode
 from broker.limits import INT64_MAX, INT64_MIN, Limits
 from broker.types import CLEANUP_POLICIES, NewRecord, RecordColumns, TopicConfig, values_of
@@ -30,6 +34,7 @@ _TOPIC_NAME = re.compile(r"^[A-Za-z0-9._-]+$")
 
 
 def check_topic_name(name: str, limits: Limits) -> None:
+    check_string("topic name", name)
     if not name:
         raise BrokerError(
             ErrorCode.INVALID_TOPIC_NAME,
@@ -51,6 +56,7 @@ def check_topic_name(name: str, limits: Limits) -> None:
 
 
 def check_partition_count(partitions: int, limits: Limits) -> None:
+    check_integer("a topic's partition count", partitions)
     if not 1 <= partitions <= limits.topic_partitions_max:
         raise BrokerError(
             ErrorCode.INVALID_ARGUMENT,
@@ -103,6 +109,7 @@ def check_keyed(topic: str, records: Sequence[NewRecord]) -> None:
 
 
 def check_partition(topic: str, partition: int, partitions: int) -> None:
+    check_integer("partition", partition)
     if not 0 <= partition < partitions:
         raise BrokerError(
             ErrorCode.UNKNOWN_PARTITION,
@@ -113,14 +120,14 @@ def check_partition(topic: str, partition: int, partitions: int) -> None:
         )
 
 
-def check_records(
-    records: Sequence[NewRecord], limits: Limits, *, records_max: int | None = None
-) -> None:
-    """A batch within its bounds: records_max records (append_records_max unless
-    given: a Kafka batch's is kafka_batch_records_max) and append_bytes_max bytes."""
+def check_records(records: Sequence[NewRecord], limits: Limits, *, kafka: bool = False) -> None:
+    """A batch within its bounds: append_records_max records and append_bytes_max
+    bytes, each record within the record bounds. kafka: a Kafka producer's record batch,
+    bounded as Kafka bounds it, by its bytes alone (up to kafka_batch_records_max
+    records; no record bounds of its own, which Kafka does not have)."""
     if not records:
         raise BrokerError(ErrorCode.INVALID_ARGUMENT, "nothing to append: the batch is empty")
-    most = limits.append_records_max if records_max is None else records_max
+    most = limits.kafka_batch_records_max if kafka else limits.append_records_max
     if len(records) > most:
         raise BrokerError(
             ErrorCode.RECORD_TOO_LARGE,
@@ -128,7 +135,9 @@ def check_records(
             hint="split the batch",
         )
     values = list(map(len, values_of(records))) if len(records) > 1 else None
-    if values is None:  # one record: the usual test below, unrolled
+    if kafka:
+        total = sum(map(_stored_size, records))
+    elif values is None:  # one record: the usual test below, unrolled
         value, key, headers = records[0][:3]
         if not key and not headers and len(value) <= limits.record_value_bytes_max:
             total = len(value)
@@ -168,8 +177,20 @@ def _check_timestamps(records: Sequence[NewRecord]) -> None:
             )
 
 
+def check_offset_metadata(metadata: str | None, limits: Limits) -> None:
+    """An offset commit's metadata: at most offset_metadata_chars_max characters
+    (Kafka's offset.metadata.max.bytes)."""
+    if metadata is not None and len(metadata) > limits.offset_metadata_chars_max:
+        raise BrokerError(
+            ErrorCode.INVALID_ARGUMENT,
+            f"an offset's metadata is at most {limits.offset_metadata_chars_max} characters, "
+            f"not {len(metadata)}",
+        )
+
+
 def check_offset(offset: int) -> None:
     """An offset asked for: 0 or more, and within what SQLite stores (64 bits)."""
+    check_integer("offset", offset)
     if not 0 <= offset <= INT64_MAX:
         raise BrokerError(
             ErrorCode.INVALID_ARGUMENT,
@@ -204,10 +225,10 @@ def _check_record(index: int, record: NewRecord, limits: Limits) -> int:
         )
     size += key_size
     for name, value in record.headers:
-        if not isinstance(name, str) or not isinstance(value, bytes | bytearray):
+        if not isinstance(name, str) or not isinstance(value, bytes | bytearray | None):
             raise BrokerError(
                 ErrorCode.INVALID_ARGUMENT,
-                f"record {index}: a header is (name: str, value: bytes), not "
+                f"record {index}: a header is (name: str, value: bytes or None), not "
                 f"({type(name).__name__}, {type(value).__name__})",
                 hint="encode a text header value, e.g. value.encode()",
             )
@@ -224,16 +245,17 @@ def _check_record(index: int, record: NewRecord, limits: Limits) -> int:
                     ErrorCode.INVALID_ARGUMENT,
                     f"record {index}: header name {name!r} is not valid Unicode ({exc.reason})",
                 ) from None
-        if len(value) > limits.header_value_bytes_max:
+        if value is not None and len(value) > limits.header_value_bytes_max:
             raise too_large(f"header {name!r}", len(value), limits.header_value_bytes_max)
         size += _header_bytes(name, value)
     return size
 
 
-def _header_bytes(name: str, value: bytes) -> int:
+def _header_bytes(name: str, value: bytes | None) -> int:
     """A header's bytes as a batch counts them: its name's UTF-8 too (a batch of many
-    long names is as large on the wire as its values)."""
-    return len(value) + (len(name) if name.isascii() else len(name.encode("utf-8", "replace")))
+    long names is as large on the wire as its values); a null value has none."""
+    size = len(value) if value is not None else 0
+    return size + (len(name) if name.isascii() else len(name.encode("utf-8", "replace")))
 
 
 def split_batches(records: Sequence[NewRecord], limits: Limits) -> list[Sequence[NewRecord]]:

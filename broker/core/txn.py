@@ -19,6 +19,7 @@ from collections.abc import Mapping
 from msgspec import Struct
 
 from broker.core.ownership import check_name
+from broker.core.values import check_integer
 from broker.errors import BrokerError, ErrorCode
 
 
@@ -96,6 +97,7 @@ def check_key(key: str) -> None:
 
 
 def check_timeout(timeout_ms: int, timeout_max_ms: int) -> None:
+    check_integer("a transaction timeout", timeout_ms)
     if not 0 < timeout_ms <= timeout_max_ms:
         raise BrokerError(
             ErrorCode.INVALID_ARGUMENT,

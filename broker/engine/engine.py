@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import functools
 import operator
-import random
+import os
 import shlex
 import sqlite3
 import time
@@ -39,6 +39,7 @@ from broker.storage import producers as producer_store
 from broker.storage import txns as txn_store
 from broker.storage.database import SCHEMA_VERSION, Database
 from broker.types import (
+    NO_OFFSET_METADATA,
     NO_PRODUCER,
     Access,
     AccessInfo,
@@ -50,6 +51,7 @@ from broker.types import (
     Fence,
     Lease,
     NewRecord,
+    OffsetMetadata,
     ProducerEntry,
     ProducerFields,
     Record,
@@ -86,7 +88,8 @@ class ProduceRequest(NamedTuple):
     producer: ProducerFields = NO_PRODUCER
     fences: Sequence[Fence] = ()
     attachment: int | None = None  # an exclusive or shared producer's attachment
-    kafka_epochs: bool = False  # a Kafka producer's: a new generation restarts sequences
+    # a Kafka producer's: a new generation restarts sequences; bounded as Kafka bounds it
+    kafka_epochs: bool = False
 
 
 ProduceOutcome = list[AppendResult] | BrokerError
@@ -107,7 +110,7 @@ class Engine:
         self.database = database
         self.limits = limits
         self.clock = clock
-        self._round_robin = random.randrange(1 << 30)  # noqa: S311 - spreading, not secrecy
+        self._round_robin = int.from_bytes(os.urandom(4)) >> 2  # spreading: 30 random bits
         self.owners = Owners(database, limits, clock, served_sessions=tuple)
         self.producers = ProducerTable(limits)
         self._hot = WriteCache(database)
@@ -305,7 +308,7 @@ class Engine:
         bounds and rules: ProduceRequest.kafka_epochs).
         """
         request = ProduceRequest(topic, records, producer, fences, attachment, kafka)
-        record_rules.check_records(records, self.limits, records_max=self._records_max(request))
+        record_rules.check_records(records, self.limits, kafka=kafka)
         staged = self.producers.stage()
         appends = logs.Appends()
         with self.database.write() as conn:
@@ -385,9 +388,7 @@ class Engine:
             conn.execute("SAVEPOINT request")
             mark = staged.mark()
             try:
-                record_rules.check_records(
-                    request.records, self.limits, records_max=self._records_max(request)
-                )
+                record_rules.check_records(request.records, self.limits, kafka=request.kafka_epochs)
                 outcome: ProduceOutcome = self._produce_in(conn, request, staged, appends)
             except BrokerError as error:
                 conn.execute("ROLLBACK TO request")
@@ -397,9 +398,7 @@ class Engine:
             return outcome
         changes, held = conn.total_changes, len(appends)
         try:
-            record_rules.check_records(
-                request.records, self.limits, records_max=self._records_max(request)
-            )
+            record_rules.check_records(request.records, self.limits, kafka=request.kafka_epochs)
             return self._produce_in(conn, request, staged, appends)
         except BrokerError as error:
             if (conn.total_changes, len(appends)) != (changes, held):
@@ -408,12 +407,6 @@ class Engine:
                     ErrorCode.INTERNAL, f"a produce failed after writing: {error.message}"
                 ) from error
             return error
-
-    def _records_max(self, request: ProduceRequest) -> int:
-        """A Kafka batch is bounded by its bytes, as in Kafka; every other append also
-        by append_records_max."""
-        limits = self.limits
-        return limits.kafka_batch_records_max if request.kafka_epochs else limits.append_records_max
 
     def _produce_in(
         self,
@@ -604,14 +597,30 @@ class Engine:
         topic: str,
         offsets: Mapping[int, int],
         producer_state: bytes | None = None,
+        metadata: str | None = None,
     ) -> None:
-        """Store a consumer group's next offsets, with the producer state to resume."""
+        """Store a consumer group's next offsets, with the producer state to resume and
+        a metadata text for every partition (None: none)."""
+        details = {partition: OffsetMetadata(metadata) for partition in offsets}
+        self.commit_offset_details(group, topic, offsets, details, producer_state)
+
+    def commit_offset_details(
+        self,
+        group: str,
+        topic: str,
+        offsets: Mapping[int, int],
+        details: Mapping[int, OffsetMetadata],
+        producer_state: bytes | None = None,
+    ) -> None:
+        """commit_offsets() with each partition's own metadata and leader epoch (a
+        Kafka consumer's OffsetCommit); a partition details lacks has none."""
         with self.database.write() as conn:
-            row = self._offsets_topic(conn, group, topic, offsets)
+            row = self._offsets_topic(conn, group, topic, offsets, details)
             now_ms = self.clock()
             for partition, offset in offsets.items():
+                detail = details.get(partition, NO_OFFSET_METADATA)
                 producer_store.commit_offset(
-                    conn, group, row.topic_id, partition, offset, producer_state, now_ms
+                    conn, group, row.topic_id, partition, offset, producer_state, now_ms, detail
                 )
             if producer_state is not None:
                 producer_store.set_group_state(conn, group, row.topic_id, producer_state)
@@ -625,20 +634,43 @@ class Engine:
         producer_state: bytes | None = None,
     ) -> None:
         """Consumer offsets that take effect when transaction txn_id commits."""
+        self.txn_commit_offset_details(txn_id, group, topic, offsets, {}, producer_state)
+
+    def txn_commit_offset_details(
+        self,
+        txn_id: int,
+        group: str,
+        topic: str,
+        offsets: Mapping[int, int],
+        details: Mapping[int, OffsetMetadata],
+        producer_state: bytes | None = None,
+    ) -> None:
+        """txn_commit_offsets() with each partition's metadata and leader epoch (a Kafka
+        producer's TxnOffsetCommit)."""
         with self.database.write() as conn:
-            row = self._offsets_topic(conn, group, topic, offsets)
-            self.txns.add_offsets(conn, txn_id, group, row.topic_id, offsets, producer_state)
+            row = self._offsets_topic(conn, group, topic, offsets, details)
+            self.txns.add_offsets(
+                conn, txn_id, group, row.topic_id, offsets, producer_state, details
+            )
 
     def _offsets_topic(
-        self, conn: sqlite3.Connection, group: str, topic: str, offsets: Mapping[int, int]
+        self,
+        conn: sqlite3.Connection,
+        group: str,
+        topic: str,
+        offsets: Mapping[int, int],
+        details: Mapping[int, OffsetMetadata],
     ) -> logs.TopicRow:
-        """The topic of an offset commit, once the group, partitions and offsets are valid."""
+        """The topic of an offset commit, once the group, partitions, offsets and
+        metadata are valid."""
         ownership_rules.check_name("consumer group", group)
         row = self._topic(conn, topic)
         for partition, offset in offsets.items():
             record_rules.check_partition(topic, partition, row.partitions)
             if offset < 0:
                 raise BrokerError(ErrorCode.INVALID_ARGUMENT, "offsets are >= 0")
+        for detail in details.values():
+            record_rules.check_offset_metadata(detail.metadata, self.limits)
         return row
 
     def delete_group(self, group: str) -> int:

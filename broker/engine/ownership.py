@@ -4,12 +4,18 @@ Each operation is one SQLite transaction: load the holdings it touches (with whe
 each holder is live), decide in broker/core/ownership.py, write the new holdings and
 audit rows, COMMIT. Severing a session releases everything it holds and marks a process
 session severed; the server closes a severed connection (it gets the session ids back).
+
+A holder whose session ended holds nothing. A server releases a connection's claims as
+it ends; nobody sees a process die, so a claim or release that meets a holder no longer
+live first releases what that session held, audited as its own release, and marks it
+severed (a process that was only paused learns on waking that its claims are gone), and
+the listing shows no holder there: embedded answers as served (issue 37).
 """
 
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 
 from broker import rows
 from broker.core import ownership as rules
@@ -68,6 +74,8 @@ class Owners:
         with self.database.write() as conn:
             now_ms = self.clock()
             self._check_not_severed(conn, session_id)
+            holders = [self._holder(conn, group, resource) for resource, _ in claims]
+            self._end_sessions_gone(conn, session_id, holders, now_ms)
             current = {r: self._holding(conn, group, r, now_ms) for r, _ in claims}
             decision = rules.decide_claims(session_id, claims, current)
             if not decision.refusals:
@@ -151,23 +159,16 @@ class Owners:
                     group=group,
                     hint="check the group name (fencelog own list shows every group)",
                 )
-            holders = {resource: holder for resource, _, holder in rows if holder is not None}
+            ended = self._end_sessions_gone(conn, session_id, [h for _, _, h in rows], self.clock())
+            holders = {r: h for r, _, h in rows if h is not None and h not in ended}
             if not any_holder:
                 holders = {r: h for r, h in holders.items() if h == session_id}
             wanted = sorted(holders) if resources is None else sorted(set(resources))
             missing = [r for r in wanted if r not in holders]
-            if missing or not wanted:
-                whom = "anyone" if any_holder else "this session"
-                name = f"{group}:{missing[0]}" if missing else f"no resource of {group}"
-                raise BrokerError(
-                    ErrorCode.NOT_HELD,
-                    f"{name} is not held by {whom}: nothing to release",
-                    group=group,
-                    resources=missing,
-                    hint="its holder released it or its session ended; the generation "
-                    "stays recorded (fencelog own list)",
-                )
-            return self._release_named(conn, session_id, group, wanted, holders)
+            if not missing and wanted:
+                return self._release_named(conn, session_id, group, wanted, holders)
+        # after COMMIT: the claims of sessions that had ended are released all the same
+        raise _not_held(group, missing, "anyone" if any_holder else "this session")
 
     def _release_named(
         self,
@@ -189,6 +190,25 @@ class Owners:
                     conn, now_ms, group, resource, Event.RELEASED, session_id, generations[resource]
                 )
         return ReleaseResult(tuple(wanted), tuple(severed))
+
+    def _end_sessions_gone(
+        self, conn: sqlite3.Connection, acting: str, holders: Iterable[str | None], now_ms: int
+    ) -> set[str]:
+        """Release what each holder whose session ended still holds (the acting session
+        aside), as the server does when a connection ends; the sessions so ended."""
+        ended = {
+            holder
+            for holder in holders
+            if holder not in (None, acting) and not self._live(conn, holder, now_ms)
+        }
+        for holder in sorted(ended):
+            self._release_all(conn, holder, Event.RELEASED, None)
+            store.sever_session(conn, holder, now_ms)
+        return ended
+
+    def _holder(self, conn: sqlite3.Connection, group: str, resource: str) -> str | None:
+        stored = store.holding(conn, group, resource)
+        return None if stored is None else stored[1]
 
     def _release_all(
         self, conn: sqlite3.Connection, session_id: str, event: Event, by: str | None
@@ -233,20 +253,21 @@ class Owners:
     # views --------------------------------------------------------------------------
 
     def holdings(self, group: str | None = None) -> list[OwnershipInfo]:
+        """Every (group, resource); a holder whose session ended is shown as none (what
+        it held is released by the next claim or release that meets it)."""
         with self.database.read() as conn:
             now_ms = self.clock()
-            return [
-                OwnershipInfo(
-                    row.group,
-                    row.resource,
-                    row.generation,
-                    row.holder,
-                    row.holder is not None and self._live(conn, row.holder, now_ms),
-                    row.claimed_ms,
+            listed = []
+            for row in store.all_holdings(conn):
+                if group is not None and row.group != group:
+                    continue
+                live = row.holder is not None and self._live(conn, row.holder, now_ms)
+                holder = row.holder if live else None
+                info = OwnershipInfo(
+                    row.group, row.resource, row.generation, holder, live, row.claimed_ms
                 )
-                for row in store.all_holdings(conn)
-                if group is None or row.group == group
-            ]
+                listed.append(info)
+            return listed
 
     def sessions(self, limit: int) -> list[SessionInfo]:
         """The server's open connections (live by definition), then every process
@@ -277,6 +298,22 @@ class Owners:
             raise BrokerError(ErrorCode.INVALID_ARGUMENT, f"limit must be > 0, not {limit}")
         with self.database.read() as conn:
             return store.recent_audit(conn, group, limit)
+
+
+def _not_held(group: str, missing: Sequence[str], whom: str) -> BrokerError:
+    unheld = (
+        f"{group}:{missing[0]} is not held by {whom}"
+        if missing
+        else f"no resource of {group} is held by {whom}"
+    )
+    return BrokerError(
+        ErrorCode.NOT_HELD,
+        f"{unheld}: nothing to release",
+        group=group,
+        resources=list(missing),
+        hint="its holder released it or its session ended; the generation "
+        "stays recorded (fencelog own list)",
+    )
 
 
 class Heartbeats:

@@ -28,7 +28,7 @@ from __future__ import annotations
 import gc
 import heapq
 import itertools
-import random
+import os
 import sqlite3
 from collections import OrderedDict
 from collections.abc import Callable, Iterator
@@ -198,7 +198,9 @@ class ProducerTable:
     ) -> Lease:
         self.ready()
         if pid is None:
-            generation = random.randrange(1, _GENERATION_START_MAX)  # noqa: S311 - not secret
+            generation = (
+                int.from_bytes(os.urandom(4)) % (_GENERATION_START_MAX - 1) + 1
+            )  # not secret
             lease_end = now_ms + self.limits.pid_lease_ms
             return Lease(self.new_pid(conn, generation, now_ms), generation, 0, lease_end, now_ms)
         entry = staged.get((topic_id, partition, pid))

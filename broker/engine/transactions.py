@@ -46,10 +46,12 @@ from broker.storage import producers as producer_store
 from broker.storage import txns as store
 from broker.storage.database import Database
 from broker.types import (
+    NO_OFFSET_METADATA,
     AppendResult,
     Fence,
     JournalEntryInfo,
     NewRecord,
+    OffsetMetadata,
     ProducerFields,
     RecordColumns,
     TxnDetail,
@@ -270,12 +272,17 @@ class Transactions:
         topic_id: int,
         offsets: Mapping[int, int],
         producer_state: bytes | None,
+        details: Mapping[int, OffsetMetadata] | None = None,
     ) -> None:
-        """Consumer offsets that take effect when the transaction commits."""
+        """Consumer offsets (with their metadata and leader epochs) that take effect
+        when the transaction commits."""
         view = self._current(conn, self._row(conn, txn_id), self.clock(), persist=False)
         rules.check_writable(view)
         for partition, offset in offsets.items():
-            store.put_offset(conn, txn_id, group, topic_id, partition, offset, producer_state)
+            detail = details.get(partition, NO_OFFSET_METADATA) if details else NO_OFFSET_METADATA
+            store.put_offset(
+                conn, txn_id, group, topic_id, partition, offset, producer_state, detail
+            )
 
     # commit, abort, expiry, recovery ----------------------------------------------------
 

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from functools import partial
 from typing import TYPE_CHECKING, Any, Final, Protocol, TypeVar
 
@@ -31,16 +31,19 @@ from kafka.protocol import admin, consumer, metadata, producer, sasl
 
 from broker.engine.engine import Engine, ProduceOutcome, ProduceRequest
 from broker.errors import BrokerError, ErrorCode
-from broker.kafka import produce_errors, wire
+from broker.kafka import offsets as kafka_offsets
+from broker.kafka import produce_errors, refusals, topic_requests, wire
 from broker.kafka import records as kafka_records
 from broker.kafka.cluster import Cluster
 from broker.kafka.configs import Configs
+from broker.kafka.fetch_budget import FetchBudget
 from broker.kafka.groups import Coordinator
 from broker.kafka.groups_admin import GroupsAdmin
+from broker.kafka.refusals import Refusals
+from broker.kafka.topic_requests import topic_config
 from broker.kafka.topics_admin import TopicsAdmin
 from broker.kafka.txn_admin import TxnAdmin
 from broker.limits import Limits
-from broker.rows import KafkaRow
 from broker.types import AppendResult, PartitionInfo, ProducerFields, TopicConfig, TopicInfo
 
 if TYPE_CHECKING:
@@ -99,9 +102,10 @@ class KafkaApi:
         self.frame_bytes_max = backend.limits.frame_bytes_max
         self.connections_max = backend.limits.connections_max
         self.connections: set[KafkaConnection] = set()
-        # when each client host was last warned of (a client without SASL reconnects
-        # many times a second: one warning a minute each, the rest at debug)
-        self.unauthenticated_warned: dict[str, float] = {}
+        limits = backend.limits
+        self.refusals = Refusals(
+            limits.kafka_refusal_warn_interval_ms / 1000, limits.kafka_refusal_hosts_max
+        )
         self.coordinator = Coordinator(self._next_generation)
         self._generation_claims = 0
         self._handlers: dict[int, Callable[[KafkaConnection, Any, int], Any]] = {
@@ -424,17 +428,24 @@ class KafkaApi:
         response = admin.CreateTopicsResponse
         results = []
         for topic in body.topics:
-            partitions = (
-                self.default_partitions if topic.num_partitions == -1 else topic.num_partitions
-            )
+            partitions = -1
             message: str | None
             try:
+                partitions = topic_requests.partitions_asked(
+                    topic.name,
+                    topic.num_partitions,
+                    topic.replication_factor,
+                    [(a.partition_index, list(a.broker_ids)) for a in topic.assignments or ()],
+                    self.default_partitions,
+                )
                 config = topic_config(topic.name, {c.name: c.value for c in topic.configs or ()})
-            except BrokerError as refused:
-                error, message = wire.INVALID_CONFIG, refused.message
+            except topic_requests.Refused as refused:
+                error, message = refused.code, refused.message
+            except BrokerError as invalid:
+                error, message = wire.INVALID_CONFIG, invalid.message
             else:
                 error, message = await self._create_topic(
-                    topic.name, partitions, topic.replication_factor, body.validate_only, config
+                    topic.name, partitions, body.validate_only, config
                 )
             results.append(
                 response.CreatableTopicResult(
@@ -450,25 +461,19 @@ class KafkaApi:
         return response(version=version, throttle_time_ms=0, topics=results)
 
     async def _create_topic(
-        self,
-        name: str,
-        partitions: int,
-        replication: int,
-        validate_only: bool,
-        config: TopicConfig | None = None,
+        self, name: str, partitions: int, validate_only: bool, config: TopicConfig | None
     ) -> tuple[int, str | None]:
-        if replication not in (-1, 1):
-            return (
-                wire.INVALID_REPLICATION_FACTOR,
-                f"fencelog is one broker: the replication factor is 1, not {replication}",
-            )
+        """Create the topic, or with validate_only check that it could be, creating
+        nothing; (Kafka error, message)."""
         writer = self.backend.writer
         from broker.core import records as record_rules  # the topic checks, without a write
 
         try:
             record_rules.check_topic_name(name, writer.limits)
             record_rules.check_partition_count(partitions, writer.limits)
-            if not validate_only:
+            if validate_only:
+                await self._refuse_existing(name)
+            else:
                 await self.backend.write(
                     lambda: writer.create_topic(name, partitions, config=config)
                 )
@@ -482,6 +487,17 @@ class KafkaApi:
                 raise
             return code, error.message
         return wire.NONE, None
+
+    async def _refuse_existing(self, name: str) -> None:
+        """TOPIC_EXISTS when the topic exists (what creating it would say)."""
+        reader = self.backend.reader
+        try:
+            await self.backend.read(lambda: reader.describe_topic(name))
+        except BrokerError as error:
+            if error.code is ErrorCode.UNKNOWN_TOPIC:
+                return
+            raise
+        raise BrokerError(ErrorCode.TOPIC_EXISTS, f"topic {name} already exists")
 
     # consumer groups ------------------------------------------------------------------
 
@@ -534,6 +550,7 @@ class KafkaApi:
             body.generation_id,
             body.member_id,
             {a.member_id: bytes(a.assignment) for a in body.assignments},
+            body.group_instance_id if version >= 3 else None,
         )
         return consumer.SyncGroupResponse(
             version=version,
@@ -545,29 +562,35 @@ class KafkaApi:
         )
 
     async def heartbeat(self, connection: KafkaConnection, body: Any, version: int) -> Any:
-        error = self.coordinator.heartbeat(body.group_id, body.generation_id, body.member_id)
+        instance = body.group_instance_id if version >= 3 else None
+        error = self.coordinator.heartbeat(
+            body.group_id, body.generation_id, body.member_id, instance
+        )
         return consumer.HeartbeatResponse(version=version, throttle_time_ms=0, error_code=error)
 
     async def leave_group(self, connection: KafkaConnection, body: Any, version: int) -> Any:
         response = consumer.LeaveGroupResponse
         if version < 3:
-            (error,) = self.coordinator.leave(body.group_id, [body.member_id])
+            (error,) = self.coordinator.leave(body.group_id, [(body.member_id, None)])
             return response(version=version, throttle_time_ms=0, error_code=error)
-        ids = [m.member_id for m in body.members]
-        errors = self.coordinator.leave(body.group_id, ids)
+        leaving = [(m.member_id, m.group_instance_id) for m in body.members]
+        errors = self.coordinator.leave(body.group_id, leaving)
         return response(
             version=version,
             throttle_time_ms=0,
             error_code=wire.NONE,
             members=[
-                response.MemberResponse(member_id=m, group_instance_id=None, error_code=e)
-                for m, e in zip(ids, errors, strict=True)
+                response.MemberResponse(member_id=m, group_instance_id=i, error_code=e)
+                for (m, i), e in zip(leaving, errors, strict=True)
             ],
         )
 
     async def offset_commit(self, connection: KafkaConnection, body: Any, version: int) -> Any:
         error = self.coordinator.check_commit(
-            body.group_id, body.generation_id_or_member_epoch, body.member_id
+            body.group_id,
+            body.generation_id_or_member_epoch,
+            body.member_id,
+            body.group_instance_id if version >= 7 else None,
         )
         writer = self.backend.writer
         response = consumer.OffsetCommitResponse
@@ -575,8 +598,11 @@ class KafkaApi:
         topics = await self._commit_each_topic(
             body.topics,
             error,
-            lambda name, offsets: writer.commit_offsets(body.group_id, name, offsets),
+            lambda name, asked: writer.commit_offset_details(
+                body.group_id, name, asked.offsets, asked.details
+            ),
             _group_error,
+            with_epochs=version >= 6,
         )
         return response(
             version=version,
@@ -586,10 +612,10 @@ class KafkaApi:
                     name=name,
                     partitions=[
                         topic_cls.OffsetCommitResponsePartition(partition_index=p, error_code=code)
-                        for p in partitions
+                        for p, code in partitions
                     ],
                 )
-                for name, partitions, code in topics
+                for name, partitions in topics
             ],
         )
 
@@ -597,21 +623,26 @@ class KafkaApi:
         self,
         topics: Any,
         error: int,
-        commit: Callable[[str, dict[int, int]], None],
+        commit: Callable[[str, kafka_offsets.CommitAsked], None],
         kafka_error: Callable[[BrokerError], int],
-    ) -> list[tuple[str, list[int], int]]:
-        """(topic, partitions, Kafka error) of each topic's offsets, committed one topic
-        per write unless error already refuses them all."""
+        *,
+        with_epochs: bool,
+    ) -> list[tuple[str, list[tuple[int, int]]]]:
+        """(topic, [(partition, Kafka error)]) of each topic's offsets, committed one
+        topic per write unless error already refuses them all."""
         answers = []
+        limits = self.backend.limits
         for topic in topics:
-            offsets = {p.partition_index: p.committed_offset for p in topic.partitions}
+            asked = kafka_offsets.commit_asked(topic.partitions, limits, with_epochs=with_epochs)
             code = error
-            if code == wire.NONE:
+            if code == wire.NONE and asked.offsets:
                 try:
-                    await self.backend.write(partial(commit, topic.name, offsets))
+                    await self.backend.write(partial(commit, topic.name, asked))
                 except BrokerError as failed:
                     code = kafka_error(failed)
-            answers.append((topic.name, list(offsets), code))
+            indexes = [p.partition_index for p in topic.partitions]
+            refused = asked.refused if error == wire.NONE else {}  # error answers them all
+            answers.append((topic.name, [(p, refused.get(p, code)) for p in indexes]))
         return answers
 
     async def offset_fetch(self, connection: KafkaConnection, body: Any, version: int) -> Any:
@@ -623,9 +654,13 @@ class KafkaApi:
             else [(t.name, list(t.partition_indexes)) for t in body.topics]
         )
         stable = version >= 7 and bool(body.require_stable)
-        found, error = await self.backend.read(
-            lambda: _read_committed(reader, group, asked, stable)
-        )
+        error = wire.NONE
+        try:
+            found = await self.backend.read(
+                lambda: kafka_offsets.read_committed(reader, group, asked, stable)
+            )
+        except BrokerError as failed:
+            found, error = [], _group_error(failed)
         response = consumer.OffsetFetchResponse
         topic_cls = response.OffsetFetchResponseTopic
         return response(
@@ -637,13 +672,13 @@ class KafkaApi:
                     name=topic,
                     partitions=[
                         topic_cls.OffsetFetchResponsePartition(
-                            partition_index=p,
-                            committed_offset=offset,
-                            committed_leader_epoch=-1,
-                            metadata="",
-                            error_code=code,
+                            partition_index=c.partition,
+                            committed_offset=c.offset,
+                            committed_leader_epoch=c.leader_epoch,
+                            metadata=c.metadata,
+                            error_code=c.error,
                         )
-                        for p, offset, code in parts
+                        for c in parts
                     ],
                 )
                 for topic, parts in found
@@ -729,15 +764,20 @@ class KafkaApi:
             body.transactional_id, body.producer_id, body.producer_epoch
         )
         if error == wire.NONE and version >= 3 and body.generation_id >= 0:
-            error = self.coordinator.check_commit(body.group_id, body.generation_id, body.member_id)
+            error = self.coordinator.check_commit(
+                body.group_id, body.generation_id, body.member_id, body.group_instance_id
+            )
         writer = self.backend.writer
         response = producer.TxnOffsetCommitResponse
         topic_cls = response.TxnOffsetCommitResponseTopic
         topics = await self._commit_each_topic(
             body.topics,
             error,
-            lambda name, offsets: writer.txn_commit_offsets(txn_id, body.group_id, name, offsets),
+            lambda name, asked: writer.txn_commit_offset_details(
+                txn_id, body.group_id, name, asked.offsets, asked.details
+            ),
             _txn_error,
+            with_epochs=version >= 2,
         )
         return response(
             version=version,
@@ -749,10 +789,10 @@ class KafkaApi:
                         topic_cls.TxnOffsetCommitResponsePartition(
                             partition_index=p, error_code=code
                         )
-                        for p in partitions
+                        for p, code in partitions
                     ],
                 )
-                for name, partitions, code in topics
+                for name, partitions in topics
             ],
         )
 
@@ -800,7 +840,10 @@ class KafkaApi:
                 auth_bytes=b"",
             )
         if not connection.authenticate(bytes(body.auth_bytes)):
-            log.warning("Kafka connection %s: SASL/PLAIN authentication failed", connection.peer)
+            connection.log_refusal(
+                refusals.REFUSED_AUTH_FAILED,
+                f"Kafka connection {connection.peer}: SASL/PLAIN authentication failed",
+            )
             return response(
                 version=version,
                 error_code=wire.SASL_AUTHENTICATION_FAILED,
@@ -828,9 +871,10 @@ def _read_fetch(
     reader: Engine, wanted: list[tuple[str, list[tuple[int, int, int]]]], max_bytes: int
 ) -> dict[str, list[tuple[int, int, int, bytes | None, int]]]:
     """Per topic: (partition, Kafka error, high watermark, one record batch or None, log
-    start offset)."""
+    start offset); the batches within max_bytes and each partition's max bytes as Kafka
+    keeps them (broker/kafka/fetch_budget.py)."""
     found: dict[str, list[tuple[int, int, int, bytes | None, int]]] = {}
-    budget = max_bytes
+    budget = FetchBudget(max_bytes)
     for topic, partitions in wanted:
         parts = found.setdefault(topic, [])
         try:
@@ -851,16 +895,15 @@ def _read_fetch(
                 parts.append((partition, wire.OFFSET_OUT_OF_RANGE, end, None, detail.start_offset))
                 continue
             batch = None
-            if offset < end and budget > 0:
-                limit = min(partition_max, budget)
+            if offset < end and not budget.exhausted():
+                limit = min(partition_max, budget.left_bytes)
                 stored = reader.fetch_kafka_rows(
                     topic, partition, offset, _records_in(detail, limit)
                 )
-                stored = _within(stored, limit)
-                if stored:
-                    batch = kafka_records.encode_batch(stored)
-                    budget -= len(batch)
-                    end = max(end, stored[-1][0] + 1)
+                taken = budget.take(stored, partition_max)
+                if taken:
+                    batch = kafka_records.encode_batch(taken)
+                    end = max(end, taken[-1][0] + 1)
             parts.append((partition, wire.NONE, end, batch, detail.start_offset))
     return found
 
@@ -870,16 +913,6 @@ def _records_in(detail: PartitionInfo, limit: int) -> int:
     size says), so a fetch reads no rows it then drops."""
     average = detail.bytes // detail.records if detail.records else 0
     return max(1, limit // (average + _RECORD_OVERHEAD) + 1)
-
-
-def _within(stored: list[KafkaRow], limit: int) -> list[KafkaRow]:
-    """The first records whose keys and values fit in limit bytes (always the first)."""
-    total = 0
-    for index, row in enumerate(stored):
-        total += len(row[3]) + (len(row[2]) if row[2] is not None else 0) + _RECORD_OVERHEAD
-        if total > limit and index > 0:
-            return stored[:index]
-    return stored
 
 
 def _read_offsets(
@@ -911,95 +944,6 @@ def _read_offsets(
                 parts.append((partition, wire.NONE, *(at[::-1] if at else (-1, -1))))
         answers.append((topic, parts))
     return answers
-
-
-def _read_committed(
-    reader: Engine, group: str, asked: list[tuple[str, list[int]]] | None, stable: bool = False
-) -> tuple[list[tuple[str, list[tuple[int, int, int]]]], int]:
-    """Per topic: (partition, committed offset or -1, Kafka error); the group's error.
-    stable (OffsetFetch's require_stable, KIP-447): a partition whose offset an open
-    transaction holds is UNSTABLE_OFFSET_COMMIT, which the client asks again after."""
-    try:
-        topics = [t.name for t in reader.list_topics()] if asked is None else [n for n, _ in asked]
-        partitions = dict(asked) if asked is not None else {}
-        answers = []
-        for topic in topics:
-            try:
-                committed = {
-                    row.partition: row.next_offset for row in reader.committed_offsets(group, topic)
-                }
-            except BrokerError as error:
-                if error.code not in {ErrorCode.UNKNOWN_TOPIC, ErrorCode.INVALID_TOPIC_NAME}:
-                    raise
-                answers.append(
-                    (
-                        topic,
-                        [
-                            (p, -1, wire.UNKNOWN_TOPIC_OR_PARTITION)
-                            for p in partitions.get(topic, [])
-                        ],
-                    )
-                )
-                continue
-            if asked is None and not committed:
-                continue
-            wanted = partitions.get(topic) if asked is not None else sorted(committed)
-            unstable = set(reader.pending_offsets(group, topic)) if stable else set()
-            answers.append(
-                (
-                    topic,
-                    [
-                        (p, -1, wire.UNSTABLE_OFFSET_COMMIT)
-                        if p in unstable
-                        else (p, committed.get(p, -1), wire.NONE)
-                        for p in wanted or []
-                    ],
-                )
-            )
-        return answers, wire.NONE
-    except BrokerError as error:
-        return [], _group_error(error)
-
-
-# topic configs ----------------------------------------------------------------------------
-
-# what CreateTopics applies; every other config of Kafka's is accepted and has no effect
-# here (segments, replicas, message formats...)
-KAFKA_TOPIC_CONFIGS: Final = ("cleanup.policy", "retention.ms", "retention.bytes")
-
-
-def topic_config(topic: str, configs: Mapping[str, str | None]) -> TopicConfig | None:
-    """CreateTopics' configs as fencelog's TopicConfig (None: none of them given); a
-    value that is not Kafka's is INVALID_ARGUMENT, answered INVALID_CONFIG."""
-    if not any(name in configs for name in KAFKA_TOPIC_CONFIGS):
-        return None
-
-    def limit(name: str) -> int | None:
-        text = configs.get(name)
-        if text is None:
-            return None
-        try:
-            value = int(text)
-        except ValueError:
-            value = -2
-        if value == -1:
-            return None  # Kafka's "no limit"
-        if value <= 0:
-            raise BrokerError(
-                ErrorCode.INVALID_ARGUMENT,
-                f"topic {topic}: {name} is -1 (no limit) or a positive number, not {text!r}",
-            )
-        return value
-
-    policies = {p.strip() for p in (configs.get("cleanup.policy") or "delete").split(",")}
-    if not policies <= {"delete", "compact"}:
-        raise BrokerError(
-            ErrorCode.INVALID_ARGUMENT,
-            f"topic {topic}: cleanup.policy is delete, compact or both, not "
-            f"{configs.get('cleanup.policy')!r}",
-        )
-    cleanup = "compact" if "compact" in policies else "delete"
-    return TopicConfig(limit("retention.ms"), limit("retention.bytes"), cleanup)
 
 
 # errors ---------------------------------------------------------------------------------

@@ -11,6 +11,13 @@ given, across restarts. OffsetCommit takes effect only from a member of the curr
 generation of a stable group, so a zombie (a member that missed a rebalance, or one the
 coordinator expired) is refused.
 
+Static membership (KIP-345): a member that joins with a group.instance.id keeps that
+id's place. Joining again with the id and no member id (a restart) takes over the
+member id's assignment; in a stable group that speaks the same protocols this needs no
+rebalance (the answer is the current generation, naming the old leader, so the member
+assigns nothing, and its SyncGroup gets its old assignment). The incarnation replaced,
+and any request naming the instance id with another member id, is FENCED_INSTANCE_ID.
+
 States, as Kafka names them:
     Empty --join--> PreparingRebalance --all joined or rebalance timeout-->
     CompletingRebalance --leader's SyncGroup--> Stable --join, leave or expiry-->
@@ -22,12 +29,17 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import enum
+import logging
 import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Final
 
+from broker.core.ownership import check_name
+from broker.errors import BrokerError
 from broker.kafka import wire
+
+log = logging.getLogger("fencelog.kafka")
 
 EXPIRY_CHECK_S: Final = 0.5
 # A new group waits this long for more members before its first generation (Kafka's
@@ -88,6 +100,7 @@ class Group:
     members: dict[str, Member] = field(default_factory=dict)
     deadline: asyncio.TimerHandle | None = None
     completing: bool = False
+    static_members: dict[str, str] = field(default_factory=dict)  # instance id: member id
 
 
 class Coordinator:
@@ -125,30 +138,25 @@ class Coordinator:
         protocol_type: str,
         protocols: list[tuple[str, bytes]],
     ) -> JoinResult:
-        if not group_id:
-            return JoinResult(wire.INVALID_GROUP_ID)
-        low, high = SESSION_TIMEOUT_MS_RANGE
-        if not low <= session_timeout_ms <= high:
-            return JoinResult(wire.INVALID_SESSION_TIMEOUT)
-        group = self.groups.setdefault(group_id, Group(group_id))
-        if not protocols or (
-            group.members
-            and (
-                protocol_type != group.protocol_type
-                or not self._common_protocols(group, protocols, member_id)
-            )
-        ):
-            return JoinResult(wire.INCONSISTENT_GROUP_PROTOCOL)
+        refused = self._join_refused(group_id, member_id, group_instance_id, session_timeout_ms)
+        if refused is None:
+            group = self.groups.setdefault(group_id, Group(group_id))
+            if not protocols or (
+                group.members
+                and (
+                    protocol_type != group.protocol_type
+                    or not self._common_protocols(group, protocols, member_id)
+                )
+            ):
+                refused = wire.INCONSISTENT_GROUP_PROTOCOL
+        if refused is not None:
+            return JoinResult(refused, member_id=member_id)
         loop = asyncio.get_running_loop()
         now = loop.time()
-        if member_id and member_id not in group.members:
-            return JoinResult(wire.UNKNOWN_MEMBER_ID, member_id=member_id)
-        if not member_id:
-            member_id = f"{client_id or 'member'}-{uuid.uuid4()}"
-        member = group.members.get(member_id)
+        member = group.members.get(member_id) if member_id else None
         if member is None:
             member = Member(
-                member_id,
+                f"{client_id or 'member'}-{uuid.uuid4()}",
                 group_instance_id,
                 client_id,
                 session_timeout_ms / 1000,
@@ -157,7 +165,11 @@ class Coordinator:
                 protocols,
                 now,
             )
-            group.members[member_id] = member
+            if group_instance_id in group.static_members:
+                return await self._rejoin_static(group, member)
+            group.members[member.member_id] = member
+            if group_instance_id is not None:
+                group.static_members[group_instance_id] = member.member_id
         else:
             member.protocols = protocols
             member.last_seen = now
@@ -168,6 +180,53 @@ class Coordinator:
             group.protocol_type = protocol_type
         if group.state is not State.PREPARING:
             self._prepare(group, initial=group.state is State.EMPTY)
+        self._maybe_complete(group)
+        return await member.joining
+
+    def _join_refused(
+        self, group_id: str, member_id: str, group_instance_id: str | None, session_timeout_ms: int
+    ) -> int | None:
+        """The Kafka error a JoinGroup gets before its protocols are looked at, or None."""
+        low, high = SESSION_TIMEOUT_MS_RANGE
+        group = self.groups.get(group_id)
+        if not _valid_group_id(group_id):
+            return wire.INVALID_GROUP_ID
+        if not low <= session_timeout_ms <= high:
+            return wire.INVALID_SESSION_TIMEOUT
+        if member_id and _fenced(group, group_instance_id, member_id):
+            return wire.FENCED_INSTANCE_ID
+        if member_id and (group is None or member_id not in group.members):
+            return wire.UNKNOWN_MEMBER_ID
+        return None
+
+    async def _rejoin_static(self, group: Group, member: Member) -> JoinResult:
+        """A static member joining again without its member id (a restart): it takes its
+        group.instance.id's place and assignment, and the incarnation it replaces is
+        fenced. In a stable group whose protocols it still speaks, no rebalance: it is
+        answered the current generation at once, with the old leader named as leader so
+        that it assigns nothing (Kafka's rule), and its SyncGroup gets its assignment."""
+        assert member.group_instance_id is not None
+        old_id = group.static_members[member.group_instance_id]
+        old = group.members.pop(old_id)
+        self._fail_waits(old, wire.FENCED_INSTANCE_ID)
+        member.assignment = old.assignment
+        group.members[member.member_id] = member
+        group.static_members[member.group_instance_id] = member.member_id
+        leader = group.leader or ""
+        if group.leader == old_id:
+            group.leader = member.member_id
+        if group.state is State.STABLE and member.protocols == old.protocols:
+            return JoinResult(
+                wire.NONE,
+                group.generation,
+                group.protocol_type,
+                group.protocol_name,
+                leader,
+                member.member_id,
+            )
+        member.joining = asyncio.get_running_loop().create_future()
+        if group.state is not State.PREPARING:
+            self._prepare(group)
         self._maybe_complete(group)
         return await member.joining
 
@@ -199,7 +258,7 @@ class Coordinator:
         if group.state is State.PREPARING:
             for member in list(group.members.values()):
                 if member.joining is None or member.joining.done():
-                    del group.members[member.member_id]  # it did not join in time
+                    _forget(group, member)  # it did not join in time
                     self._fail_waits(member, wire.UNKNOWN_MEMBER_ID)
             self._maybe_complete(group, deadline=True)
 
@@ -222,13 +281,22 @@ class Coordinator:
     async def _complete(self, group: Group) -> None:
         try:
             generation = await self._next_generation(group.group_id)
-        except Exception:  # the writer failed: every joiner hears it and may retry
+        except Exception as exc:  # the writer failed: every joiner hears it and may retry
             group.completing = False
             for member in group.members.values():
                 self._fail_waits(member, wire.COORDINATOR_NOT_AVAILABLE)
             group.members.clear()
+            group.static_members.clear()
             group.state = State.EMPTY
-            raise
+            # said here: nothing awaits this task, and asyncio would log it as an error of
+            # its own ("Task exception was never retrieved"), outside fencelog.kafka
+            log.warning(
+                "Kafka group %s: its next generation could not be claimed (%s); its "
+                "members are answered COORDINATOR_NOT_AVAILABLE and join again",
+                group.group_id,
+                exc,
+            )
+            return
         group.completing = False
         if group.deadline is not None:
             group.deadline.cancel()
@@ -272,12 +340,18 @@ class Coordinator:
     # SyncGroup, Heartbeat, LeaveGroup --------------------------------------------------
 
     async def sync(
-        self, group_id: str, generation: int, member_id: str, assignments: dict[str, bytes]
+        self,
+        group_id: str,
+        generation: int,
+        member_id: str,
+        assignments: dict[str, bytes],
+        group_instance_id: str | None = None,
     ) -> SyncResult:
         group = self.groups.get(group_id)
         member = None if group is None else group.members.get(member_id)
-        if group is None or member is None:
-            return SyncResult(wire.UNKNOWN_MEMBER_ID)
+        fenced = _fenced(group, group_instance_id, member_id)
+        if group is None or member is None or fenced:
+            return SyncResult(wire.FENCED_INSTANCE_ID if fenced else wire.UNKNOWN_MEMBER_ID)
         member.last_seen = asyncio.get_running_loop().time()
         if generation != group.generation:
             return SyncResult(wire.ILLEGAL_GENERATION)
@@ -300,7 +374,11 @@ class Coordinator:
     def _synced(group: Group, member: Member) -> SyncResult:
         return SyncResult(wire.NONE, member.assignment, group.protocol_type, group.protocol_name)
 
-    def heartbeat(self, group_id: str, generation: int, member_id: str) -> int:
+    def heartbeat(
+        self, group_id: str, generation: int, member_id: str, group_instance_id: str | None = None
+    ) -> int:
+        if _fenced(self.groups.get(group_id), group_instance_id, member_id):
+            return wire.FENCED_INSTANCE_ID
         return self._current_member(group_id, generation, member_id)
 
     def _current_member(
@@ -325,16 +403,26 @@ class Coordinator:
             return wire.REBALANCE_IN_PROGRESS
         return wire.NONE
 
-    def leave(self, group_id: str, member_ids: list[str]) -> list[int]:
-        """Each member's answer; the group rebalances when anyone left."""
+    def leave(self, group_id: str, leaving: list[tuple[str, str | None]]) -> list[int]:
+        """Each (member id, group.instance.id)'s answer; the group rebalances when anyone
+        left. A static member may leave by its instance id alone (member id ""); a
+        member id that is not its instance's holder is fenced."""
         group = self.groups.get(group_id)
         answers = []
         left = False
-        for member_id in member_ids:
-            member = None if group is None else group.members.pop(member_id, None)
-            if member is None:
+        for given_id, instance in leaving:
+            member_id = given_id
+            if group is not None and instance is not None:
+                holder = group.static_members.get(instance)
+                if holder is not None and given_id and given_id != holder:
+                    answers.append(wire.FENCED_INSTANCE_ID)
+                    continue
+                member_id = holder or given_id
+            member = None if group is None else group.members.get(member_id)
+            if group is None or member is None:
                 answers.append(wire.UNKNOWN_MEMBER_ID)
                 continue
+            _forget(group, member)
             self._fail_waits(member, wire.UNKNOWN_MEMBER_ID)
             answers.append(wire.NONE)
             left = True
@@ -363,11 +451,16 @@ class Coordinator:
 
     # OffsetCommit ---------------------------------------------------------------------
 
-    def check_commit(self, group_id: str, generation: int, member_id: str) -> int:
+    def check_commit(
+        self, group_id: str, generation: int, member_id: str, group_instance_id: str | None = None
+    ) -> int:
         """Whether a member may commit offsets now (a Kafka error code; 0: yes). A
         commit without a generation (-1) is a consumer that assigns its own partitions:
-        accepted while the group has no members."""
+        accepted while the group has no members. A static member's replaced incarnation
+        is fenced."""
         group = self.groups.get(group_id)
+        if _fenced(group, group_instance_id, member_id):
+            return wire.FENCED_INSTANCE_ID
         if generation < 0 and not member_id:
             if group is None or not group.members:
                 return wire.NONE
@@ -390,6 +483,33 @@ class Coordinator:
                     and now - m.last_seen > m.session_timeout_s
                 ]
                 for member in expired:
-                    del group.members[member.member_id]
+                    _forget(group, member)
                 if expired:
                     self._after_removal(group)
+
+
+def _valid_group_id(group_id: str) -> bool:
+    """Whether group_id can name a group: its generations are ownership generations of
+    the resource `<group>`, named as ownership names are (a Kafka group id of another
+    character, such as a NUL, would fail the claim of its first generation)."""
+    try:
+        check_name("consumer group", group_id)
+    except BrokerError:
+        return False
+    return True
+
+
+def _fenced(group: Group | None, group_instance_id: str | None, member_id: str) -> bool:
+    """Kafka's static member fencing: another member id holds that group.instance.id."""
+    if group is None or group_instance_id is None:
+        return False
+    holder = group.static_members.get(group_instance_id)
+    return holder is not None and holder != member_id
+
+
+def _forget(group: Group, member: Member) -> None:
+    """Remove member from group, and its group.instance.id with it."""
+    del group.members[member.member_id]
+    instance = member.group_instance_id
+    if instance is not None and group.static_members.get(instance) == member.member_id:
+        del group.static_members[instance]

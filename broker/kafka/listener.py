@@ -6,7 +6,10 @@ limit before anything is allocated), starts each request as it arrives and sends
 answers in request order, as Kafka clients expect of a pipelined connection. A request
 that cannot be read costs only its connection: ApiVersions of an unknown version gets
 Kafka's UNSUPPORTED_VERSION answer, another API's unknown version an error answer where
-its response can carry one, garbage a closed connection; the broker goes on.
+its response can carry one, garbage or a request that breaks its API's spec (a null
+where the spec allows none, a length past the end: wire.py, schema.py) a closed
+connection, before any handler runs; the broker goes on. Each refusal is logged, at
+WARNING only for the first of its kind from a client host in a while (refusals.py).
 
 When the listener is not on loopback, a connection must authenticate with SASL/PLAIN
 first, its password being the server's auth token (the native listener's rule).
@@ -22,7 +25,7 @@ import logging
 import struct
 from typing import TYPE_CHECKING, Any, Final
 
-from broker.kafka import wire
+from broker.kafka import refusals, wire
 from broker.kafka.options import KafkaListen
 
 if TYPE_CHECKING:
@@ -33,8 +36,6 @@ log = logging.getLogger("fencelog.kafka")
 _LENGTH: Final = struct.Struct(">i")
 _PRE_AUTH: Final = frozenset({wire.API_VERSIONS_KEY, 17, 36})  # SaslHandshake, SaslAuthenticate
 _READ_PAUSE_ANSWERS: Final = 64  # unanswered requests before the socket is not read
-_WARN_AGAIN_S: Final = 60.0  # a host refused before authentication: warned of once a minute
-_WARNED_HOSTS_MAX: Final = 1024  # hosts remembered for that
 
 
 class KafkaConnection(asyncio.Protocol):
@@ -59,12 +60,10 @@ class KafkaConnection(asyncio.Protocol):
         peer = transport.get_extra_info("peername")
         self.peer = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
         if len(self.api.connections) >= self.api.connections_max:
-            log.warning(
-                "refusing Kafka connection %s: the listener holds its limit of %d",
-                self.peer,
-                self.api.connections_max,
+            self._refuse(
+                refusals.REFUSED_FULL,
+                f"the listener holds its limit of {self.api.connections_max}",
             )
-            self._close()
             return
         self.api.connections.add(self)
 
@@ -85,14 +84,9 @@ class KafkaConnection(asyncio.Protocol):
         while len(self._buffer) >= 4 and not self._closing:
             (size,) = _LENGTH.unpack_from(self._buffer)
             if size < 0 or size > limit:
-                log.warning(
-                    "closing Kafka connection %s: a frame of %d bytes (the limit is %d)",
-                    self.peer,
-                    size,
-                    limit,
-                    extra={"event": "refused_frame", "client": self.peer},
+                self._refuse(
+                    refusals.REFUSED_TOO_LARGE, f"a frame of {size} bytes (the limit is {limit})"
                 )
-                self._close()
                 return
             if len(self._buffer) < 4 + size:
                 break
@@ -110,34 +104,17 @@ class KafkaConnection(asyncio.Protocol):
         try:
             request = wire.read_request(frame)
         except wire.MalformedRequest as exc:
-            log.warning(
-                "closing Kafka connection %s: %s",
-                self.peer,
-                exc,
-                extra={"event": "refused_frame", "client": self.peer},
-            )
-            self._close()
+            self._refuse(refusals.REFUSED_MALFORMED, str(exc))
             return
         header = request.header
         self.client_id = header.client_id or ""
         if not self.authenticated and header.api_key not in _PRE_AUTH:
             asked = wire.unknown_api_message(header) if request.api is None else request.api.name
-            host, now = self.peer.rpartition(":")[0], asyncio.get_running_loop().time()
-            warned = self.api.unauthenticated_warned
-            quiet = now - warned.get(host, -_WARN_AGAIN_S) < _WARN_AGAIN_S
-            if not quiet:
-                if len(warned) >= _WARNED_HOSTS_MAX:  # many hosts: start the minute afresh
-                    warned.clear()
-                warned[host] = now
-            log.log(
-                logging.DEBUG if quiet else logging.WARNING,
-                "closing Kafka connection %s: %s before SASL authentication%s",
-                self.peer,
-                asked,
-                "" if quiet else " (again within a minute: logged at debug)",
-                extra={"event": "refused_frame", "client": self.peer, "error": "AUTH_FAILED"},
+            self._refuse(
+                refusals.REFUSED_UNAUTHENTICATED,
+                f"{asked} before SASL authentication",
+                error="AUTH_FAILED",
             )
-            self._close()
             return
         if request.body is None:
             self._queue(self._done(self._unanswerable(request)))
@@ -147,6 +124,28 @@ class KafkaConnection(asyncio.Protocol):
             task.add_done_callback(_log_failure)
             return  # acks=0: no answer at all
         self._queue(asyncio.ensure_future(self._answer(request)))
+
+    def _refuse(self, kind: str, why: str, error: str | None = None) -> None:
+        """Close this connection, saying why (log_refusal)."""
+        self.log_refusal(kind, f"closing Kafka connection {self.peer}: {why}", error)
+        self._close()
+
+    def log_refusal(self, kind: str, what: str, error: str | None = None) -> None:
+        """Log a refusal: at WARNING for the first of its kind from its host, then at
+        DEBUG, counted, for a while (refusals.py)."""
+        host = refusals.host_of(self.peer)
+        verdict = self.api.refusals.refused(host, kind, asyncio.get_running_loop().time())
+        level, more = logging.DEBUG, ""
+        if verdict.warn:
+            level = logging.WARNING
+            interval_s = self.api.refusals.warn_interval_s
+            more = f"; more such from {host} within {interval_s:.0f} s are logged at debug"
+            if verdict.unwarned:
+                more = f"; {verdict.unwarned} more since the last warning were logged at debug"
+        extra = {"event": "refused_frame", "client": self.peer}
+        if error is not None:
+            extra["error"] = error
+        log.log(level, "%s%s", what, more, extra=extra)
 
     def _unanswerable(self, request: wire.Request) -> bytes | None:
         header = request.header

@@ -10,8 +10,8 @@ built here without a Python object per record beyond the row itself (a fetch of 
 records is this module's loop, so it is kept tight). Offsets inside a batch are deltas
 from its first, so a gap (none today) would cost nothing.
 
-Kafka's null value (a tombstone) is stored as an empty value, and a null header value
-as empty bytes: fencelog's records always have a value.
+Kafka's null value (a tombstone) is stored as an empty value: fencelog's records always
+have a value. A null header value is kept null, distinct from an empty one.
 """
 
 from __future__ import annotations
@@ -154,7 +154,7 @@ def _read_records(  # noqa: PLR0912 - a branch per field read inline is the poin
         value = b""
         if size >= 0:
             value, pos = body[pos : pos + size], pos + size
-        headers: tuple[tuple[str, bytes], ...] = ()
+        headers: tuple[tuple[str, bytes | None], ...] = ()
         if body[pos] == 0:
             pos += 1
         else:
@@ -167,7 +167,7 @@ def _read_records(  # noqa: PLR0912 - a branch per field read inline is the poin
     return records
 
 
-def _headers(body: bytes, pos: int) -> tuple[tuple[tuple[str, bytes], ...], int]:
+def _headers(body: bytes, pos: int) -> tuple[tuple[tuple[str, bytes | None], ...], int]:
     count, pos = _varint(body, pos)
     if count < 0:
         raise CorruptRecordError(f"a record with {count} headers")
@@ -179,7 +179,7 @@ def _headers(body: bytes, pos: int) -> tuple[tuple[tuple[str, bytes], ...], int]
         name = body[pos : pos + size].decode()
         pos += size
         size, pos = _varint(body, pos)
-        data = b""
+        data = None  # Kafka's null header value, kept null
         if size >= 0:
             data, pos = body[pos : pos + size], pos + size
         headers.append((name, data))
@@ -219,8 +219,11 @@ def _encode_headers(stored: bytes) -> bytes:
         encoded = name.encode()
         out += _zigzag(len(encoded))
         out += encoded
-        out += _zigzag(len(data))
-        out += data
+        if data is None:
+            out += _NULL
+        else:
+            out += _zigzag(len(data))
+            out += data
     return bytes(out)
 
 

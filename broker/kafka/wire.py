@@ -4,7 +4,9 @@ kafka-python (3.x) builds a class per API from Kafka's own JSON message specs, w
 every version's fields, flexible versions and tagged fields; this module only adds what
 a broker needs and a client does not: reading a request's header before its body is
 known to be decodable, the table of the APIs and versions fencelog answers (ApiVersions
-advertises exactly this table), and framing the answers.
+advertises exactly this table), holding each request body to its API's spec as a
+broker must (schema.py: every API of the table, every version), and framing the
+answers.
 
 A request frame is INT32 length, then the request header (v1: api_key, api_version,
 correlation_id, client_id; v2, for flexible versions, adds tagged fields), then the
@@ -19,6 +21,8 @@ from typing import Any, Final
 
 from kafka.protocol import admin, consumer, metadata, producer, sasl
 from msgspec import Struct
+
+from broker.kafka import schema
 
 
 class Api(Struct, frozen=True):
@@ -100,7 +104,8 @@ _INT32: Final = struct.Struct(">i")
 
 
 class MalformedRequest(Exception):
-    """A request that cannot be read: its connection is closed after the answer, if any."""
+    """A request that cannot be read, or breaks its API's spec (schema.py): its
+    connection is closed after the answer, if any."""
 
 
 class Header(Struct, frozen=True):
@@ -118,8 +123,8 @@ class Request(Struct, frozen=True):
 
 def read_request(frame: bytes | memoryview) -> Request:
     """A request frame (without its length prefix) as its header and, when fencelog
-    answers that API at that version, its decoded body. MalformedRequest when the
-    bytes are not a Kafka request."""
+    answers that API at that version, its decoded body, held to the API's spec.
+    MalformedRequest when the bytes are not a Kafka request or break that spec."""
     data = memoryview(frame)
     if len(data) < _HEADER.size + 2:
         raise MalformedRequest(f"a request of {len(data)} bytes is shorter than its header")
@@ -139,7 +144,9 @@ def read_request(frame: bytes | memoryview) -> Request:
     if api.flexible(api_version):
         pos = _skip_tagged_fields(data, pos)
     try:
-        body = api.request.decode(data[pos:], version=api_version)
+        body = schema.decode(api.request, api_version, data[pos:])
+    except schema.SchemaViolation as exc:
+        raise MalformedRequest(f"{api.name} v{api_version} request breaks its spec: {exc}") from exc
     except Exception as exc:  # kafka-python raises what struct and its codecs raise
         raise MalformedRequest(
             f"{api.name} v{api_version} request cannot be decoded: {exc}"
@@ -244,6 +251,7 @@ INVALID_FETCH_SIZE: Final = 4
 NOT_LEADER_OR_FOLLOWER: Final = 6
 REQUEST_TIMED_OUT: Final = 7
 MESSAGE_TOO_LARGE: Final = 10
+OFFSET_METADATA_TOO_LARGE: Final = 12
 COORDINATOR_NOT_AVAILABLE: Final = 15
 NOT_COORDINATOR: Final = 16
 INVALID_TOPIC_EXCEPTION: Final = 17
@@ -264,6 +272,7 @@ TOPIC_ALREADY_EXISTS: Final = 36
 INVALID_PARTITIONS: Final = 37
 INVALID_CONFIG: Final = 40
 INVALID_REPLICATION_FACTOR: Final = 38
+INVALID_REPLICA_ASSIGNMENT: Final = 39
 INVALID_REQUEST: Final = 42
 UNSUPPORTED_FOR_MESSAGE_FORMAT: Final = 43
 OUT_OF_ORDER_SEQUENCE_NUMBER: Final = 45
@@ -277,6 +286,7 @@ SASL_AUTHENTICATION_FAILED: Final = 58
 UNKNOWN_PRODUCER_ID: Final = 59
 KAFKA_STORAGE_ERROR: Final = 56
 GROUP_ID_NOT_FOUND: Final = 69
+FENCED_INSTANCE_ID: Final = 82
 UNKNOWN_SERVER_ERROR: Final = -1
 INVALID_RECORD: Final = 87
 UNSTABLE_OFFSET_COMMIT: Final = 88

@@ -305,9 +305,9 @@ def _headers(index: int, headers: object) -> Headers:
             isinstance(pair, tuple | list)
             and len(pair) == 2
             and isinstance(pair[0], str)
-            and isinstance(pair[1], bytes)
+            and (pair[1] is None or isinstance(pair[1], bytes))
         ):
-            raise ProtocolError(f"record {index}: each header is [name, binary value]")
+            raise ProtocolError(f"record {index}: each header is [name, binary value or nil]")
     return tuple((name, value) for name, value in headers)
 
 
@@ -714,7 +714,10 @@ def snapshots_from_wire(wire: Sequence[Sequence[int]]) -> list[SnapshotRow]:
 
 
 def offsets_to_wire(rows: Sequence[OffsetRow]) -> list[tuple[Any, ...]]:
-    return [(r.partition, r.next_offset, r.producer_state, r.committed_ms) for r in rows]
+    return [
+        (r.partition, r.next_offset, r.producer_state, r.committed_ms, r.metadata, r.leader_epoch)
+        for r in rows
+    ]
 
 
 def offsets_from_wire(wire: Sequence[Sequence[Any]]) -> list[OffsetRow]:
@@ -853,6 +856,20 @@ def detail_to_wire(detail: TxnDetail) -> dict[str, Any]:
 def detail_from_wire(wire: dict[str, Any]) -> TxnDetail:
     return TxnDetail(
         txn_from_wire(wire["txn"]),
-        tuple(JournalEntryInfo(*row) for row in wire["journal"]),
+        tuple(
+            JournalEntryInfo(journal, position, kind, at_ms, arrays_as_lists(body))
+            for journal, position, kind, at_ms, body in wire["journal"]
+        ),
         tuple(records_from_wire(wire["records"])),
     )
+
+
+def arrays_as_lists(value: object) -> object:
+    """A free-form value (a journal entry's body, an error's details) as the engine
+    made it, arrays as lists: a frame's arrays arrive as tuples, and the same call
+    answered otherwise served than embedded."""
+    if isinstance(value, tuple | list):
+        return [arrays_as_lists(item) for item in value]
+    if isinstance(value, dict):
+        return {key: arrays_as_lists(item) for key, item in value.items()}
+    return value

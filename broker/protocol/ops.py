@@ -352,23 +352,33 @@ PRODUCER_SNAPSHOTS: Final = Operation(
 
 
 def _commit_offsets(
-    group: str, topic: str, offsets: Mapping[int, int], producer_state: bytes | None = None
+    group: str,
+    topic: str,
+    offsets: Mapping[int, int],
+    producer_state: bytes | None = None,
+    metadata: str | None = None,
 ) -> Payload:
-    return {
+    payload: Payload = {
         "group": group,
         "topic": topic,
         "offsets": list(offsets.items()),
         "producer_state": producer_state,
     }
+    if metadata is not None:  # every partition's (a server before it never sees the key)
+        payload["metadata"] = metadata
+    return payload
 
 
 def _of_commit_offsets(payload: Payload) -> Payload:
-    return {
+    decoded = {
         "group": field(payload, "group", str),
         "topic": field(payload, "topic", str),
         "offsets": codec.offset_map_from_wire(payload.get("offsets")),
         "producer_state": field(payload, "producer_state", bytes, optional=True),
     }
+    if "metadata" in payload:
+        decoded["metadata"] = field(payload, "metadata", str, optional=True)
+    return decoded
 
 
 COMMIT_OFFSETS: Final = Operation(

@@ -24,7 +24,6 @@ import contextlib
 import errno
 import os
 import re
-import secrets
 import sqlite3
 import threading
 import time
@@ -455,7 +454,7 @@ def _create(data_dir: DataDir, durability: Durability, busy_timeout_ms: int) -> 
     synced, and then linked into place, never over one another process linked first. So
     fencelog.db is never empty, and an empty one is damage (empty_database), where it
     used to open as a new broker: its pids and generations handed out again."""
-    temporary = data_dir.path / f"{DB_FILE}.{os.getpid()}.{secrets.token_hex(4)}.tmp"
+    temporary = data_dir.path / f"{DB_FILE}.{os.getpid()}.{os.urandom(4).hex()}.tmp"
     try:
         conn = sqlite3.connect(temporary, isolation_level=None, check_same_thread=False)
         try:

@@ -9,6 +9,7 @@ from msgspec import Struct
 
 from broker.rows import GroupOffsetRow, OffsetRow, SnapshotRow
 from broker.storage.queries import Q
+from broker.types import NO_OFFSET_METADATA, OffsetMetadata
 
 
 class LeaseRow(Struct, frozen=True):
@@ -133,9 +134,11 @@ def commit_offset(
     next_offset: int,
     producer_state: bytes | None,
     now_ms: int,
+    details: OffsetMetadata = NO_OFFSET_METADATA,
 ) -> None:
     conn.execute(
-        Q["offset_commit"], (group, topic_id, partition, next_offset, producer_state, now_ms)
+        Q["offset_commit"],
+        (group, topic_id, partition, next_offset, producer_state, now_ms, *details),
     )
 
 

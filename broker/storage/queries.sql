@@ -363,14 +363,16 @@ DELETE FROM producer_snapshots;
 
 -- name: offset_commit
 INSERT INTO consumer_offsets (group_name, topic_id, partition, next_offset, producer_state,
-                              committed_ms)
-VALUES (?, ?, ?, ?, ?, ?)
+                              committed_ms, metadata, leader_epoch)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?)
 ON CONFLICT (group_name, topic_id, partition) DO UPDATE
 SET next_offset = excluded.next_offset, producer_state = excluded.producer_state,
-    committed_ms = excluded.committed_ms;
+    committed_ms = excluded.committed_ms, metadata = excluded.metadata,
+    leader_epoch = excluded.leader_epoch;
 
 -- name: offsets_of_group
-SELECT partition, next_offset, producer_state, committed_ms FROM consumer_offsets
+SELECT partition, next_offset, producer_state, committed_ms, metadata, leader_epoch
+FROM consumer_offsets
 WHERE group_name = ? AND topic_id = ?
 ORDER BY partition;
 
@@ -605,20 +607,23 @@ ON CONFLICT (txn_id, member) DO UPDATE SET generation = excluded.generation;
 DELETE FROM txn_members WHERE txn_id = ?;
 
 -- name: txn_offset_put
-INSERT INTO txn_offsets (txn_id, group_name, topic_id, partition, next_offset, producer_state)
-VALUES (?, ?, ?, ?, ?, ?)
+INSERT INTO txn_offsets (txn_id, group_name, topic_id, partition, next_offset, producer_state,
+                         metadata, leader_epoch)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?)
 ON CONFLICT (txn_id, group_name, topic_id, partition) DO UPDATE
-SET next_offset = excluded.next_offset, producer_state = excluded.producer_state;
+SET next_offset = excluded.next_offset, producer_state = excluded.producer_state,
+    metadata = excluded.metadata, leader_epoch = excluded.leader_epoch;
 
 -- name: txn_offsets_apply
 INSERT INTO consumer_offsets (group_name, topic_id, partition, next_offset, producer_state,
-                              committed_ms)
-SELECT group_name, topic_id, partition, next_offset, producer_state, ?2
+                              committed_ms, metadata, leader_epoch)
+SELECT group_name, topic_id, partition, next_offset, producer_state, ?2, metadata, leader_epoch
 FROM txn_offsets WHERE txn_id = ?1 AND topic_id IN (SELECT topic_id FROM topics)
 ORDER BY group_name, topic_id, partition
 ON CONFLICT (group_name, topic_id, partition) DO UPDATE
 SET next_offset = excluded.next_offset, producer_state = excluded.producer_state,
-    committed_ms = excluded.committed_ms;
+    committed_ms = excluded.committed_ms, metadata = excluded.metadata,
+    leader_epoch = excluded.leader_epoch;
 
 -- name: txn_offsets_pending
 -- Partitions of a topic whose offsets for a group a transaction holds, with its state

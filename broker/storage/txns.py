@@ -20,7 +20,7 @@ from broker.errors import BrokerError, ErrorCode
 from broker.rows import EMPTY_HEADERS, decode_headers, encode_headers
 from broker.storage.logs import SHAPED_RECORDS_MIN, plain_records, shape
 from broker.storage.queries import RUN_ROWS, Q
-from broker.types import NewRecord, Record, values_of
+from broker.types import NO_OFFSET_METADATA, NewRecord, OffsetMetadata, Record, values_of
 
 TXN_COUNTER = "next_txn_id"
 
@@ -451,8 +451,12 @@ def put_offset(
     partition: int,
     offset: int,
     producer_state: bytes | None,
+    details: OffsetMetadata = NO_OFFSET_METADATA,
 ) -> None:
-    conn.execute(Q["txn_offset_put"], (txn_id, group, topic_id, partition, offset, producer_state))
+    conn.execute(
+        Q["txn_offset_put"],
+        (txn_id, group, topic_id, partition, offset, producer_state, *details),
+    )
 
 
 def apply_offsets(conn: sqlite3.Connection, txn_id: int, now_ms: int) -> int:

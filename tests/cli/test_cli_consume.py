@@ -75,6 +75,18 @@ def test_key_null_and_empty_key_are_distinct(invoke: Invoke, filled: Path) -> No
     assert keys["p2-0"] == "k1"
 
 
+def test_a_null_header_value_is_null_in_json_and_a_bare_name_in_a_template(
+    invoke: Invoke, data_dir: Path
+) -> None:
+    with broker.open(data_dir) as engine:
+        engine.create_topic("heads")
+        engine.produce("heads", [NewRecord(b"v", headers=(("gone", None), ("empty", b"")))])
+    (line,) = json_lines(expect(invoke("consume", "heads", "--json"), 0).stdout)
+    assert line["headers"] == [["gone", None], ["empty", ""]]
+    shown = expect(invoke("consume", "heads", "--format", "%h\\n"), 0).stdout
+    assert shown == "gone,empty=\n"
+
+
 def test_consume_all_partitions_in_partition_order(invoke: Invoke, filled: Path) -> None:
     result = expect(invoke("consume", "orders", "--json"), 0)
     assert offsets(result.stdout) == [(0, i) for i in range(5)] + [(2, 0), (2, 1)]

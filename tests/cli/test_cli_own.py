@@ -9,10 +9,12 @@ exits 42.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
 import signal
+import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -25,7 +27,7 @@ from broker.client.client import Client, connect
 from broker.errors import BrokerError, ErrorCode
 from cli.main import command
 from support.helpers import Invoke, Process, expect, fencelog_script, json_error, json_lines
-from support.owning import broker_target, resumed_and_killed, tool_env
+from support.owning import broker_target, resumed_and_killed, serving, tool_env
 from support.waiting import wait_until
 
 GRACE = "0.5s"
@@ -627,3 +629,81 @@ def test_refusals_say_what_is_the_case(invoke: Invoke, journal: None) -> None:
     assert "samza:journal/0 is not held by anyone: nothing to release" in unheld.stderr
     unknown = expect(invoke("own", "release", "nobody"), ErrorCode.UNKNOWN_GROUP)
     assert "no resource of group nobody was ever claimed" in unknown.stderr
+
+
+def fencelog_in(cwd: Path, env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    """One fencelog command as a user's shell runs it, in cwd (bounded by a timeout)."""
+    command_line = [str(fencelog_script()), *args]
+    return subprocess.run(
+        command_line,
+        check=False,
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=ENDS_WITHIN_S,
+    )
+
+
+@pytest.mark.parametrize("kind", ["embedded", "served"])
+def test_a_released_claim_keeps_its_generation_embedded_as_served(
+    tmp_path: Path, kind: str
+) -> None:
+    """Issue 37 item 2, as filed: `own g r --generation 4 -- CMD`, `own release g r`, `own
+    list`, `own g r --once`; embedded in the default ./.fencelog, served through
+    FENCELOG_BROKER. Both keep generation 4 when the holder is gone, the next claim gets
+    5, and only an explicit generation 0 goes back (to 1). A holder killed before it
+    released holds nothing, embedded as served."""
+    work = tmp_path / "work"
+    work.mkdir()
+    with contextlib.ExitStack() as stack:
+        env = tool_env()
+        if kind == "served":
+            env["FENCELOG_BROKER"] = stack.enter_context(serving(tmp_path / "served"))
+
+        def run(*args: str, status: int = 0) -> str:
+            done = fencelog_in(work, env, *args)
+            assert done.returncode == status, (args, done.stdout, done.stderr)
+            return done.stdout + done.stderr
+
+        def holders() -> list[str]:
+            return [line for line in run("own", "list").splitlines() if line]
+
+        assert run("own", "g", "r", "--generation", "4", "--", "true") == (
+            "claimed g:r at generation 4\n"
+        )
+        # served, the session of own's connection ends just after own exits
+        wait_until(lambda: holders() == ["g\tr\t4\t\tno"], ENDS_WITHIN_S, message="not live")
+        refused = run("own", "release", "g", "r", status=int(ErrorCode.NOT_HELD))
+        assert "g:r is not held by anyone: nothing to release" in refused
+        assert "the generation stays recorded" in refused
+        assert holders() == ["g\tr\t4\t\tno"]
+        assert run("own", "g", "r", "--once") == "claimed g:r at generation 5\n"
+
+        # released while CMD holds it: CMD's own is severed, the generation stays
+        own = Process(
+            [fencelog_script(), "own", "g", "r", "--generation", "7", "--", "sleep", "60"],
+            env=env,
+            cwd=work,
+        )
+        with resumed_and_killed(own):
+            wait_until(lambda: holders()[0].endswith("\tyes"), ENDS_WITHIN_S, message="held")
+            assert holders()[0].startswith("g\tr\t7\t")
+            assert run("own", "release", "g", "r") == "released g:r\n"
+            assert own.wait(ENDS_WITHIN_S) == int(ErrorCode.SEVERED), own.stderr_text()
+        assert holders() == ["g\tr\t7\t\tno"]
+        assert run("own", "g", "r", "--once") == "claimed g:r at generation 8\n"
+        assert run("own", "g", "r", "--generation", "0", "--once") == (
+            "claimed g:r at generation 1\n"
+        )
+
+        # its holder killed, never releasing: nobody holds it (embedded listed the dead
+        # process, and `own release` severed it and exited 0)
+        killed = fencelog_in(work, env, "own", "g", "r", "--", "sh", "-c", "kill -9 $PPID")
+        assert killed.returncode == -signal.SIGKILL, killed.stderr
+        wait_until(lambda: holders() == ["g\tr\t2\t\tno"], ENDS_WITHIN_S, message="released")
+        refused = run("own", "release", "g", "r", status=int(ErrorCode.NOT_HELD))
+        assert "g:r is not held by anyone: nothing to release" in refused
+        assert run("own", "g", "r", "--once") == "claimed g:r at generation 3\n"
+    if kind == "embedded":
+        assert (work / ".fencelog").is_dir()

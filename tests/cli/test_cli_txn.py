@@ -133,7 +133,7 @@ def test_a_transaction_spread_over_several_commands(cli: Invoke) -> None:
         cli("produce", "ledger", "--txn", str(txn), "--partition", "3", "--value", "debit-1"), 0
     )
     assert journaled.stdout == (
-        f"journaled 1 record to ledger (partitions 3) in transaction {txn}; "
+        f"journaled 1 record to ledger (partition 3) in transaction {txn}; "
         "consumers see them after txn-commit\n"
     )
     assert values(cli, "invoices") == ["plain-0"]

@@ -30,6 +30,10 @@ def test_create_alter_describe_and_clean(invoke: Invoke) -> None:
     assert altered.stdout.strip() == (
         "topic events: 3 partitions, cleanup delete, at most 1073741824 bytes per partition"
     )
+    day = expect(invoke("topic", "alter", "events", "--retention", "1d"), 0)
+    assert "retention 1d," in day.stdout  # as given, not 86400000 ms
+    ninety = expect(invoke("topic", "alter", "events", "--retention", "90s"), 0)
+    assert "retention 90s," in ninety.stdout
     expect(invoke("topic", "create", "state", "--cleanup", "compact"), 0)
     expect(invoke("produce", "state", "-K", "=", input="a=1\nb=2\na=3\n"), 0)
     cleaned = json.loads(expect(invoke("topic", "clean", "state", "--json"), 0).stdout)

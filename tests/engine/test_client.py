@@ -16,7 +16,8 @@ import broker
 from broker.client.client import Client, connect
 from broker.errors import BrokerError, ErrorCode
 from broker.limits import DEFAULT_LIMITS, Limits
-from broker.types import NewRecord
+from broker.types import NewRecord, ProducerFields
+from support.servers import served
 from support.waiting import wait_until, within
 
 
@@ -81,6 +82,34 @@ def test_produce_splits_batches_at_append_records_max(data_dir: Path) -> None:
         results = client.produce("orders", [str(i) for i in range(7)])
         assert [r.offset for r in results] == list(range(7))
         assert [r.value for r in client.consume("orders")] == [str(i).encode() for i in range(7)]
+
+
+@pytest.mark.parametrize("kind", ["embedded", "served"])
+def test_an_idempotent_produce_split_into_appends_numbers_each_append_on(
+    data_dir: Path, kind: str
+) -> None:
+    """Given producer fields, produce() sent every append of a split with the same first
+    sequence: the appends after the first were answered as duplicates of it (offsets
+    0, 1, 2 again) and their records never written."""
+    small = Limits(append_records_max=3)
+    with contextlib.ExitStack() as stack:
+        target = str(data_dir)
+        if kind == "served":
+            target = stack.enter_context(served(data_dir, limits=small)).address
+        client = stack.enter_context(connect(target, limits=small))
+        client.create_topic("orders")
+        lease = client.lease_pid("orders", 0)
+        fields = ProducerFields(lease.producer_id, lease.generation, lease.sequence + 1)
+        values = [str(i) for i in range(7)]
+        first = client.produce("orders", values, partition=0, producer=fields)
+        assert [(r.offset, r.duplicate) for r in first] == [(i, False) for i in range(7)]
+        records = list(client.consume("orders"))
+        assert [(r.value, r.sequence) for r in records] == [
+            (str(i).encode(), i + 1) for i in range(7)
+        ]
+        retried = client.produce("orders", values, partition=0, producer=fields)
+        assert [(r.offset, r.duplicate) for r in retried] == [(i, True) for i in range(7)]
+        assert client.lease_pid("orders", 0, lease.producer_id).sequence == 7
 
 
 def test_consume_from_beginning_reads_every_partition(orders: Client) -> None:

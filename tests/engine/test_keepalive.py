@@ -98,3 +98,27 @@ def test_a_dead_driver_stops_the_keeper_and_the_transaction_times_out(
         message="the abandoned transaction timed out",
     )
     assert list(client.consume("out")) == []
+
+
+def test_the_keeper_stops_with_its_driver_not_at_its_next_keepalive(
+    client: Client, data_dir: Path, watched: subprocess.Popen[bytes]
+) -> None:
+    """A long timeout (10 min: a keepalive every minute) does not keep the keeper
+    running for a minute after the driver died: it waits on the driver itself."""
+    txn = client.txn_begin("spark-out", timeout_ms=600_000)
+    keeper = keepalive.start(
+        keepalive.Keeping(str(data_dir), txn.txn_id, 600_000, watched.pid, txn.group)
+    )
+    try:
+        wait_until(
+            lambda: client.txn_show(txn.txn_id).info.deadline_ms > txn.deadline_ms,
+            30,
+            message="the keeper's first keepalive",
+        )
+        watched.kill()
+        watched.wait(timeout=30)
+        assert keeper.wait(timeout=20) == 0  # the old keeper slept out its minute
+    finally:
+        keeper.kill()
+        keeper.wait(timeout=30)
+    client.txn_abort(txn.txn_id)

@@ -451,6 +451,31 @@ def test_a_claim_by_a_process_that_died_is_released(target: str, b: Client) -> N
         assert claimed.generation == 6
 
 
+def test_a_dead_holders_claim_is_released_embedded_as_served(target: str, b: Client) -> None:
+    """Issue 37 item 2: embedded, a holder that died without releasing stayed the holder
+    (listed, not live), an operator's release severed it and said it released it, and
+    the next claim audited a severing; served, the claim was released when the holder's
+    connection ended. Both now answer as served: released, audited as its own release."""
+    with resumed_and_killed(python_process(HOLDER, target, "5")) as holder:
+        _, session_id = holder.line(20).split()
+        holder.popen.send_signal(signal.SIGKILL)
+        holder.popen.wait(timeout=30)
+    wait_until(
+        lambda: ownership_rows(b) == [("workers", "orders/0", 5, None, False)],
+        10,
+        message="the dead holder holds nothing",
+    )
+    refused(lambda: b.release("workers", ["orders/0"], any_holder=True), ErrorCode.NOT_HELD)
+    [claimed] = b.own("workers", ["orders/0"], generation=2)
+    assert claimed.generation == 6
+    history = [(r.event, r.session_id, r.generation, r.other) for r in b.ownership_history()]
+    assert history[::-1] == [
+        ("claimed", session_id, 5, None),
+        ("released", session_id, 5, None),
+        ("claimed", b.session_id, 6, None),
+    ]
+
+
 def test_a_stopped_embedded_process_is_released_after_missing_heartbeats(
     data_dir: Path,
 ) -> None:
@@ -468,13 +493,20 @@ def test_a_stopped_embedded_process_is_released_after_missing_heartbeats(
             ErrorCode.OWNED_BY_HIGHER_GENERATION,
         )
         wait_until(
-            lambda: ownership_rows(claimant) == [("workers", "orders/0", 5, session_id, False)],
+            lambda: ownership_rows(claimant) == [("workers", "orders/0", 5, None, False)],
             10,
             message="a holder without heartbeats for session_timeout_ms is not live",
         )
         [claimed] = claimant.own("workers", ["orders/0"], generation=2)
         assert claimed.generation == 6
         assert holder.popen.poll() is None  # paused, not dead: liveness came from heartbeats
+        # its claim was released as its own (a server would have closed its connection),
+        # and it was severed: woken, it learns its claims are gone
+        assert audit(claimant)[-2:] == [
+            ("orders/0", "released", session_id, 5),
+            ("orders/0", "claimed", claimant.session_id, 6),
+        ]
+        assert [s.severed for s in claimant.sessions() if s.session_id == session_id] == [True]
 
 
 def test_an_embedded_heartbeat_outlasts_a_write_lock_held_past_the_busy_timeout(
@@ -615,3 +647,26 @@ def test_the_largest_generation_cannot_wedge_a_resource(a: Client, b: Client) ->
         b.own("workers", ["orders/0"], generation=1)
     except BrokerError as error:
         assert error.code is not ErrorCode.INTERNAL, error
+
+
+def test_releasing_a_whole_group_nobody_holds_says_so(a: Client, b: Client) -> None:
+    # It said "no resource of workers is not held by anyone" (or "by this session").
+    a.own("workers", ["orders/0", "orders/1"])
+    a.release("workers")
+    operator = refused(lambda: b.release("workers", any_holder=True), ErrorCode.NOT_HELD)
+    assert operator.message == "no resource of workers is held by anyone: nothing to release"
+    own = refused(lambda: b.release("workers"), ErrorCode.NOT_HELD)
+    assert own.message == "no resource of workers is held by this session: nothing to release"
+    named = refused(lambda: b.release("workers", ["orders/0"]), ErrorCode.NOT_HELD)
+    assert named.message == "workers:orders/0 is not held by this session: nothing to release"
+
+
+def test_an_errors_details_are_the_same_embedded_and_served(a: Client, b: Client) -> None:
+    # Served, the lists in an error's details came back as tuples (a frame's arrays).
+    a.own("workers", ["orders/0"], generation=5)
+    higher = refused(
+        lambda: b.own("workers", ["orders/0"], generation=2), ErrorCode.OWNED_BY_HIGHER_GENERATION
+    )
+    assert higher.details["refused"] == ["orders/0"]
+    unheld = refused(lambda: b.release("workers", ["orders/0"]), ErrorCode.NOT_HELD)
+    assert unheld.details["resources"] == ["orders/0"]

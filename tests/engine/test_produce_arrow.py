@@ -22,7 +22,7 @@ from broker.client.client import Client, connect
 from broker.errors import BrokerError, ErrorCode
 from broker.limits import DEFAULT_LIMITS, Limits
 from broker.server import server as server_module
-from broker.types import NewRecord, RecordColumns
+from broker.types import NewRecord, ProducerFields, RecordColumns
 from support.servers import served
 
 LIMITS = msgspec.structs.replace(DEFAULT_LIMITS, append_records_max=50)
@@ -238,3 +238,17 @@ def test_the_limits_of_a_client_hold_for_columns_too(data_dir: Path) -> None:
         client.create_topic("arrow", 1)
         results = client.produce_arrow("arrow", pa.table({"value": [b"x" * 300] * 10}))
         assert results.column("offset").to_pylist() == list(range(10))
+
+
+def test_an_idempotent_batch_split_into_appends_numbers_each_append_on(client: Client) -> None:
+    """produce_arrow() with producer fields sent every append of a split with the same
+    first sequence: the appends after the first were duplicates of it, never written."""
+    lease = client.lease_pid("arrow", 1)
+    fields = ProducerFields(lease.producer_id, lease.generation, lease.sequence + 1)
+    batch = pa.table({"value": [b"v%d" % i for i in range(120)], "partition": [1] * 120})
+    first = client.produce_arrow("arrow", batch, producer=fields).to_pylist()
+    assert [(r["offset"], r["duplicate"]) for r in first] == [(i, False) for i in range(120)]
+    records = list(client.consume("arrow", partition=1))
+    assert [(r.value, r.sequence) for r in records] == [(b"v%d" % i, i + 1) for i in range(120)]
+    retried = client.produce_arrow("arrow", batch, producer=fields).to_pylist()
+    assert [(r["offset"], r["duplicate"]) for r in retried] == [(i, True) for i in range(120)]

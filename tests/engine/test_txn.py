@@ -1278,6 +1278,9 @@ def test_a_transaction_journaled_before_schema_011_commits_after_the_upgrade(
     with conn:
         conn.execute("DROP TABLE txn_batches")
         conn.execute("DROP TABLE log_batches")  # schema 013's
+        for table in ("consumer_offsets", "txn_offsets"):  # schema 014's
+            conn.execute(f"ALTER TABLE {table} DROP COLUMN metadata")
+            conn.execute(f"ALTER TABLE {table} DROP COLUMN leader_epoch")
         conn.execute(LEGACY_JOURNAL)
         at = clock() - 5
         rows = [  # partition, position, key, value, headers (msgpack)

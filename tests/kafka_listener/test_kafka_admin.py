@@ -42,6 +42,7 @@ from kafka import errors as kp_errors
 from kafka.admin import ConfigResource as KpConfigResource
 from kafka.admin import ConfigResourceType
 
+from broker.errors import ErrorCode
 from broker.kafka import wire
 from support.kafka_raw import RawKafka
 from support.servers import ServeProcess
@@ -658,11 +659,26 @@ def test_fencelog_group_list_and_describe_show_kafka_members(
         (described,) = fencelog(kafka_server, "group", "describe", "watchers")
         assert described["members"] == watchers["members"]
         assert [(o["partition"], o["committed_offset"]) for o in described["offsets"]] == [(1, 1)]
+        # a reset under live members is refused, as Kafka's is: they would commit over it
+        reset = ["group", "reset", "watchers", "watched", "--to", "earliest"]
+        refused = subprocess.run(
+            ["fencelog", "--broker", kafka_server.address, *reset],
+            capture_output=True,
+            text=True,
+            timeout=STEP_S,
+            check=False,
+        )
+        assert refused.returncode == ErrorCode.GROUP_NOT_EMPTY, refused.stderr
+        assert "consumer group watchers has 1 live Kafka member (Stable)" in refused.stderr
     finally:
         live.close()
     # gone from the listener (it left), the group is its offsets again, with no members
     (described,) = fencelog(kafka_server, "group", "describe", "watchers")
     assert (described["state"], described["members"]) == ("Empty", [])
+    (moved,) = fencelog(
+        kafka_server, "group", "reset", "watchers", "watched", "-p", "1", "--to", "0"
+    )
+    assert (moved["from"], moved["to"]) == (1, 0)  # an empty group's offsets may move
 
 
 # aiokafka: a third protocol implementation, at older versions ------------------------------

@@ -222,12 +222,13 @@ def test_a_record_batch_of_more_than_ten_thousand_records_lands_whole(
 def test_an_idempotent_producers_own_epoch_bump_lands_its_later_records(
     kafka_server: ServeProcess, kafka: str
 ) -> None:
-    """After a message fails for good (here too large for the broker), librdkafka bumps
-    its idempotent producer's epoch by itself and numbers the next batches from 0 again:
-    they are new records, not retries of the first ones, and must be written (they were
-    acknowledged with the first records' offsets and dropped)."""
+    """After a message fails for good (here too large for the broker: over the 32 MiB
+    of a batch), librdkafka bumps its idempotent producer's epoch by itself and numbers
+    the next batches from 0 again: they are new records, not retries of the first ones,
+    and must be written (they were acknowledged with the first records' offsets and
+    dropped)."""
     producer = Producer(
-        {"bootstrap.servers": kafka, "enable.idempotence": True, "message.max.bytes": 4 << 20}
+        {"bootstrap.servers": kafka, "enable.idempotence": True, "message.max.bytes": 40 << 20}
     )
     delivered: list[tuple[bytes, int | None, int]] = []
 
@@ -238,7 +239,7 @@ def test_an_idempotent_producers_own_epoch_bump_lands_its_later_records(
     for i in range(50):
         producer.produce("bumped", value=b"before%d" % i, on_delivery=note)
     assert producer.flush(STEP_S) == 0
-    producer.produce("bumped", value=b"x" * ((1 << 20) + 1), on_delivery=note)  # refused
+    producer.produce("bumped", value=b"x" * ((32 << 20) + 1), on_delivery=note)  # refused
     assert producer.flush(STEP_S) == 0
     for i in range(50):
         producer.produce("bumped", value=b"after%d" % i, on_delivery=note)

@@ -4,9 +4,12 @@ zombie's commit on purpose)."""
 
 from __future__ import annotations
 
+import asyncio
 import concurrent.futures
+import logging
 from typing import Any
 
+import pytest
 from kafka.protocol.consumer import (
     HeartbeatRequest,
     JoinGroupRequest,
@@ -16,7 +19,9 @@ from kafka.protocol.consumer import (
 )
 
 from broker.client.client import connect
+from broker.errors import BrokerError, ErrorCode
 from broker.kafka import wire
+from broker.kafka.groups import Coordinator
 from support.kafka_raw import STEP_TIMEOUT_S, RawKafka
 from support.servers import ServeProcess
 from support.waiting import wait_until
@@ -24,10 +29,10 @@ from support.waiting import wait_until
 GROUP = "zombies"
 
 
-def join(member: RawKafka, member_id: str = "") -> Any:
+def join(member: RawKafka, member_id: str = "", group_id: str = GROUP) -> Any:
     protocol = JoinGroupRequest.JoinGroupRequestProtocol(name="range", metadata=b"m")
     request = JoinGroupRequest(
-        group_id=GROUP,
+        group_id=group_id,
         session_timeout_ms=10_000,
         rebalance_timeout_ms=10_000,
         member_id=member_id,
@@ -189,3 +194,47 @@ def test_a_member_commits_while_its_group_prepares_a_rebalance(
     finally:
         for member in (first, second, third):
             member.close()
+
+
+@pytest.mark.parametrize("group_id", ["bad\x00group", "g" * 256], ids=["nul", "256-chars"])
+def test_a_join_to_a_group_id_no_group_can_have_is_invalid_group_id(
+    kafka_server: ServeProcess, kafka: str, group_id: str
+) -> None:
+    # found by tests/kafka_listener/test_kafka_fuzz.py (seed 5): the first generation's
+    # claim failed, the joiner heard COORDINATOR_NOT_AVAILABLE and the log an ERROR
+    member = RawKafka(kafka)
+    try:
+        assert join(member, group_id=group_id).error_code == wire.INVALID_GROUP_ID
+        assert join(member).error_code == wire.NONE  # the coordinator goes on
+    finally:
+        member.close()
+    assert " ERROR " not in kafka_server.stderr_text(), kafka_server.stderr_text()
+
+
+def test_a_generation_that_cannot_be_claimed_is_coordinator_not_available_and_a_warning(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The claim of a group's next generation failing (the database full, say): its
+    joiners hear COORDINATOR_NOT_AVAILABLE and join again; the listener's log says so,
+    once, not asyncio's "Task exception was never retrieved" at ERROR."""
+
+    async def failing(group_id: str) -> int:
+        raise BrokerError(ErrorCode.STORAGE_FAILED, "database or disk is full")
+
+    async def scenario() -> int:
+        coordinator = Coordinator(failing)
+        try:
+            joined = coordinator.join(
+                "g", "", None, "c", 10_000, 10_000, "consumer", [("range", b"")]
+            )
+            return (await asyncio.wait_for(joined, STEP_TIMEOUT_S)).error
+        finally:
+            await coordinator.stop()
+
+    with caplog.at_level(logging.WARNING):
+        error = asyncio.run(scenario())
+    assert error == wire.COORDINATOR_NOT_AVAILABLE
+    warned = [r for r in caplog.records if r.name == "fencelog.kafka"]
+    assert [r.levelname for r in warned] == ["WARNING"]
+    assert "next generation could not be claimed (database or disk is full)" in warned[0].message
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR]

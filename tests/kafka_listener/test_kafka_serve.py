@@ -81,6 +81,13 @@ def test_with_a_token_kafka_clients_log_in_with_sasl_plain(tmp_path: Path) -> No
         bad.produce("secured", value=b"never")
         assert bad.flush(3.0) == 1  # never delivered
         assert any("authentication" in str(e).lower() for e in refused), refused
+        # the client tries again and again: one warning, the rest counted at debug
+        failures = [
+            line
+            for line in server.stderr_text().splitlines()
+            if "SASL/PLAIN authentication failed" in line and " WARNING " in line
+        ]
+        assert len(failures) == 1, failures
 
         with socket.create_connection(tuple_of(server.kafka), timeout=STEP_S) as plain:
             # a Metadata v1 request with no SASL first: the connection is closed

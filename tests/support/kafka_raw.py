@@ -20,15 +20,28 @@ class RawKafka:
 
     def call(self, request: Any, version: int) -> Any:
         """Send request at version; its decoded answer."""
-        self._correlation += 1
-        request.with_header(correlation_id=self._correlation, client_id=self.client_id)
-        self.sock.sendall(bytes(request.encode(version=version, header=True, framed=True)))
+        self.send(request, version)
         (size,) = struct.unpack(">i", self._exactly(4))
         frame = self._exactly(size)
         response_class = request.header.get_response_class()
         answer = response_class.decode(frame, version=version, header=True)
         assert answer.header.correlation_id == self._correlation
         return answer
+
+    def send(self, request: Any, version: int) -> None:
+        """Send request at version, framed, with the next correlation id."""
+        self._correlation += 1
+        request.with_header(correlation_id=self._correlation, client_id=self.client_id)
+        self.sock.sendall(bytes(request.encode(version=version, header=True, framed=True)))
+
+    def closed_unanswered(self) -> bool:
+        """Whether the broker closed the connection without sending a byte (a reset
+        counts: it closed with the request unread); fails when it did neither within the
+        deadline."""
+        try:
+            return self.sock.recv(100) == b""
+        except ConnectionResetError:
+            return True
 
     def _exactly(self, count: int) -> bytes:
         data = b""

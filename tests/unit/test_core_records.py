@@ -181,6 +181,20 @@ def test_header_names_must_be_1_to_max_characters(name: str) -> None:
     assert code_of(excinfo) is ErrorCode.INVALID_ARGUMENT
 
 
+def test_a_kafka_batch_has_no_record_bounds_only_its_bytes() -> None:
+    """Kafka bounds a batch by its bytes alone: a key, a value, headers beyond
+    fencelog's record bounds pass; the batch's bytes still have theirs."""
+    wide = NewRecord(b"v" * 11, key=b"k" * 5, headers=(("", b"abcd"), ("b", b""), ("c", b"")))
+    check_records([wide], SMALL, kafka=True)
+    with pytest.raises(BrokerError) as excinfo:
+        check_records([wide], SMALL)
+    assert code_of(excinfo) is ErrorCode.RECORD_TOO_LARGE
+    with pytest.raises(BrokerError) as excinfo:
+        check_records([wide, wide], SMALL, kafka=True)
+    assert code_of(excinfo) is ErrorCode.RECORD_TOO_LARGE
+    assert "at most 25 bytes, not 44" in excinfo.value.message
+
+
 def test_empty_batch_is_refused() -> None:
     with pytest.raises(BrokerError) as excinfo:
         check_records([], SMALL)
@@ -261,7 +275,7 @@ def test_split_batches_keeps_each_batch_within_both_limits() -> None:
     assert split_batches([], limits) == []
 
 
-@pytest.mark.parametrize("header", [("h", "text"), (b"h", b"v"), ("h", None)])
+@pytest.mark.parametrize("header", [("h", "text"), (b"h", b"v"), ("h", 1)])
 def test_a_header_of_other_types_is_refused_before_it_is_stored(
     header: tuple[object, object],
 ) -> None:
@@ -271,4 +285,9 @@ def test_a_header_of_other_types_is_refused_before_it_is_stored(
     with pytest.raises(BrokerError) as raised:
         check_records([record], DEFAULT_LIMITS)
     assert raised.value.code is ErrorCode.INVALID_ARGUMENT
-    assert "a header is (name: str, value: bytes)" in raised.value.message
+    assert "a header is (name: str, value: bytes or None)" in raised.value.message
+
+
+def test_a_null_header_value_is_a_header_of_no_bytes() -> None:
+    """Kafka's null header value, kept distinct from an empty one."""
+    check_records([NewRecord(b"v", headers=(("gone", None), ("empty", b"")))], SMALL)

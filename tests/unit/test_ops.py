@@ -41,7 +41,7 @@ CALLS: dict[Op, tuple[tuple[Any, ...], dict[str, Any]]] = {
     Op.PRODUCERS: (("orders",), {}),
     Op.PRODUCER_SNAPSHOT: ((), {}),
     Op.PRODUCER_SNAPSHOTS: ((), {}),
-    Op.COMMIT_OFFSETS: (("billing", "orders", {0: 5, 3: 9}, b"state"), {}),
+    Op.COMMIT_OFFSETS: (("billing", "orders", {0: 5, 3: 9}, b"state", "resume-here"), {}),
     Op.COMMITTED_OFFSETS: (("billing", "orders"), {}),
     Op.CONSUMER_GROUPS: ((500,), {}),
     Op.OFFSET_FOR_TIME: (("orders", 2, 1_700_000_000_000), {}),

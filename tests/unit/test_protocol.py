@@ -29,7 +29,15 @@ from broker.protocol.frames import (
 )
 from broker.protocol.messages import ErrorReply, Kind, Message, Op, Push, Reply, Request
 from broker.rows import encode_headers
-from broker.types import AppendResult, NewRecord, ProducerFields, Record
+from broker.types import (
+    AppendResult,
+    JournalEntryInfo,
+    NewRecord,
+    ProducerFields,
+    Record,
+    TxnDetail,
+    TxnInfo,
+)
 
 FRAME_BYTES_MAX = 64 * 1024
 
@@ -677,3 +685,23 @@ def test_records_go_as_columns_only_to_a_server_that_announced_them() -> None:
     after = produce_args("t", records, ProducerFields(), (), None, frozenset({COLUMNS_FEATURE}))
     assert "records" not in after
     assert codec.new_records_from_columns(after["columns"]) == records
+
+
+def test_a_transactions_journal_bodies_come_back_as_the_engine_keeps_them() -> None:
+    """A frame carries arrays as tuples; a journal entry's body came back with them
+    (PREPARE_COMMIT's partitions ((2, 0, 3),)) where the engine, and so an embedded
+    client, gives lists ([[2, 0, 3]]): txn_show() answered otherwise served."""
+    info = TxnInfo(7, "billing", None, "committed", 10, 1, 2, 3, None, 4)
+    bodies: list[object] = [{"key": "k"}, {"partitions": [[2, 0, 3], [2, 1, 4]], "offsets": 1}]
+    journal = tuple(
+        JournalEntryInfo(10, position, kind, 5, body)
+        for position, (kind, body) in enumerate(
+            zip(("BEGIN", "PREPARE_COMMIT", "COMPLETE"), [*bodies, None], strict=True)
+        )
+    )
+    detail = TxnDetail(info, journal, ())
+    wire = wire_round_trip(codec.detail_to_wire(detail))
+    assert isinstance(wire, dict)
+    decoded = codec.detail_from_wire(wire)
+    assert [e.body for e in decoded.journal] == [*bodies, None]
+    assert decoded == detail

@@ -1,0 +1,64 @@
+"""A Kafka Fetch's byte budget (broker/kafka/fetch_budget.py), without a broker: the
+first record of the first partition answered always, later ones only within what is
+left, and the bound it counts by never below a batch's encoded size."""
+
+from __future__ import annotations
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from broker.kafka.fetch_budget import BATCH_HEADER_BYTES, FetchBudget, record_bytes_max
+from broker.kafka.records import encode_batch
+from broker.rows import EMPTY_HEADERS, KafkaRow, encode_headers
+
+
+def row(offset: int, value_bytes: int) -> KafkaRow:
+    return (offset, 1_000, None, b"v" * value_bytes, EMPTY_HEADERS)
+
+
+def test_the_first_partitions_first_record_comes_whatever_its_size() -> None:
+    budget = FetchBudget(100)
+    big = [row(0, 5_000), row(1, 10)]
+    assert budget.take(big, 100) == big[:1]
+    assert budget.left_bytes == 0
+    assert budget.exhausted()
+
+
+def test_a_later_partition_gets_only_what_fits_in_what_is_left() -> None:
+    budget = FetchBudget(1_000)
+    assert len(budget.take([row(0, 200), row(1, 200)], 1_000)) == 2
+    left = budget.left_bytes
+    assert left == 1_000 - BATCH_HEADER_BYTES - 2 * record_bytes_max(row(0, 200))
+    assert budget.take([row(0, left)], 1_000) == []  # over what is left: none this time
+    assert budget.take([row(0, 10), row(1, 10_000)], 1_000) == [row(0, 10)]
+
+
+def test_a_partitions_own_limit_holds_after_the_first() -> None:
+    budget = FetchBudget(1_000_000)
+    assert budget.take([row(0, 10)], 1_000_000) == [row(0, 10)]
+    assert budget.take([row(0, 500)], 300) == []
+
+
+stored_rows = st.lists(
+    st.tuples(
+        st.integers(0, 1 << 40),  # timestamp delta
+        st.none() | st.binary(max_size=300),
+        st.binary(max_size=20_000),
+        st.lists(st.tuples(st.text(min_size=1, max_size=40), st.none() | st.binary(max_size=300))),
+    ),
+    min_size=1,
+    max_size=20,
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(stored_rows)
+def test_the_bound_is_never_below_the_encoded_batch(
+    found: list[tuple[int, bytes | None, bytes, list[tuple[str, bytes | None]]]],
+) -> None:
+    rows: list[KafkaRow] = [
+        ((1 << 33) + index, 1_000 + stamp, key, value, encode_headers(tuple(headers)))
+        for index, (stamp, key, value, headers) in enumerate(found)
+    ]
+    bound = BATCH_HEADER_BYTES + sum(map(record_bytes_max, rows))
+    assert len(encode_batch(rows)) <= bound
