@@ -31,8 +31,8 @@ from kafka.protocol import admin, consumer, metadata, producer, sasl
 
 from broker.engine.engine import Engine, ProduceOutcome, ProduceRequest
 from broker.errors import BrokerError, ErrorCode
+from broker.kafka import authorized_ops, produce_errors, refusals, topic_requests, wire
 from broker.kafka import offsets as kafka_offsets
-from broker.kafka import produce_errors, refusals, topic_requests, wire
 from broker.kafka import records as kafka_records
 from broker.kafka.cluster import Cluster
 from broker.kafka.configs import Configs
@@ -150,6 +150,8 @@ class KafkaApi:
         topics = {t.name: t for t in await self.backend.read(self.backend.reader.list_topics)}
         response = metadata.MetadataResponse
         topic_cls = response.MetadataResponseTopic
+        asked = getattr(body, "include_topic_authorized_operations", False)
+        topic_ops = authorized_ops.authorized(authorized_ops.TOPIC, asked)
         answers = []
         for name in sorted(topics) if names is None else names:
             info = topics.get(name)
@@ -164,6 +166,7 @@ class KafkaApi:
                     error_code=wire.NONE,
                     name=info.name,
                     is_internal=False,
+                    authorized_operations=topic_ops,
                     partitions=[
                         topic_cls.MetadataResponsePartition(
                             error_code=wire.NONE,
@@ -189,6 +192,10 @@ class KafkaApi:
             cluster_id=self.cluster_id,
             controller_id=NODE_ID,
             topics=answers,
+            authorized_operations=authorized_ops.authorized(
+                authorized_ops.CLUSTER,
+                getattr(body, "include_cluster_authorized_operations", False),
+            ),
         )
 
     async def _auto_create(self, name: str, allowed: bool) -> tuple[TopicInfo | None, int]:

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 from kafka.protocol import admin
 
-from broker.kafka import wire
+from broker.kafka import authorized_ops, wire
 from broker.kafka.admin_codes import SECURITY_DISABLED, Handler
 
 if TYPE_CHECKING:
@@ -60,7 +60,9 @@ class Cluster:
                     is_fenced=False,
                 )
             ],
-            authorized_operations=NOT_ASKED,
+            authorized_operations=authorized_ops.authorized(
+                authorized_ops.CLUSTER, body.include_cluster_authorized_operations
+            ),
         )
 
     async def describe_acls(self, connection: KafkaConnection, body: Any, version: int) -> Any:

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, Final
 from kafka.protocol import admin, consumer
 
 from broker.errors import BrokerError, ErrorCode
-from broker.kafka import wire
+from broker.kafka import authorized_ops, wire
 from broker.kafka.admin_codes import GROUP_SUBSCRIBED_TO_TOPIC, NON_EMPTY_GROUP, Handler
 from broker.kafka.groups import Coordinator, Group, State
 from broker.types import KafkaGroup, KafkaGroupMember
@@ -96,6 +96,9 @@ class GroupsAdmin:
                 described.append(found)
             else:
                 described.append(_empty(response, group_id, DEAD, wire.NONE))
+        asked = getattr(body, "include_authorized_operations", False)
+        for answer in described:  # no authorizer: all a group supports (authorized_ops)
+            answer.authorized_operations = authorized_ops.authorized(authorized_ops.GROUP, asked)
         return response(version=version, throttle_time_ms=0, groups=described)
 
     # DeleteGroups -------------------------------------------------------------------

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicCollection
 from confluent_kafka.admin import (  # type: ignore[attr-defined]
     AdminClient,
     AlterConfigOpType,
@@ -92,3 +92,40 @@ def test_message_format_version_is_taken_and_ignored(kafka: str) -> None:
     finally:
         reader.close()
     assert values == [b"before", b"after"]
+
+
+def test_authorized_operations_are_all_a_resource_supports(kafka: str) -> None:
+    # librdkafka's 0081 (DescribeTopics, DescribeCluster, DescribeConsumerGroups with
+    # authorized operations): a Kafka broker without an authorizer allows, and lists,
+    # every operation a resource supports; fencelog answered none
+    admin = AdminClient({"bootstrap.servers": kafka})
+    admin.create_topics([NewTopic("allowed", 1, 1)])["allowed"].result(STEP_S)
+    topics = admin.describe_topics(TopicCollection(["allowed"]), include_authorized_operations=True)
+    topic = topics["allowed"].result(STEP_S)
+    cluster = admin.describe_cluster(include_authorized_operations=True).result(STEP_S)
+    reader = Consumer({"bootstrap.servers": kafka, "group.id": "allowed"})
+    try:
+        reader.subscribe(["allowed"])
+        for _ in range(20):  # bounded: until the group has its member
+            reader.poll(0.5)
+            if reader.assignment():
+                break
+        groups = admin.describe_consumer_groups(["allowed"], include_authorized_operations=True)
+        group = groups["allowed"].result(STEP_S)
+    finally:
+        reader.close()
+    named = {
+        "topic": sorted(op.name for op in topic.authorized_operations),
+        "cluster": sorted(op.name for op in cluster.authorized_operations),
+        "group": sorted(op.name for op in group.authorized_operations),
+    }
+    topic_ops = "READ WRITE CREATE DELETE ALTER DESCRIBE DESCRIBE_CONFIGS ALTER_CONFIGS"
+    cluster_ops = "CREATE ALTER DESCRIBE CLUSTER_ACTION DESCRIBE_CONFIGS ALTER_CONFIGS"
+    assert named == {
+        "topic": sorted(topic_ops.split()),
+        "cluster": sorted([*cluster_ops.split(), "IDEMPOTENT_WRITE"]),
+        "group": ["DELETE", "DESCRIBE", "READ"],
+    }
+    # not asked for: none listed
+    plain = admin.describe_topics(TopicCollection(["allowed"]))["allowed"].result(STEP_S)
+    assert not plain.authorized_operations
