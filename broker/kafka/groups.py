@@ -455,16 +455,17 @@ class Coordinator:
         self, group_id: str, generation: int, member_id: str, group_instance_id: str | None = None
     ) -> int:
         """Whether a member may commit offsets now (a Kafka error code; 0: yes). A
-        commit without a generation (-1) is a consumer that assigns its own partitions:
-        accepted while the group has no members. A static member's replaced incarnation
-        is fenced."""
+        commit without a generation (-1) is a consumer that assigns its own partitions
+        or an admin: accepted while the group has no members, else UNKNOWN_MEMBER_ID, as
+        Kafka answers (no member of that id). A static member's replaced incarnation is
+        fenced."""
         group = self.groups.get(group_id)
         if _fenced(group, group_instance_id, member_id):
             return wire.FENCED_INSTANCE_ID
         if generation < 0 and not member_id:
             if group is None or not group.members:
                 return wire.NONE
-            return wire.ILLEGAL_GENERATION
+            return wire.UNKNOWN_MEMBER_ID
         return self._current_member(group_id, generation, member_id, committing=True)
 
     # expiry ---------------------------------------------------------------------------
