@@ -44,6 +44,7 @@ class ErrorCode(enum.IntEnum):
     SEVERED = 42
     UNKNOWN_GROUP = 43
     NOT_HELD = 44
+    GROUP_LIVE = 45  # a consumer group with live members (fencelog mirror --groups)
     # idempotent producers (seeds/idempotent-producer.txt)
     OUT_OF_ORDER_SEQUENCE = 50
     INVALID_GENERATION = 51

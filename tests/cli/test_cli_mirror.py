@@ -1,0 +1,428 @@
+"""fencelog mirror, as a team moving to (or sampling from) a Kafka cluster uses it.
+
+The Kafka cluster is another fencelog served with --kafka-listen (there is no Kafka
+broker on these machines): the mirror reaches it through confluent-kafka only, as it
+would reach Kafka. What users must see: the same records on the other side, record for
+record; a second --once copies nothing; a mirror killed -9 again and again while the
+source keeps producing (and the target restarted) ends with every record exactly once;
+consumer groups that move over read exactly the rest; bad input is one line and its
+own exit status, with nothing created.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import random
+import signal
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner, Result
+from confluent_kafka import Consumer, KafkaError, TopicPartition
+from confluent_kafka.admin import AdminClient
+
+from broker.client.client import Client, connect
+from broker.errors import ErrorCode
+from broker.types import NewRecord, Record, TopicConfig
+from cli.main import command
+from support.helpers import Processes, expect, json_error, json_lines
+from support.servers import HOST, ServeProcess, serving
+from support.waiting import wait_until
+
+STEP_S = 20.0
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServeProcess]:
+    """A fencelog served with --kafka-listen: the Kafka cluster of these tests."""
+    base = tmp_path_factory.mktemp("cluster")
+    with serving(
+        base / "data", base / "ready.json", serve_args=["--kafka-listen", f"{HOST}:0"]
+    ) as server:
+        yield server
+
+
+def fencelog(runner: CliRunner, broker: Path | str, *args: str) -> Result:
+    argv = ["--broker", str(broker), *args]
+    return runner.invoke(command(argv), argv)
+
+
+def kafka_url(server: ServeProcess) -> str:
+    return f"kafka://{server.kafka}"
+
+
+def seen(record: Record) -> tuple[Any, ...]:
+    """What a reader sees of a record, its offset included."""
+    return (
+        record.partition,
+        record.offset,
+        record.timestamp_ms,
+        record.key,
+        record.value,
+        record.headers,
+    )
+
+
+def done(result: Result) -> dict[str, Any]:
+    lines = json_lines(result.stdout)
+    assert lines[-1]["event"] == "done", lines
+    return lines[-1]
+
+
+def events(result: Result, kind: str) -> list[dict[str, Any]]:
+    return [line for line in json_lines(result.stdout) if line["event"] == kind]
+
+
+# round trip ---------------------------------------------------------------------------
+
+
+def test_round_trip_through_kafka_is_equal_record_for_record(
+    runner: CliRunner, cluster: ServeProcess, tmp_path: Path
+) -> None:
+    source, copy = tmp_path / "source", tmp_path / "copy"
+    week = TopicConfig(retention_ms=7 * 86_400_000, cleanup="delete")
+    records = [
+        NewRecord(
+            f"value-{i}".encode() if i % 5 else b"",
+            None if i % 4 == 0 else f"key-{i % 7}".encode(),
+            (("trace", f"t{i}".encode()), ("empty", b"")) if i % 3 == 0 else (),
+            i % 3,
+            1_700_000_000_000 + i * 1_000,
+        )
+        for i in range(60)
+    ]
+    with connect(source) as client:
+        client.create_topic("round", 3, config=week)
+        client.produce("round", records)
+        original = [seen(r) for r in client.consume("round")]
+
+    first = expect(
+        fencelog(
+            runner, source, "mirror", "--to", kafka_url(cluster), "-t", "round", "--once", "--json"
+        ),
+        0,
+    )
+    assert events(first, "created") == [{"event": "created", "topic": "round", "partitions": 3}]
+    assert done(first)["records"] == 60
+    again = expect(
+        fencelog(
+            runner, source, "mirror", "--to", kafka_url(cluster), "-t", "round", "--once", "--json"
+        ),
+        0,
+    )
+    assert done(again)["records"] == 0
+    assert events(again, "created") == []
+
+    back = expect(
+        fencelog(runner, copy, "mirror", "--from", kafka_url(cluster), "-t", "round", "--once"), 0
+    )
+    assert back.stdout.splitlines() == [
+        "created round (3 partitions)",
+        f"copied 60 records from {kafka_url(cluster)} (round 60)",
+    ]
+    with connect(copy) as client:
+        assert [seen(r) for r in client.consume("round")] == original
+        info = client.describe_topic("round")
+        assert (info.partitions, info.config) == (3, week)
+    with connect(cluster.address) as on_cluster:
+        assert on_cluster.describe_topic("round").config == week
+
+
+# bad input ----------------------------------------------------------------------------
+
+
+def closed_port() -> int:
+    with socket.socket() as sock:
+        sock.bind((HOST, 0))
+        return int(sock.getsockname()[1])
+
+
+def test_bad_input_is_one_line_with_its_status_and_creates_nothing(
+    runner: CliRunner, cluster: ServeProcess, tmp_path: Path
+) -> None:
+    source = tmp_path / "source"
+    with connect(source) as client:
+        client.create_topic("narrow", 2)
+        client.create_topic("fresh", 1)
+    with connect(cluster.address) as on_cluster:
+        on_cluster.create_topic("narrow", 1)
+    to = ("mirror", "--to", kafka_url(cluster), "--once")
+
+    def refused(status: ErrorCode, *args: str) -> str:
+        result = expect(fencelog(runner, source, *args), int(status))
+        assert result.stdout == ""
+        [line] = result.stderr.splitlines()
+        return line
+
+    assert "topic nowhere is not on the source" in refused(
+        ErrorCode.UNKNOWN_TOPIC, *to, "-t", "nowhere"
+    )
+    line = refused(ErrorCode.UNKNOWN_PARTITION, *to, "-t", "fresh", "-t", "narrow")
+    assert "narrow has 1 partitions on the target and 2 on the source" in line
+    line = refused(
+        ErrorCode.CONNECTION_FAILED,
+        "mirror", "--to", f"kafka://{HOST}:{closed_port()}", "-t", "fresh", "--once",
+        "--kafka-timeout", "1s",
+    )  # fmt: skip
+    assert "Kafka cluster" in line
+    line = refused(
+        ErrorCode.INVALID_ARGUMENT, *to, "-t", "fresh", "--kafka-config", "sasl.password:hunter2"
+    )
+    assert "hunter2" not in line and "is not KEY=VALUE" in line
+    line = refused(
+        ErrorCode.INVALID_ARGUMENT,
+        *to,
+        "-t",
+        "fresh",
+        "--kafka-config",
+        "security.protocol=hunter2",
+    )
+    assert "hunter2" not in line and "security.protocol" in line
+    missing = tmp_path / "missing.conf"
+    assert "cannot read --kafka-config-file" in refused(
+        ErrorCode.INVALID_ARGUMENT, *to, "-t", "fresh", "--kafka-config-file", str(missing)
+    )
+    assert "one of --to or --from" in refused(ErrorCode.INVALID_ARGUMENT, "mirror", "-t", "fresh")
+    json_refusal = expect(fencelog(runner, source, *to, "-t", "nowhere", "--json"), 20)
+    assert json_error(json_refusal)["error"] == "UNKNOWN_TOPIC"
+    with connect(cluster.address) as on_cluster:
+        names = {t.name for t in on_cluster.list_topics()}
+    assert "fresh" not in names  # refused as a whole: nothing created
+
+
+def test_a_group_live_on_the_source_is_refused(
+    runner: CliRunner, cluster: ServeProcess, tmp_path: Path
+) -> None:
+    with connect(cluster.address) as on_cluster:
+        on_cluster.create_topic("busy", 1)
+        on_cluster.produce("busy", [b"a"])
+    member = Consumer(
+        {
+            "bootstrap.servers": cluster.kafka,
+            "group.id": "busy-readers",
+            "auto.offset.reset": "earliest",
+        }
+    )
+    try:
+        member.subscribe(["busy"])
+        wait_until(lambda: member.poll(0.2) is not None and member.assignment(), STEP_S)
+        result = expect(
+            fencelog(
+                runner, tmp_path / "copy", "mirror", "--from", kafka_url(cluster),
+                "-t", "busy", "--groups", "busy-readers", "--once",
+            ),
+            int(ErrorCode.GROUP_LIVE),
+        )  # fmt: skip
+        assert "busy-readers has live members on the source" in result.stderr
+        assert not (tmp_path / "copy").exists()
+    finally:
+        member.close()
+
+
+# groups -------------------------------------------------------------------------------
+
+
+def test_groups_from_kafka_move_over_and_read_exactly_the_rest(
+    runner: CliRunner, cluster: ServeProcess, tmp_path: Path
+) -> None:
+    copy = tmp_path / "copy"
+    with connect(cluster.address) as on_cluster:
+        on_cluster.create_topic("ledger", 2)
+        on_cluster.produce(
+            "ledger", [NewRecord(f"p{i % 2}-{i // 2}".encode(), partition=i % 2) for i in range(20)]
+        )
+        on_cluster.commit_offsets("billing", "ledger", {0: 7, 1: 3})
+    # the cluster's partition 0 starts at 4: its offsets are the copy's plus 4
+    admin = AdminClient({"bootstrap.servers": cluster.kafka})
+    for future in admin.delete_records([TopicPartition("ledger", 0, 4)]).values():
+        future.result(timeout=STEP_S)
+
+    result = expect(
+        fencelog(
+            runner, copy, "mirror", "--from", kafka_url(cluster), "-t", "ledger",
+            "--groups", "billing", "--once", "--json",
+        ),
+        0,
+    )  # fmt: skip
+    assert events(result, "group") == [
+        {
+            "event": "group",
+            "group": "billing",
+            "topic": "ledger",
+            "offsets": {"0": {"source": 7, "target": 3}, "1": {"source": 3, "target": 3}},
+            "ahead": [],
+        }
+    ]
+    rest = json_lines(
+        expect(
+            fencelog(runner, copy, "consume", "ledger", "--group", "billing", "--json"), 0
+        ).stdout
+    )
+    assert sorted(r["value"] for r in rest) == sorted(
+        [f"p0-{i}" for i in range(7, 10)] + [f"p1-{i}" for i in range(3, 10)]
+    )
+
+
+def kafka_rest(kafka: str, group: str, topic: str, partitions: int) -> list[tuple[int, bytes]]:
+    """What a Kafka consumer of group reads from its committed offsets to the end."""
+    consumer = Consumer(
+        {
+            "bootstrap.servers": kafka,
+            "group.id": group,
+            "enable.auto.commit": False,
+            "enable.partition.eof": True,
+            "auto.offset.reset": "earliest",
+        }
+    )
+    try:
+        committed = consumer.committed(
+            [TopicPartition(topic, p) for p in range(partitions)], timeout=STEP_S
+        )
+        consumer.assign(committed)
+        found: list[tuple[int, bytes]] = []
+        ended: set[int] = set()
+        deadline = time.monotonic() + STEP_S
+        while len(ended) < partitions and time.monotonic() < deadline:
+            message = consumer.poll(0.2)
+            if message is None:
+                continue
+            error, partition, value = message.error(), message.partition(), message.value()
+            assert partition is not None
+            if error is not None:
+                assert error.code() == KafkaError._PARTITION_EOF, error
+                ended.add(partition)
+                continue
+            assert value is not None
+            found.append((partition, value))
+        assert len(ended) == partitions, f"not every partition ended within {STEP_S}s"
+        return found
+    finally:
+        consumer.close()
+
+
+def test_groups_into_kafka_move_over_and_read_exactly_the_rest(
+    runner: CliRunner, cluster: ServeProcess, tmp_path: Path
+) -> None:
+    source = tmp_path / "source"
+    with connect(source) as client:
+        client.create_topic("invoices", 2)
+        client.produce(
+            "invoices", [NewRecord(f"i{i}".encode(), partition=i % 2) for i in range(12)]
+        )
+        client.commit_offsets("payers", "invoices", {0: 2, 1: 6})
+    with connect(cluster.address) as on_cluster:  # the target had 3 records already
+        on_cluster.create_topic("invoices", 2)
+        on_cluster.produce("invoices", [b"old-1", b"old-2", b"old-3"], partition=0)
+
+    result = expect(
+        fencelog(
+            runner, source, "mirror", "--to", kafka_url(cluster), "-t", "invoices",
+            "--groups", "payers", "--once",
+        ),
+        0,
+    )  # fmt: skip
+    assert "group payers: invoices/0 2 -> 5, invoices/1 6 -> 6" in result.stdout
+    rest = kafka_rest(cluster.kafka, "payers", "invoices", 2)
+    assert sorted(rest) == sorted((0, f"i{i}".encode()) for i in (4, 6, 8, 10))
+
+
+# killed -9 while following --------------------------------------------------------------
+
+
+class Producing:
+    """Records into a topic of the source, in small batches, until stopped."""
+
+    def __init__(self, source: Path, topic: str, total: int) -> None:
+        self.source, self.topic, self.total = source, topic, total
+        self.produced = 0
+        self.failure: BaseException | None = None
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        try:
+            with connect(self.source) as client:
+                while self.produced < self.total:
+                    batch = range(self.produced, min(self.produced + 25, self.total))
+                    client.produce(
+                        self.topic,
+                        [NewRecord(f"r{i}".encode(), f"k{i % 5}".encode()) for i in batch],
+                    )
+                    self.produced += len(batch)
+                    time.sleep(0.02)
+        except BaseException as exc:  # the test reports it
+            self.failure = exc
+
+
+def follow(processes: Processes, source: Path, server: ServeProcess, topic: str) -> Any:
+    return processes.fencelog(
+        "--broker", str(source), "mirror", "--to", kafka_url(server), "-t", topic,
+        "--batch-records", "40", "--json",
+    )  # fmt: skip
+
+
+def copied_lines(mirror: Any, count: int) -> None:
+    """Waits for count more `copied` lines of a mirror's --json output."""
+    seen_lines = 0
+    while seen_lines < count:
+        line = json.loads(mirror.line(STEP_S))
+        seen_lines += line["event"] == "copied"
+
+
+def by_partition(client: Client, topic: str) -> dict[int, list[bytes | None]]:
+    found: dict[int, list[bytes | None]] = {}
+    for record in client.consume(topic):
+        found.setdefault(record.partition, []).append(record.value)
+    return found
+
+
+def test_killed_again_and_again_while_following_every_record_lands_once(
+    runner: CliRunner, processes: Processes, tmp_path: Path
+) -> None:
+    source = tmp_path / "source"
+    with connect(source) as client:
+        client.create_topic("events", 2)
+    target_dir, ready = tmp_path / "target", tmp_path / "target.json"
+    server = ServeProcess(target_dir, ready, serve_args=["--kafka-listen", f"{HOST}:0"])
+    producing = Producing(source, "events", 1_500)
+    try:
+        server.wait_ready()
+        kafka_port = server.kafka.rpartition(":")[2]
+        producing.thread.start()
+        pause = random.Random(38)
+        for round_number in range(4):
+            mirror = follow(processes, source, server, "events")
+            copied_lines(mirror, 1)
+            time.sleep(pause.uniform(0, 0.15))  # killed anywhere: in a transaction, or between
+            mirror.popen.send_signal(signal.SIGKILL)
+            mirror.wait(STEP_S)
+            if round_number == 1:  # the target restarted between two mirrors
+                server.stop()
+                server.close()
+                server = ServeProcess(
+                    target_dir, ready, serve_args=["--kafka-listen", f"{HOST}:{kafka_port}"]
+                )
+                server.wait_ready()
+        last = follow(processes, source, server, "events")
+        copied_lines(last, 1)
+        last.signal(signal.SIGTERM)  # a follow ends at SIGTERM: exit 0
+        assert last.wait(STEP_S) == 0, last.stderr_text()
+        producing.thread.join(timeout=60)
+        assert producing.failure is None and producing.produced == 1_500
+        expect(
+            fencelog(runner, source, "mirror", "--to", kafka_url(server), "-t", "events", "--once"),
+            0,
+        )
+        with connect(source) as on_source, connect(server.address) as on_target:
+            expected = by_partition(on_source, "events")
+            assert by_partition(on_target, "events") == expected
+        assert sum(len(values) for values in expected.values()) == 1_500
+        expect(fencelog(runner, server.address, "verify", "events"), 0)
+    finally:
+        with contextlib.suppress(Exception):
+            server.close()
