@@ -336,32 +336,43 @@ def test_groups_into_kafka_move_over_and_read_exactly_the_rest(
 
 
 class Producing:
-    """Records into a topic of the source, in small batches, until stopped."""
+    """Records into a topic of the source, in small batches, until stopped (or total)."""
 
-    def __init__(self, source: Path, topic: str, total: int) -> None:
-        self.source, self.topic, self.total = source, topic, total
-        self.produced = 0
+    def __init__(self, source: Path | str, topic: str, first: int = 0) -> None:
+        self.source, self.topic, self.total = source, topic, first + 50_000
+        self.first = self.produced = first
         self.failure: BaseException | None = None
+        self.stopping = threading.Event()
         self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
 
     def _run(self) -> None:
         try:
             with connect(self.source) as client:
-                while self.produced < self.total:
+                while self.produced < self.total and not self.stopping.is_set():
                     batch = range(self.produced, min(self.produced + 25, self.total))
                     client.produce(
                         self.topic,
                         [NewRecord(f"r{i}".encode(), f"k{i % 5}".encode()) for i in batch],
                     )
                     self.produced += len(batch)
-                    time.sleep(0.02)
+                    self.stopping.wait(0.02)  # a steady trickle, as an application writes
         except BaseException as exc:  # the test reports it
             self.failure = exc
 
+    def stop(self) -> int:
+        """Stops and returns how many records it produced."""
+        self.stopping.set()
+        self.thread.join(timeout=STEP_S)
+        assert not self.thread.is_alive() and self.failure is None, self.failure
+        return self.produced - self.first
 
-def follow(processes: Processes, source: Path, server: ServeProcess, topic: str) -> Any:
+
+def follow(
+    processes: Processes, broker: Path, server: ServeProcess, topic: str, direction: str = "--to"
+) -> Any:
     return processes.fencelog(
-        "--broker", str(source), "mirror", "--to", kafka_url(server), "-t", topic,
+        "--broker", str(broker), "mirror", direction, kafka_url(server), "-t", topic,
         "--batch-records", "40", "--json",
     )  # fmt: skip
 
@@ -389,11 +400,11 @@ def test_killed_again_and_again_while_following_every_record_lands_once(
         client.create_topic("events", 2)
     target_dir, ready = tmp_path / "target", tmp_path / "target.json"
     server = ServeProcess(target_dir, ready, serve_args=["--kafka-listen", f"{HOST}:0"])
-    producing = Producing(source, "events", 1_500)
+    producing: Producing | None = None
     try:
         server.wait_ready()
         kafka_port = server.kafka.rpartition(":")[2]
-        producing.thread.start()
+        producing = Producing(source, "events")
         pause = random.Random(38)
         for round_number in range(4):
             mirror = follow(processes, source, server, "events")
@@ -412,8 +423,7 @@ def test_killed_again_and_again_while_following_every_record_lands_once(
         copied_lines(last, 1)
         last.signal(signal.SIGTERM)  # a follow ends at SIGTERM: exit 0
         assert last.wait(STEP_S) == 0, last.stderr_text()
-        producing.thread.join(timeout=60)
-        assert producing.failure is None and producing.produced == 1_500
+        produced = producing.stop()
         expect(
             fencelog(runner, source, "mirror", "--to", kafka_url(server), "-t", "events", "--once"),
             0,
@@ -421,8 +431,58 @@ def test_killed_again_and_again_while_following_every_record_lands_once(
         with connect(source) as on_source, connect(server.address) as on_target:
             expected = by_partition(on_source, "events")
             assert by_partition(on_target, "events") == expected
-        assert sum(len(values) for values in expected.values()) == 1_500
+        assert sum(len(values) for values in expected.values()) == produced
         expect(fencelog(runner, server.address, "verify", "events"), 0)
+    finally:
+        if producing is not None:
+            producing.stopping.set()
+        with contextlib.suppress(Exception):
+            server.close()
+
+
+def test_killed_again_and_again_copying_out_of_kafka_every_record_lands_once(
+    runner: CliRunner, processes: Processes, tmp_path: Path
+) -> None:
+    target = tmp_path / "target"
+    source_dir, ready = tmp_path / "source", tmp_path / "source.json"
+    server = ServeProcess(source_dir, ready, serve_args=["--kafka-listen", f"{HOST}:0"])
+    try:
+        server.wait_ready()
+        kafka_port = server.kafka.rpartition(":")[2]
+        with connect(server.address) as on_source:
+            on_source.create_topic("events", 2)
+        producing = Producing(server.address, "events")
+        pause = random.Random(3838)
+        for _ in range(3):
+            mirror = follow(processes, target, server, "events", "--from")
+            copied_lines(mirror, 1)
+            time.sleep(pause.uniform(0, 0.15))  # killed anywhere: in a transaction, or between
+            mirror.popen.send_signal(signal.SIGKILL)
+            mirror.wait(STEP_S)
+        produced = producing.stop()
+        server.stop()  # the source restarted, then one more mirror killed
+        server.close()
+        server = ServeProcess(
+            source_dir, ready, serve_args=["--kafka-listen", f"{HOST}:{kafka_port}"]
+        )
+        server.wait_ready()
+        more = Producing(server.address, "events", first=produced)
+        mirror = follow(processes, target, server, "events", "--from")
+        copied_lines(mirror, 1)
+        mirror.popen.send_signal(signal.SIGKILL)
+        mirror.wait(STEP_S)
+        produced += more.stop()
+        expect(
+            fencelog(
+                runner, target, "mirror", "--from", kafka_url(server), "-t", "events", "--once"
+            ),
+            0,
+        )
+        with connect(server.address) as on_source, connect(target) as on_target:
+            expected = by_partition(on_source, "events")
+            assert by_partition(on_target, "events") == expected
+        assert sum(len(values) for values in expected.values()) == produced
+        expect(fencelog(runner, target, "verify", "events"), 0)
     finally:
         with contextlib.suppress(Exception):
             server.close()
