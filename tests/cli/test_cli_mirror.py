@@ -28,7 +28,8 @@ from confluent_kafka import Consumer, KafkaError, TopicPartition
 from confluent_kafka.admin import AdminClient
 
 from broker.client.client import Client, connect
-from broker.errors import ErrorCode
+from broker.errors import BrokerError, ErrorCode
+from broker.mirror import mirror_from_kafka, mirror_to_kafka
 from broker.types import NewRecord, Record, TopicConfig
 from cli.main import command
 from support.helpers import Processes, expect, json_error, json_lines
@@ -486,3 +487,24 @@ def test_killed_again_and_again_copying_out_of_kafka_every_record_lands_once(
     finally:
         with contextlib.suppress(Exception):
             server.close()
+
+
+def test_the_python_api_mirrors_and_reports_each_step(
+    cluster: ServeProcess, tmp_path: Path
+) -> None:
+    seen_events: list[dict[str, Any]] = []
+    with connect(tmp_path / "source") as client:
+        client.create_topic("api", 2)
+        client.produce("api", [NewRecord(b"x", partition=1, timestamp_ms=5)])
+        summary = mirror_to_kafka(
+            client, kafka_url(cluster), ["api"], group="api-mirror", on_event=seen_events.append
+        )
+        assert (summary.records, summary.per_topic, summary.created) == (1, {"api": 1}, ["api"])
+        assert [e["event"] for e in seen_events] == ["created", "copied"]
+        with pytest.raises(BrokerError) as refused:
+            mirror_to_kafka(client, kafka_url(cluster), ["api"], batch_records=0)
+        assert refused.value.code is ErrorCode.INVALID_ARGUMENT
+    with connect(tmp_path / "copy") as client:
+        assert mirror_from_kafka(client, kafka_url(cluster), ["api"]).records == 1
+        [record] = client.consume("api")
+        assert (record.partition, record.timestamp_ms, record.value) == (1, 5, b"x")
