@@ -21,7 +21,7 @@ from broker.mirror.plan import config_file_lines, kafka_settings
 from cli.context import state
 from cli.formats import parse_duration
 from cli.options import JsonFlag
-from cli.output import Output, acknowledged
+from cli.output import Output, acknowledged, warn
 
 
 def mirror(
@@ -179,6 +179,9 @@ def _settings(pairs: list[str], path: Path | None) -> dict[str, str]:
 def _event(
     out: Output, event: dict[str, Any], cluster: str, advance: Callable[[int], None]
 ) -> None:
+    if event["event"] == "warning":
+        warn(event["message"])  # on stderr, a JSON object with --json
+        return
     if out.as_json:
         out.json(event)
         out.flush()

@@ -70,6 +70,7 @@ class FencelogSource(_Reading):
         self.client = client
         self.name = client.target
         self._positions: dict[str, dict[int, int]] = {}
+        self.warnings: list[str] = []
 
     def topics(self) -> list[str]:
         return [info.name for info in self.client.list_topics()]

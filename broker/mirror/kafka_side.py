@@ -193,6 +193,7 @@ class KafkaSource:
         self._partitions: dict[str, int] | None = None
         self._consumer = cluster.reader(group)
         self.kafka = cluster.kafka
+        self.warnings: list[str] = []
 
     def _known(self) -> dict[str, int]:
         if self._partitions is None:
@@ -203,12 +204,22 @@ class KafkaSource:
         return list(self._known())
 
     def shape(self, topic: str) -> TopicShape:
+        """The topic's partitions, cleanup policy and retention. A cluster that does not
+        describe configs (no DescribeConfigs permission; librdkafka's mock cluster) gives
+        the partitions alone, with a warning: the target then gets fencelog's defaults."""
         admin = importlib.import_module("confluent_kafka.admin")
         resource = admin.ConfigResource("topic", topic)
-        found = self.cluster.wait(
-            self.cluster.admin.describe_configs([resource])[resource],
-            f"reading the configs of {topic}",
-        )
+        try:
+            found = self.cluster.wait(
+                self.cluster.admin.describe_configs([resource])[resource],
+                f"reading the configs of {topic}",
+            )
+        except BrokerError as error:
+            self.warnings.append(
+                f"{error.message}; {topic} is created with cleanup.policy delete and no "
+                "retention where it is missing"
+            )
+            return TopicShape(self._known()[topic])
 
         def limit(name: str) -> int | None:
             entry = found.get(name)
@@ -261,12 +272,25 @@ class KafkaSource:
         return self.cluster.committed(group, topic, self._known()[topic])
 
     def live_groups(self, groups: Sequence[str]) -> list[str]:
+        """The groups with members. A cluster that cannot describe groups at all
+        (librdkafka's mock cluster) gives a warning: their liveness is not checked."""
         if not groups:
             return []
         futures = self.cluster.admin.describe_consumer_groups(list(groups))
         live = []
         for group, future in futures.items():
-            described = self.cluster.wait(future, f"describing group {group}")
+            try:
+                described = future.result(timeout=self.cluster.timeout_s)
+            except self.kafka.KafkaException as exc:
+                if exc.args[0].code() != self.kafka.KafkaError._UNSUPPORTED_FEATURE:
+                    raise self.cluster.failed(f"describing group {group}", exc) from None
+                self.warnings.append(
+                    f"the cluster cannot describe consumer groups: whether {group} has live "
+                    "members is not checked"
+                )
+                continue
+            except TimeoutError as exc:
+                raise self.cluster.failed(f"describing group {group}", exc) from None
             if described.members:
                 live.append(group)
         return sorted(live)

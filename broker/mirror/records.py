@@ -30,9 +30,10 @@ class PartitionEnds(NamedTuple):
 
 
 class Source(Protocol):
-    """Where records come from."""
+    """Where records come from; `warnings` collects what the caller should be told."""
 
     name: str
+    warnings: list[str]
 
     def topics(self) -> list[str]: ...
     def shape(self, topic: str) -> TopicShape: ...

@@ -55,6 +55,8 @@ def run(
     topics = select_topics(options.topics, source.topics(), source.name)
     _check_groups(source, options.groups)
     shapes = {topic: source.shape(topic) for topic in topics}
+    for warning in source.warnings:
+        on_event({"event": "warning", "message": warning})
     created = _prepare_targets(sink, shapes, on_event)
     sink.begin()
     positions, stops = _positions(source, sink, shapes, options.once)

@@ -24,7 +24,7 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner, Result
-from confluent_kafka import Consumer, KafkaError, TopicPartition
+from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
 from broker.client.client import Client, connect
@@ -508,3 +508,107 @@ def test_the_python_api_mirrors_and_reports_each_step(
         assert mirror_from_kafka(client, kafka_url(cluster), ["api"]).records == 1
         [record] = client.consume("api")
         assert (record.partition, record.timestamp_ms, record.value) == (1, 5, b"x")
+
+
+# librdkafka's mock cluster: several brokers, replicas, transactions with markers -------
+
+
+@pytest.fixture(scope="module")
+def mock_cluster() -> Iterator[tuple[str, Producer]]:
+    """librdkafka's mock cluster of 3 brokers (test.mock.num.brokers), living as long as
+    the client that made it: its bootstrap servers, and that client. Its topics are made
+    by a producer's metadata request (4 partitions, 3 replicas: it answers no
+    CreateTopics, DescribeConfigs or DescribeGroups), and its transactions' markers take
+    offsets, as Kafka's do."""
+    owner = Producer({"test.mock.num.brokers": 3, "log_level": 4})
+    metadata = owner.list_topics(timeout=STEP_S)
+    yield ",".join(f"{b.host}:{b.port}" for b in metadata.brokers.values()), owner
+    owner.flush(STEP_S)
+
+
+def kafka_offsets(servers: str, topic: str, partition: int) -> list[int]:
+    """The offsets of a partition's committed records, read as a Kafka consumer reads."""
+    consumer = Consumer(
+        {
+            "bootstrap.servers": servers,
+            "group.id": "offsets-reader",
+            "isolation.level": "read_committed",
+            "enable.partition.eof": True,
+            "log_level": 4,
+        }
+    )
+    try:
+        consumer.assign([TopicPartition(topic, partition, 0)])
+        found: list[int] = []
+        deadline = time.monotonic() + STEP_S
+        while time.monotonic() < deadline:
+            message = consumer.poll(0.2)
+            if message is None:
+                continue
+            if message.error() is not None:
+                return found
+            offset = message.offset()
+            assert offset is not None
+            found.append(offset)
+        raise AssertionError(f"{topic}/{partition} did not end within {STEP_S}s")
+    finally:
+        consumer.close()
+
+
+def test_through_a_mock_cluster_of_three_brokers_with_transaction_markers(
+    runner: CliRunner, mock_cluster: tuple[str, Producer], tmp_path: Path
+) -> None:
+    servers, owner = mock_cluster
+    url = f"kafka://{servers}"
+    assert len(owner.list_topics("mocked", timeout=STEP_S).topics["mocked"].partitions) == 4
+    source, copy = tmp_path / "source", tmp_path / "copy"
+    with connect(source) as client:
+        client.create_topic("mocked", 4)
+        client.produce(
+            "mocked",
+            [
+                NewRecord(
+                    f"m{i}".encode(),
+                    f"k{i}".encode(),
+                    (("n", b"%d" % i),),
+                    i % 4,
+                    1_600_000_000_000 + i,
+                )
+                for i in range(40)
+            ],
+        )
+        original = [seen(r) for r in client.consume("mocked")]
+    out = ("mirror", "--to", url, "-t", "mocked", "--once", "--batch-records", "7", "--json")
+    assert done(expect(fencelog(runner, source, *out), 0))["records"] == 40
+    # 10 records in partition 0, written in several transactions: markers between them
+    on_mock = kafka_offsets(servers, "mocked", 0)
+    assert len(on_mock) == 10 and on_mock[-1] > 9
+    reader = Consumer({"bootstrap.servers": servers, "group.id": "mock-readers", "log_level": 4})
+    try:
+        reader.commit(offsets=[TopicPartition("mocked", 0, on_mock[3])], asynchronous=False)
+    finally:
+        reader.close()
+
+    back = (
+        "mirror", "--from", url, "-t", "mocked", "--once", "--groups", "mock-readers",
+        "--kafka-timeout", "2s", "--json",
+    )  # fmt: skip
+    result = expect(fencelog(runner, copy, *back), 0)
+    assert done(result)["records"] == 40
+    assert [e["offsets"] for e in events(result, "group")] == [
+        {"0": {"source": on_mock[3], "target": 3}}
+    ]
+    warnings = [json.loads(line)["warning"] for line in result.stderr.splitlines()]
+    assert any("describe consumer groups" in w for w in warnings), warnings
+    assert done(expect(fencelog(runner, copy, *back), 0))["records"] == 0  # resumed: nothing
+    with connect(copy) as client:
+        assert [seen(r) for r in client.consume("mocked")] == original
+    rest = json_lines(
+        expect(
+            fencelog(
+                runner, copy, "consume", "mocked", "-p", "0", "--group", "mock-readers", "--json"
+            ),
+            0,
+        ).stdout
+    )
+    assert [r["value"] for r in rest] == [f"m{i}" for i in range(12, 40, 4)]
