@@ -17,6 +17,7 @@ from collections.abc import Mapping, Sequence
 
 from broker.client.client import Client
 from broker.errors import BrokerError, ErrorCode
+from broker.mirror.failpoints import from_environment
 from broker.mirror.plan import TopicShape
 from broker.mirror.records import MirrorRecord, PartitionEnds
 from broker.types import NewRecord, Record, TopicConfig
@@ -126,6 +127,7 @@ class FencelogSink(_Reading):
         self.name = client.target
         self.group = group
         self.txn_group = TXN_GROUP_PREFIX + group
+        self.failpoints = from_environment()
 
     def partitions(self, topic: str) -> int | None:
         try:
@@ -168,8 +170,11 @@ class FencelogSink(_Reading):
         with self.client.transaction(self.txn_group) as txn:
             for topic, new_records in by_topic.items():
                 txn.produce(topic, new_records)
+            self.failpoints.reached("written")
             for topic, at in positions.items():
                 txn.commit_offsets(self.group, topic, at)
+            self.failpoints.reached("positioned")
+        self.failpoints.reached("committed")
 
     def commit_group(self, group: str, topic: str, offsets: Mapping[int, int]) -> None:
         self.client.commit_offsets(group, topic, offsets)

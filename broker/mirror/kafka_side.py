@@ -23,6 +23,7 @@ from types import ModuleType
 from typing import Any, Final
 
 from broker.errors import BrokerError, ErrorCode
+from broker.mirror.failpoints import from_environment
 from broker.mirror.plan import TopicShape
 from broker.mirror.records import MirrorRecord, PartitionEnds
 
@@ -307,7 +308,7 @@ class KafkaSink:
         self.kafka = cluster.kafka
         self._producer: Any = None
         self._reader = cluster.reader(group)
-        self._failures: list[str] = []
+        self.failpoints = from_environment()
 
     def partitions(self, topic: str) -> int | None:
         return self.cluster.topic_partitions().get(topic)
@@ -347,6 +348,8 @@ class KafkaSink:
             producer.begin_transaction()
             for record in records:
                 self._produce(record)
+            producer.flush(self.cluster.timeout_s)
+            self.failpoints.reached("written")
             offsets = [
                 self.kafka.TopicPartition(topic, partition, at)
                 for topic, at_partition in positions.items()
@@ -354,7 +357,9 @@ class KafkaSink:
             ]
             metadata = self._reader.consumer_group_metadata()
             producer.send_offsets_to_transaction(offsets, metadata, self.cluster.timeout_s)
+            self.failpoints.reached("positioned")
             producer.commit_transaction(self.cluster.timeout_s)
+            self.failpoints.reached("committed")
         except self.kafka.KafkaException as exc:
             self._abort(exc)
             raise self.cluster.failed("a transaction", exc) from None

@@ -30,9 +30,10 @@ from confluent_kafka.admin import AdminClient
 from broker.client.client import Client, connect
 from broker.errors import BrokerError, ErrorCode
 from broker.mirror import mirror_from_kafka, mirror_to_kafka
+from broker.mirror.failpoints import FAILPOINT_ENV, STEPS
 from broker.types import NewRecord, Record, TopicConfig
 from cli.main import command
-from support.helpers import Processes, expect, json_error, json_lines
+from support.helpers import Processes, expect, fencelog_script, json_error, json_lines, user_env
 from support.servers import HOST, ServeProcess, serving
 from support.waiting import wait_until
 
@@ -508,6 +509,37 @@ def test_the_python_api_mirrors_and_reports_each_step(
         assert mirror_from_kafka(client, kafka_url(cluster), ["api"]).records == 1
         [record] = client.consume("api")
         assert (record.partition, record.timestamp_ms, record.value) == (1, 5, b"x")
+
+
+@pytest.mark.parametrize("step", STEPS)
+@pytest.mark.parametrize("direction", ["--to", "--from"])
+def test_killed_at_each_step_of_a_batch_the_next_run_lands_every_record_once(
+    runner: CliRunner,
+    processes: Processes,
+    cluster: ServeProcess,
+    tmp_path: Path,
+    direction: str,
+    step: str,
+) -> None:
+    """FENCELOG_MIRROR_FAILPOINT kills the mirror at a chosen step of its second batch:
+    records in the open transaction, its position too, or just committed."""
+    topic = f"steps-{direction.strip('-')}-{step}"
+    local = tmp_path / "local"
+    source: Path | str = local if direction == "--to" else cluster.address
+    with connect(source) as client:
+        client.create_topic(topic, 2)
+        client.produce(topic, [NewRecord(f"s{i}".encode(), partition=i % 2) for i in range(50)])
+    args = ("mirror", direction, kafka_url(cluster), "-t", topic, "--once", "--batch-records", "10")
+    killed = processes.start(
+        [fencelog_script(), "--broker", str(local), *args],
+        env=user_env(**{FAILPOINT_ENV: f"{step}:2"}),
+    )
+    assert killed.wait(STEP_S) == -signal.SIGKILL, killed.stderr_text()
+    expect(fencelog(runner, local, *args), 0)
+    target = cluster.address if direction == "--to" else local
+    with connect(source) as on_source, connect(target) as on_target:
+        assert by_partition(on_target, topic) == by_partition(on_source, topic)
+    expect(fencelog(runner, target, "verify", topic), 0)
 
 
 # librdkafka's mock cluster: several brokers, replicas, transactions with markers -------
