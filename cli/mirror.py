@@ -17,6 +17,8 @@ from typing import Annotated, Any
 import typer
 
 from broker.errors import BrokerError, ErrorCode
+from broker.mirror.api import BATCH_RECORDS_MAX
+from broker.mirror.api import mirror as run_mirror
 from broker.mirror.plan import config_file_lines, kafka_settings
 from cli.context import state
 from cli.formats import parse_duration
@@ -66,6 +68,7 @@ def mirror(
             help="Where the mirror keeps its position on the target (a Kafka group and "
             "transactional id, or a fencelog group); the same group resumes. Default: "
             "derived from the --topic values.",
+            metavar="GROUP",
         ),
     ] = None,
     groups: Annotated[
@@ -106,7 +109,12 @@ def mirror(
     ] = "10s",
     batch_records: Annotated[
         int,
-        typer.Option("--batch-records", help="Records per transaction, at most.", min=1),
+        typer.Option(
+            "--batch-records",
+            help="Records per transaction, at most.",
+            min=1,
+            max=BATCH_RECORDS_MAX,
+        ),
     ] = 1000,
     as_json: JsonFlag = False,
 ) -> None:
@@ -119,8 +127,6 @@ def mirror(
     with the source's partitions, cleanup policy and retention, and one with fewer
     partitions is refused. Exit 0 when done or stopped by Ctrl-C/SIGTERM in a follow.
     """
-    from broker.mirror.api import mirror as run_mirror
-
     cluster, into_kafka = _direction(to, from_)
     settings = _settings(kafka_config or [], kafka_config_file)
     timeout_s = parse_duration(kafka_timeout)
@@ -147,7 +153,8 @@ def mirror(
     else:
         copied = ", ".join(f"{t} {n}" for t, n in summary.per_topic.items())
         where = f"into {cluster}" if into_kafka else f"from {cluster}"
-        out.line(f"copied {summary.records} records {where} ({copied})")
+        noun = "record" if summary.records == 1 else "records"
+        out.line(f"copied {summary.records} {noun} {where} ({copied})")
     out.flush()
 
 

@@ -3,7 +3,8 @@
 confluent-kafka (librdkafka) is the `mirror` extra: without it, a clear error says how
 to install it. Every call to the cluster is bounded by the mirror's timeout, and a
 failure is one BrokerError: CONNECTION_FAILED when the cluster cannot be reached,
-INVALID_ARGUMENT for a setting librdkafka refuses. A --kafka-config value (a password)
+INVALID_ARGUMENT for a setting librdkafka refuses, AUTH_FAILED for a refused SASL
+login (the cluster's own words added). A --kafka-config value (a password)
 never appears in a message: librdkafka's own text is redacted first. librdkafka's log
 goes to the logger `fencelog.mirror.librdkafka`, not to stderr.
 
@@ -15,8 +16,11 @@ producer and aborts what it left open. Reads are read_committed.
 
 from __future__ import annotations
 
+import collections
+import contextlib
 import importlib
 import logging
+import re
 import time
 from collections.abc import Mapping, Sequence
 from types import ModuleType
@@ -32,6 +36,7 @@ LOG.addHandler(logging.NullHandler())
 LOG.propagate = False
 OFFSET_NONE: Final = -1001  # librdkafka's OFFSET_INVALID: no committed offset
 PRODUCE_QUEUE_WAIT_S: Final = 0.1
+ERRORS_KEPT_MAX: Final = 16  # the cluster's latest errors (error_cb), for a failure's message
 
 
 def confluent() -> ModuleType:
@@ -53,7 +58,13 @@ class KafkaCluster:
         self, url: str, servers: str, settings: Mapping[str, str], timeout_s: float
     ) -> None:
         self.url = url
-        self.settings = {"bootstrap.servers": servers, **settings, "logger": LOG}
+        self.errors: collections.deque[Any] = collections.deque(maxlen=ERRORS_KEPT_MAX)
+        self.settings = {
+            "bootstrap.servers": servers,
+            **settings,
+            "logger": LOG,
+            "error_cb": self.errors.append,
+        }
         self.secrets = [value for value in settings.values() if value]
         self.timeout_s = timeout_s
         self.kafka = confluent()
@@ -72,18 +83,28 @@ class KafkaCluster:
                 hint="--kafka-config takes librdkafka's names (CONFIGURATION.md)",
             ) from None
 
-    def redact(self, exc: BaseException) -> str:
-        """librdkafka's own words for exc, with every --kafka-config value masked."""
-        error = exc.args[0] if exc.args else None
+    def redact(self, exc: BaseException | str) -> str:
+        """librdkafka's own words for exc, with every --kafka-config value masked
+        (where it stands alone, not inside another word)."""
+        error = exc.args[0] if isinstance(exc, BaseException) and exc.args else None
         text = str(error.str()) if error is not None and hasattr(error, "str") else str(exc)
         for secret in self.secrets:
-            text = text.replace(secret, "***")
+            text = re.sub(rf"(?<![\w.-]){re.escape(secret)}(?![\w.-])", "***", text)
         return text
 
     def failed(self, what: str, exc: BaseException) -> BrokerError:
+        """CONNECTION_FAILED, with the cluster's last error when it says more (a SASL
+        login refused, a TLS handshake failed), which librdkafka reports apart."""
+        with contextlib.suppress(Exception):
+            self.admin.poll(0)  # delivers the error callbacks queued meanwhile
+        message = f"{what} on the Kafka cluster {self.url} failed: {self.redact(exc)}"
+        cause = self.errors[-1] if self.errors else None
+        refused_login = cause is not None and cause.code() == self.kafka.KafkaError._AUTHENTICATION
+        if cause is not None and str(cause.str()) not in message:
+            message += f"; the cluster's last error: {self.redact(str(cause.str()))}"
         return BrokerError(
-            ErrorCode.CONNECTION_FAILED,
-            f"{what} on the Kafka cluster {self.url} failed: {self.redact(exc)}",
+            ErrorCode.AUTH_FAILED if refused_login else ErrorCode.CONNECTION_FAILED,
+            message,
             hint="check --to/--from, the cluster, and --kafka-config (TLS, SASL)",
         )
 

@@ -227,6 +227,43 @@ def test_a_group_live_on_the_source_is_refused(
         member.close()
 
 
+def test_sasl_settings_from_a_file_log_in_and_a_wrong_password_is_never_echoed(
+    runner: CliRunner, tmp_path: Path
+) -> None:
+    token = "mirror-token-7f3a9c"
+    token_file = tmp_path / "token"
+    token_file.write_text(token)
+    source = tmp_path / "source"
+    with connect(source) as client:
+        client.create_topic("secured", 1)
+        client.produce("secured", [b"in"])
+    settings = tmp_path / "kafka.conf"
+    settings.write_text(
+        "# the cluster's SASL/PLAIN login\n"
+        "security.protocol=SASL_PLAINTEXT\nsasl.mechanism=PLAIN\nsasl.username=mirror\n"
+    )
+    args = ("--no-unix", "--kafka-listen", f"{HOST}:0", "--auth-token-file", str(token_file))
+    with serving(tmp_path / "cluster", tmp_path / "ready.json", serve_args=args) as server:
+        to = ("mirror", "--to", kafka_url(server), "-t", "secured", "--once")
+        login = ("--kafka-config-file", str(settings))
+        wrong = expect(
+            fencelog(
+                runner, source, *to, *login, "--kafka-config", "sasl.password=wrong-pass-5e1d",
+                "--kafka-timeout", "1s",
+            ),
+            int(ErrorCode.AUTH_FAILED),
+        )  # fmt: skip
+        assert "wrong-pass-5e1d" not in wrong.stderr and len(wrong.stderr.splitlines()) == 1
+        assert "SASL authentication error" in wrong.stderr
+        result = expect(
+            fencelog(runner, source, *to, *login, "--kafka-config", f"sasl.password={token}"), 0
+        )
+        assert token not in result.stdout + result.stderr
+        assert result.stdout.endswith(
+            "copied 1 record into " + kafka_url(server) + " (secured 1)\n"
+        )
+
+
 # groups -------------------------------------------------------------------------------
 
 
