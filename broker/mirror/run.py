@@ -167,12 +167,15 @@ class _Copy:
         return True
 
     def _reached(self, ends: Mapping[str, int]) -> None:
+        """A partition's readable end, which may lie past its last record (markers) or
+        before the end offset seen at the start (a Kafka transaction open then: its
+        records come with the next run). With once, the partition is done either way."""
         for where, end in ends.items():
             topic, _, partition_text = where.rpartition("/")
             partition = int(partition_text)
             at = self.positions[topic]
             at[partition] = max(at[partition], end)
-            if self.stops is not None and at[partition] >= self.stops[topic][partition]:
+            if self.stops is not None:
                 self._done(topic, partition)
 
     def _write(self, records: list[MirrorRecord]) -> None:

@@ -136,6 +136,56 @@ def test_round_trip_through_kafka_is_equal_record_for_record(
         assert on_cluster.describe_topic("round").config == week
 
 
+def test_a_regex_mirrors_the_topics_it_matches_and_no_other(
+    runner: CliRunner, cluster: ServeProcess, tmp_path: Path
+) -> None:
+    source, copy = tmp_path / "source", tmp_path / "copy"
+    with connect(source) as client:
+        for name, partitions in (("multi-a", 1), ("multi-b", 2), ("other", 1)):
+            client.create_topic(name, partitions)
+            client.produce(name, [f"{name}-{i}".encode() for i in range(5)])
+    out = expect(
+        fencelog(
+            runner,
+            source,
+            "mirror",
+            "--to",
+            kafka_url(cluster),
+            "-t",
+            "multi-.*",
+            "--once",
+            "--json",
+        ),
+        0,
+    )
+    assert [(e["topic"], e["partitions"]) for e in events(out, "created")] == [
+        ("multi-a", 1),
+        ("multi-b", 2),
+    ]
+    assert done(out)["topics"] == {"multi-a": 5, "multi-b": 5}
+    back = expect(
+        fencelog(
+            runner,
+            copy,
+            "mirror",
+            "--from",
+            kafka_url(cluster),
+            "-t",
+            "multi-a",
+            "-t",
+            "multi-b",
+            "--once",
+            "--json",
+        ),
+        0,
+    )
+    assert done(back)["records"] == 10
+    with connect(source) as on_source, connect(copy) as on_copy:
+        for name in ("multi-a", "multi-b"):
+            assert by_partition(on_copy, name) == by_partition(on_source, name)
+        assert "other" not in {t.name for t in on_copy.list_topics()}
+
+
 # bad input ----------------------------------------------------------------------------
 
 
