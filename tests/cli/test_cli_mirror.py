@@ -16,6 +16,7 @@ import json
 import random
 import signal
 import socket
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -246,6 +247,20 @@ def test_bad_input_is_one_line_with_its_status_and_creates_nothing(
     with connect(cluster.address) as on_cluster:
         names = {t.name for t in on_cluster.list_topics()}
     assert "fresh" not in names  # refused as a whole: nothing created
+
+
+def test_without_confluent_kafka_the_error_says_which_extra_to_install(
+    runner: CliRunner, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    with connect(tmp_path / "source") as client:
+        client.create_topic("plain", 1)
+    monkeypatch.setitem(sys.modules, "confluent_kafka", None)  # as if not installed
+    result = expect(
+        fencelog(runner, tmp_path / "source", "mirror", "--to", "kafka://k:9092", "-t", "plain"),
+        int(ErrorCode.INVALID_ARGUMENT),
+    )
+    [line] = result.stderr.splitlines()
+    assert "needs confluent-kafka" in line and "pip install 'fencelog[mirror]'" in line
 
 
 def test_a_group_live_on_the_source_is_refused(
