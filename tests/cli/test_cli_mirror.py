@@ -712,11 +712,27 @@ def test_through_a_mock_cluster_of_three_brokers_with_transaction_markers(
             ],
         )
         original = [seen(r) for r in client.consume("mocked")]
-    out = ("mirror", "--to", url, "-t", "mocked", "--once", "--batch-records", "7", "--json")
-    assert done(expect(fencelog(runner, source, *out), 0))["records"] == 40
+        client.commit_offsets("src-readers", "mocked", {1: 4})
+    out = (
+        "mirror", "--to", url, "-t", "mocked", "--once", "--batch-records", "7",
+        "--groups", "src-readers", "--kafka-timeout", "2s", "--json",
+    )  # fmt: skip
+    result = expect(fencelog(runner, source, *out), 0)
+    assert done(result)["records"] == 40
     # 10 records in partition 0, written in several transactions: markers between them
     on_mock = kafka_offsets(servers, "mocked", 0)
     assert len(on_mock) == 10 and on_mock[-1] > 9
+    # src-readers, at its 5th record of partition 1 on the source, is there on the mock
+    on_mock_1 = kafka_offsets(servers, "mocked", 1)
+    assert [e["offsets"] for e in events(result, "group")] == [
+        {"1": {"source": 4, "target": on_mock_1[4]}}
+    ]
+    moved = Consumer({"bootstrap.servers": servers, "group.id": "src-readers", "log_level": 4})
+    try:
+        [committed] = moved.committed([TopicPartition("mocked", 1)], timeout=STEP_S)
+        assert committed.offset == on_mock_1[4] > 4
+    finally:
+        moved.close()
     reader = Consumer({"bootstrap.servers": servers, "group.id": "mock-readers", "log_level": 4})
     try:
         reader.commit(offsets=[TopicPartition("mocked", 0, on_mock[3])], asynchronous=False)
