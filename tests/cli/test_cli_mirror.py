@@ -762,3 +762,25 @@ def test_through_a_mock_cluster_of_three_brokers_with_transaction_markers(
         ).stdout
     )
     assert [r["value"] for r in rest] == [f"m{i}" for i in range(12, 40, 4)]
+
+
+def test_a_second_mirror_of_the_same_group_into_fencelog_is_refused_while_one_runs(
+    runner: CliRunner, processes: Processes, cluster: ServeProcess, tmp_path: Path
+) -> None:
+    local = tmp_path / "local"
+    with connect(cluster.address) as on_cluster:
+        on_cluster.create_topic("twice", 1)
+        on_cluster.produce("twice", [b"t1", b"t2"])
+    first = follow(processes, local, cluster, "twice", "--from")
+    copied_lines(first, 1)
+    second = expect(
+        fencelog(runner, local, "mirror", "--from", kafka_url(cluster), "-t", "twice", "--once"),
+        int(ErrorCode.OWNED_BY_HIGHER_GENERATION),
+    )
+    assert "another mirror of group fencelog-mirror.twice is running" in second.stderr
+    first.signal(signal.SIGTERM)
+    assert first.wait(STEP_S) == 0, first.stderr_text()
+    again = expect(
+        fencelog(runner, local, "mirror", "--from", kafka_url(cluster), "-t", "twice", "--once"), 0
+    )
+    assert "copied 0 records" in again.stdout
