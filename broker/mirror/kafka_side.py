@@ -382,8 +382,21 @@ class KafkaSink:
             producer.commit_transaction(self.cluster.timeout_s)
             self.failpoints.reached("committed")
         except self.kafka.KafkaException as exc:
+            error = exc.args[0] if exc.args else None
+            if error is not None and error.code() in self._fenced_codes():
+                raise BrokerError(
+                    ErrorCode.PRODUCER_FENCED,
+                    f"another mirror of group {self.group} took over on {self.name} "
+                    f"(its transactional id fenced this one): {self.cluster.redact(exc)}",
+                    hint="run one mirror per group; this one stopped where its last "
+                    "transaction committed",
+                ) from None
             self._abort(exc)
             raise self.cluster.failed("a transaction", exc) from None
+
+    def _fenced_codes(self) -> set[int]:
+        codes = self.kafka.KafkaError
+        return {codes._FENCED, codes.PRODUCER_FENCED, codes.INVALID_PRODUCER_EPOCH}
 
     def _produce(self, record: MirrorRecord) -> None:
         while True:

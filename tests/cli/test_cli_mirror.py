@@ -784,3 +784,26 @@ def test_a_second_mirror_of_the_same_group_into_fencelog_is_refused_while_one_ru
         fencelog(runner, local, "mirror", "--from", kafka_url(cluster), "-t", "twice", "--once"), 0
     )
     assert "copied 0 records" in again.stdout
+
+
+def test_a_second_mirror_into_kafka_fences_the_first(
+    processes: Processes, cluster: ServeProcess, tmp_path: Path
+) -> None:
+    local = tmp_path / "local"
+    with connect(local) as client:
+        client.create_topic("fenced", 1)
+    producing = Producing(local, "fenced")
+    try:
+        first = follow(processes, local, cluster, "fenced")
+        copied_lines(first, 1)
+        second = follow(processes, local, cluster, "fenced")
+        copied_lines(second, 1)  # its start fenced the first, which fails on its next batch
+        assert first.wait(STEP_S) == int(ErrorCode.PRODUCER_FENCED)
+        assert "another mirror of group fencelog-mirror.fenced took over" in first.stderr_text()
+        second.signal(signal.SIGTERM)
+        assert second.wait(STEP_S) == 0, second.stderr_text()
+    finally:
+        producing.stop()
+    with connect(local) as on_source, connect(cluster.address) as on_target:
+        copied = by_partition(on_target, "fenced")[0]
+        assert copied == by_partition(on_source, "fenced")[0][: len(copied)]  # once, in order
