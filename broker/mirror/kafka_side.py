@@ -318,7 +318,8 @@ class KafkaSource:
         return sorted(live)
 
     def close(self) -> None:
-        self._consumer.close()
+        with contextlib.suppress(self.kafka.KafkaException, RuntimeError):
+            self._consumer.close()
 
 
 class KafkaSink:
@@ -436,6 +437,10 @@ class KafkaSink:
         self.cluster.commit_group(group, topic, offsets)
 
     def close(self) -> None:
-        if self._producer is not None:
-            self._producer.flush(self.cluster.timeout_s)
-        self._reader.close()
+        """Never raises: a close after a failure must not hide the failure (a fenced
+        producer's flush raises its fatal error again)."""
+        with contextlib.suppress(self.kafka.KafkaException, RuntimeError):
+            if self._producer is not None:
+                self._producer.flush(self.cluster.timeout_s)
+        with contextlib.suppress(self.kafka.KafkaException, RuntimeError):
+            self._reader.close()

@@ -798,7 +798,7 @@ def test_a_second_mirror_into_kafka_fences_the_first(
         copied_lines(first, 1)
         second = follow(processes, local, cluster, "fenced")
         copied_lines(second, 1)  # its start fenced the first, which fails on its next batch
-        assert first.wait(STEP_S) == int(ErrorCode.PRODUCER_FENCED)
+        assert first.wait(STEP_S) == int(ErrorCode.PRODUCER_FENCED), first.stderr_text()
         assert "another mirror of group fencelog-mirror.fenced took over" in first.stderr_text()
         second.signal(signal.SIGTERM)
         assert second.wait(STEP_S) == 0, second.stderr_text()
