@@ -18,7 +18,9 @@ from collections.abc import Callable, Mapping, Sequence
 from broker.client.client import Client
 from broker.errors import BrokerError, ErrorCode
 from broker.mirror.fencelog_side import FencelogSink, FencelogSource
-from broker.mirror.kafka_side import KafkaCluster, KafkaSink, KafkaSource
+from broker.mirror.kafka_cluster import KafkaCluster
+from broker.mirror.kafka_sink import KafkaSink
+from broker.mirror.kafka_source import KafkaSource
 from broker.mirror.plan import cluster_servers, default_group, kafka_settings
 from broker.mirror.records import Sink, Source
 from broker.mirror.run import Event, MirrorOptions, MirrorSummary, run
