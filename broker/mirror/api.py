@@ -14,6 +14,7 @@ see broker/mirror/run.py for the order of a run.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 from broker.client.client import Client
 from broker.errors import BrokerError, ErrorCode
@@ -32,28 +33,28 @@ BATCH_RECORDS_MAX = 100_000
 def mirror_to_kafka(
     client: Client,
     cluster: str,
-    topics: Sequence[str],
-    **options: object,
+    topics: str | Sequence[str],
+    **options: Any,
 ) -> MirrorSummary:
     """Copy the client's topics (names or regular expressions) into the Kafka cluster
     (kafka://HOST:PORT[,...]). Keyword options: see mirror()."""
-    return mirror(client, cluster, topics, into_kafka=True, **options)  # type: ignore[arg-type]
+    return mirror(client, cluster, topics, into_kafka=True, **options)
 
 
 def mirror_from_kafka(
     client: Client,
     cluster: str,
-    topics: Sequence[str],
-    **options: object,
+    topics: str | Sequence[str],
+    **options: Any,
 ) -> MirrorSummary:
     """Copy the Kafka cluster's topics into the client's broker. Options: see mirror()."""
-    return mirror(client, cluster, topics, into_kafka=False, **options)  # type: ignore[arg-type]
+    return mirror(client, cluster, topics, into_kafka=False, **options)
 
 
 def mirror(
     client: Client,
     cluster: str,
-    topics: Sequence[str],
+    topics: str | Sequence[str],
     *,
     into_kafka: bool,
     group: str | None = None,
@@ -72,6 +73,8 @@ def mirror(
     until should_stop() is true. groups: consumer groups of the source whose committed
     offsets are translated to the target's once the copy ends. kafka_config:
     librdkafka settings (TLS, SASL). on_event gets each step as a dict."""
+    if isinstance(topics, str):
+        topics = [topics]  # one name or pattern, not its characters
     if not topics:
         raise BrokerError(ErrorCode.INVALID_ARGUMENT, "name at least one topic to mirror")
     if not 1 <= batch_records <= BATCH_RECORDS_MAX:
