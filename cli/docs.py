@@ -30,11 +30,24 @@ _MAIN_SECTIONS = r"""
 .SH ENVIRONMENT
 .TP
 .B FENCELOG_BROKER
-The broker to use when \fB\-\-broker\fR is not given: a data directory path.
+The broker to use when \fB\-\-broker\fR is not given: a data directory path, or a
+server's address (\fItcp://HOST:PORT\fR, \fIHOST:PORT\fR, \fIunix://PATH\fR).
 Default: \fI./.fencelog\fR.
 .TP
 .B FENCELOG_DURABILITY
 \fBfull\fR or \fBnormal\fR, when \fB\-\-durability\fR is not given.
+.TP
+.B FENCELOG_AUTH_TOKEN_FILE
+The token file for a server started with \fB\-\-auth\-token\-file\fR, when
+\fB\-\-auth\-token\-file\fR is not given.
+.TP
+.B FENCELOG_REQUEST_TIMEOUT
+How long a request to a server may wait for its reply, when \fB\-\-request\-timeout\fR
+is not given (default 30s).
+.TP
+.B FENCELOG_CONNECT_TIMEOUT
+How long a refused connection to a server is retried, when \fB\-\-connect\-timeout\fR
+is not given (default 500ms).
 .TP
 .B NO_COLOR
 When set, output is plain text even on a terminal.
@@ -74,7 +87,7 @@ def _commands(
 def _page(ctx: click.Context, cmd: click.Command, *, main: bool) -> str:
     path = ctx.command_path
     title = path.replace(" ", "-")
-    summary = cmd.get_short_help_str(limit=200)
+    summary = cmd.get_short_help_str(limit=200).removeprefix(f"{title}: ")
     lines = [
         f'.TH {title.upper()} 1 "" "fencelog {__version__}" "fencelog manual"',
         ".SH NAME",

@@ -50,6 +50,7 @@ SUBCOMMANDS: Final = (
     ("serve", "cli.serve", "serve"),
     ("check", "cli.check", "check"),
     ("verify", "cli.verify", "verify"),
+    ("mirror", "cli.mirror", "mirror"),
     ("wait-ready", "cli.wait_ready", "wait_ready"),
 )
 SETTINGS: Final = dict(

@@ -22,7 +22,7 @@ from broker.core import records as record_rules
 from broker.core.exclusive import parse_access
 from broker.core.txn import parse_txn_id
 from broker.errors import BrokerError, ErrorCode
-from broker.types import AppendResult, Fence, Headers, NewRecord, ProducerFields
+from broker.types import Access, AppendResult, Fence, Headers, NewRecord, ProducerFields
 from cli.context import state
 from cli.formats import Format, decode_input, parse_duration
 from cli.lines import line_batches
@@ -34,6 +34,11 @@ if TYPE_CHECKING:
     import pyarrow as pa
 
     from broker.client.producer import Producer
+
+
+def _access_modes(incomplete: str) -> list[str]:
+    """What --access takes, for shell completion."""
+    return [mode.value for mode in Access if mode.value.startswith(incomplete)]
 
 
 def produce(
@@ -98,6 +103,7 @@ def produce(
             help="Attach as a producer: shared, exclusive (refused if another producer is "
             "attached) or wait-exclusive (queue until exclusive). Held while stdin is open.",
             metavar="MODE",
+            autocompletion=_access_modes,
         ),
     ] = None,
     wait_timeout: Annotated[

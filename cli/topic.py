@@ -13,7 +13,7 @@ from cli.context import state
 from cli.errors import SUGGEST_COMMANDS
 from cli.formats import duration_text, parse_duration, parse_size
 from cli.options import JsonFlag
-from cli.output import Output
+from cli.output import Output, warn
 
 RetentionOption = Annotated[
     str | None,
@@ -102,19 +102,30 @@ def create(
     """Create a topic with N partitions (and a retention or compaction)."""
     config = _config(TopicConfig(), retention, retention_bytes, cleanup)
     client = state().client(create=True)
-    info = client.create_topic(
-        name,
-        partitions,
-        owner_group=owner_group,
-        config=None if config == TopicConfig() else config,
-        if_not_exists=if_not_exists,
-    )
+    existing = False
+    try:
+        info = client.create_topic(
+            name,
+            partitions,
+            owner_group=owner_group,
+            config=None if config == TopicConfig() else config,
+        )
+    except BrokerError as error:
+        if not (if_not_exists and error.code is ErrorCode.TOPIC_EXISTS):
+            raise
+        info, existing = client.describe_topic(name), True
     out = Output(as_json)
+    if existing and info.partitions != partitions:
+        warn(
+            f"topic {name} already exists with {info.partitions} partitions, not "
+            f"{partitions}: left as it is"
+        )
     if as_json:
-        out.json(topic_dict(info, partitions=False))
+        out.json(topic_dict(info, partitions=False) | {"existing": existing})
     else:
         plural = "partition" if info.partitions == 1 else "partitions"
-        out.line(f"topic {info.name}: {info.partitions} {plural}")
+        already = " (already there: left as it is)" if existing else ""
+        out.line(f"topic {info.name}: {info.partitions} {plural}{already}")
 
 
 @app.command("alter")

@@ -56,13 +56,14 @@ step fencelog own history --json
 echo
 echo "# exclusive producers: one writer at a time, one segment per epoch"
 step fencelog topic create control
-sleep 2 | fencelog produce control --access exclusive --producer-name leader-1 &
+{ echo from-leader-1; sleep 2; } | fencelog produce control --access exclusive --producer-name leader-1 &
 holder=$!
 sleep 1
 set +e
 fencelog produce control --access shared --value y
 echo "exit status: $? (PRODUCER_BUSY while leader-1 holds the topic)"
 set -e
+echo "# leader-2 waits for exclusive access, and gets it once leader-1 ends"
 echo "k=v" | fencelog produce control --access wait-exclusive --wait-timeout 10s --key-separator = --producer-name leader-2
 wait "$holder"
 step fencelog consume control --compacted --json
@@ -84,6 +85,7 @@ other=$(fencelog txn-begin --group billing --json | python3 -c 'import json,sys;
 fencelog produce invoices --txn "$other" --value never-seen >/dev/null
 step fencelog txn-abort "$other"
 set +e
+printf '\n\033[1m$ fencelog txn-commit %s   # too late: it was aborted\033[0m\n' "$other"
 fencelog txn-commit "$other"
 echo "exit status: $? (TXN_ABORTED)"
 set -e
@@ -109,14 +111,14 @@ echo "exit status: $? (UNKNOWN_PARTITION)"
 set -e
 echo
 if [ "${FENCELOG_DEMO_SPARK:-1}" = 1 ] && command -v java >/dev/null; then
-    echo "# the data pipeline on Spark: orders -> upper case -> orders_upper, exactly once"
+    echo "# the data pipeline on Spark: clicks -> upper case -> clicks_upper, exactly once"
     echo "# (each micro-batch one fencelog transaction; FENCELOG_DEMO_SPARK=0 skips this)"
     pipeline=(python "$OLDPWD/examples/spark_pipeline.py" --broker ./.fencelog
         --input clicks --output clicks_upper --records 5000 --per-trigger 2000
         --checkpoint spark-checkpoint)
     step "${pipeline[@]}"
     printf 'new-1\nnew-2\n' | fencelog produce clicks --partition 0 >/dev/null
-    echo "# run again: only the two new records are read and written"
+    echo "# run again: only the two new records are read and written (the totals count both runs)"
     step "${pipeline[@]}"
 fi
 echo

@@ -209,7 +209,11 @@ class Engine:
         with self.database.write() as conn:
             if logs.topic_by_name(conn, name) is not None:
                 raise BrokerError(
-                    ErrorCode.TOPIC_EXISTS, f"topic {name} already exists", topic=name
+                    ErrorCode.TOPIC_EXISTS,
+                    f"topic {name} already exists",
+                    topic=name,
+                    hint=f"fencelog topic describe {shlex.quote(name)} shows it; "
+                    "topic create --if-not-exists accepts it as it is",
                 )
             row = logs.insert_topic(conn, name, partitions, self.clock(), owner_group)
             if config is not None:

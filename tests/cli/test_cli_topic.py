@@ -89,10 +89,18 @@ def test_if_not_exists_succeeds_and_keeps_the_topic(invoke: Invoke) -> None:
     [info] = json_lines(result.stdout)
     assert info["partitions"] == 4  # the existing topic, unchanged
     assert info["records"] == 1
+    assert info["existing"] is True
+    assert "already exists with 4 partitions, not 2: left as it is" in result.stderr
+    again = expect(invoke("topic", "create", "orders", "-p", "4", "--if-not-exists"), 0)
+    assert again.stdout == "topic orders: 4 partitions (already there: left as it is)\n"
+    assert again.stderr == ""
+    refused = expect(invoke("topic", "create", "orders"), 22)
+    assert "topic create --if-not-exists accepts it as it is" in refused.stderr
 
 
 def test_if_not_exists_creates_a_missing_topic(invoke: Invoke) -> None:
-    expect(invoke("topic", "create", "orders", "--if-not-exists"), 0)
+    created = expect(invoke("topic", "create", "orders", "--if-not-exists", "--json"), 0)
+    assert json_lines(created.stdout)[0]["existing"] is False
     listed = json_lines(expect(invoke("topic", "list", "--json"), 0).stdout)
     assert [t["topic"] for t in listed] == ["orders"]
 

@@ -50,6 +50,9 @@ def test_bash_completion_answers_through_the_generated_protocol() -> None:
     )
     assert "plain,topic" in _complete("fencelog to", 1)
     assert "plain,--follow" in _complete("fencelog consume orders --fol", 3)
+    modes = _complete("fencelog produce orders --access ", 4)
+    assert modes == ["plain,shared", "plain,exclusive", "plain,wait-exclusive"]
+    assert _complete("fencelog produce orders --access w", 4) == ["plain,wait-exclusive"]
 
 
 # what the repository's root holds: the README's layout and nothing a run left behind
