@@ -28,12 +28,11 @@ copied, before COMPLETE commits); the server adds ack (after the commit's reply)
 
 from __future__ import annotations
 
-import os
-import signal
 import sqlite3
 from collections.abc import Callable, Mapping, Sequence
 from typing import Final
 
+from broker import failpoints
 from broker.core import txn as rules
 from broker.core.txn import CommitAction, Entry, TxnState, TxnView
 from broker.engine.exclusive_access import Exclusives
@@ -64,31 +63,6 @@ FAILPOINT_ENV: Final = "FENCELOG_FAILPOINT"
 FAILPOINT_STEPS: Final = ("begin", "data", "prepare", "apply", "complete", "ack")
 
 
-class Failpoints:
-    """FENCELOG_FAILPOINT=STEP[:N]: SIGKILL this process the Nth time STEP is reached."""
-
-    def __init__(self, spec: str | None) -> None:
-        self.step: str | None = None
-        self.remaining = 0
-        if not spec:
-            return
-        step, _, count = spec.partition(":")
-        if step not in FAILPOINT_STEPS or (count and not count.isdigit()):
-            raise BrokerError(
-                ErrorCode.INVALID_ARGUMENT,
-                f"{FAILPOINT_ENV}={spec!r} is not STEP[:N] with STEP one of "
-                + ", ".join(FAILPOINT_STEPS),
-            )
-        self.step, self.remaining = step, int(count or 1)
-
-    def reached(self, step: str) -> None:
-        if step != self.step:
-            return
-        self.remaining -= 1
-        if self.remaining == 0:
-            os.kill(os.getpid(), signal.SIGKILL)
-
-
 class Transactions:
     def __init__(
         self,
@@ -105,7 +79,7 @@ class Transactions:
         self.producers = producers
         self.owners = owners
         self.exclusives = exclusives
-        self.failpoints = Failpoints(os.environ.get(FAILPOINT_ENV))
+        self.failpoints = failpoints.from_environment(FAILPOINT_ENV, FAILPOINT_STEPS)
         self._ids = (0, 0)  # this process's block of txn ids: [next, end)
         self._pending_ids = self._ids  # the block once the BEGIN being written commits
         self.damaged: dict[int, str] = {}  # prepared, left by recover(): id -> why

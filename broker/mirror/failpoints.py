@@ -9,37 +9,14 @@ rather than wherever a signal happens to land. The steps, in a batch's order:
 
 from __future__ import annotations
 
-import os
-import signal
 from typing import Final
 
-from broker.errors import BrokerError, ErrorCode
+from broker import failpoints
+from broker.failpoints import Failpoints
 
 FAILPOINT_ENV: Final = "FENCELOG_MIRROR_FAILPOINT"
 STEPS: Final = ("written", "positioned", "committed")
 
 
-class Failpoints:
-    def __init__(self, spec: str | None) -> None:
-        self.step: str | None = None
-        self.remaining = 0
-        if not spec:
-            return
-        step, _, count = spec.partition(":")
-        if step not in STEPS or (count and not count.isdigit()):
-            raise BrokerError(
-                ErrorCode.INVALID_ARGUMENT,
-                f"{FAILPOINT_ENV}={spec!r} is not STEP[:N] with STEP one of {', '.join(STEPS)}",
-            )
-        self.step, self.remaining = step, int(count or 1)
-
-    def reached(self, step: str) -> None:
-        if step != self.step:
-            return
-        self.remaining -= 1
-        if self.remaining == 0:
-            os.kill(os.getpid(), signal.SIGKILL)
-
-
 def from_environment() -> Failpoints:
-    return Failpoints(os.environ.get(FAILPOINT_ENV))
+    return failpoints.from_environment(FAILPOINT_ENV, STEPS)
