@@ -8,7 +8,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import click
@@ -17,6 +16,7 @@ from click.testing import CliRunner
 
 from cli import start
 from cli.main import ROOT_VALUE_OPTIONS, command, invoked
+from support.waiting import wait_until
 
 
 def test_the_root_options_skipped_are_the_ones_that_take_a_value() -> None:
@@ -103,6 +103,14 @@ def test_ctrl_c_during_the_imports_is_one_line_and_130(
     assert capsys.readouterr().err == "fencelog: interrupted\n"
 
 
+def _sleeping(pid: int) -> bool:
+    """pid is in a timed sleep (the kernel's wait channel for time.sleep)."""
+    try:
+        return "nanosleep" in Path(f"/proc/{pid}/wchan").read_text()
+    except OSError:
+        return False
+
+
 def test_ctrl_c_while_a_command_waits_is_one_line_and_130(tmp_path: Path) -> None:
     """A command retrying a connection, interrupted: no traceback, status 130."""
     fencelog = str(Path(sys.executable).parent / "fencelog")
@@ -110,7 +118,8 @@ def test_ctrl_c_while_a_command_waits_is_one_line_and_130(tmp_path: Path) -> Non
     env = os.environ | {"FENCELOG_CONNECT_TIMEOUT": "30s"}
     process = subprocess.Popen(args, stderr=subprocess.PIPE, text=True, env=env, cwd=tmp_path)
     try:
-        time.sleep(1.0)  # not a timing assertion: Ctrl-C lands while it waits or imports
+        # it sleeps between connection attempts: Ctrl-C lands while it waits
+        wait_until(lambda: _sleeping(process.pid), 30, message="fencelog retrying")
         process.send_signal(signal.SIGINT)
         _, stderr = process.communicate(timeout=30)
     finally:
