@@ -939,3 +939,13 @@ def test_the_cli_waits_for_a_refused_port_as_connect_timeout_says(
         result = runner.invoke(command(args), args, env=env)
         assert result.exit_code == ErrorCode.CONNECTION_FAILED, result.stderr
     assert waits == [0.5, 3.0, 2.0]
+
+
+def test_a_connect_timeout_that_is_not_a_duration_is_refused(runner: CliRunner) -> None:
+    args = ["--connect-timeout", "soon", "--broker", "tcp://127.0.0.1:1", "topic", "list"]
+    result = runner.invoke(command(args), args)
+    assert result.exit_code == ErrorCode.INVALID_ARGUMENT
+    assert result.stderr == (
+        "error: 'soon' is not a duration (use e.g. 500ms, 30s, 2m, 1h, 7d or a number of "
+        "seconds) [INVALID_ARGUMENT]\n"
+    )
