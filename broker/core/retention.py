@@ -1,9 +1,9 @@
 """Retention and Kafka producer epochs: pure decisions the engine asks, time passed in.
 
-- front_cut: which records at the front of a partition go. A record goes while it is
-  older than the cutoff, or while the partition is still past its size; the first record
-  that is neither stops the cut, so the front is cut and never a record behind a newer
-  one (timestamps out of order keep what follows the newer record).
+- front_cut: which batches at the front of a partition go. A batch goes while its
+  newest record is older than the cutoff, or while the partition is still past its
+  size; the first batch that is neither stops the cut, so the front is cut and never a
+  batch behind a newer one (timestamps out of order keep what follows the newer batch).
 - check_epoch: a Kafka transactional id's request carries its producer id and epoch; an
   older epoch is a fenced incarnation (FENCED), a newer one was never issued.
 """
@@ -19,40 +19,46 @@ from broker.errors import BrokerError, ErrorCode
 class Cut(NamedTuple):
     new_start: int  # the log start offset after the cut
     freed: int  # key and value bytes deleted
-    records: int
+    records: int  # records below the new start in the batches deleted
+
+
+# A batch at the front of a partition: (last offset, newest timestamp, key and value
+# bytes, records), as storage/logs.py front() gives them
+Front = tuple[int, int, int, int]
 
 
 def front_cut(
-    front: Iterable[tuple[int, int, int]],
+    front: Iterable[Front],
     start: int,
     cutoff_ms: int | None,
     excess_bytes: int,
 ) -> Cut | None:
-    """The cut of front ((offset, timestamp_ms, bytes) from the log start `start`, in
-    offset order): records older than cutoff_ms, or while excess_bytes remain to free.
-    None: nothing goes."""
+    """The cut of front (its batches from the log start `start`, in offset order):
+    batches older than cutoff_ms, or while excess_bytes remain to free. None: nothing
+    goes."""
     new_start, freed, count = start, 0, 0
-    for offset, timestamp_ms, size in front:
+    for last_offset, timestamp_ms, size, records in front:
         if (cutoff_ms is not None and timestamp_ms < cutoff_ms) or freed < excess_bytes:
-            new_start, freed, count = offset + 1, freed + size, count + 1
+            new_start, freed, count = last_offset + 1, freed + size, count + records
         else:
             break
     return Cut(new_start, freed, count) if count else None
 
 
-def offset_cut(
-    front: list[tuple[int, int, int]], start: int, before: int, more: bool
-) -> Cut | None:
-    """The cut of front (as front_cut takes it) below offset `before`. more: records
-    may follow front (it was as long as asked), so the cut may end at its last record
-    rather than at `before`. None: nothing goes and the log start stays."""
-    below = [(offset, size) for offset, _, size in front if offset < before]
-    # every record of front goes and more may follow: the next step goes on from there
+def offset_cut(front: list[Front], start: int, before: int, more: bool) -> Cut | None:
+    """The cut of front (as front_cut takes it) below offset `before`: the batches
+    wholly below it go, and the log start moves to `before` (inside a batch, perhaps,
+    which stays until all of it is below the start). more: batches may follow front
+    (it was as long as asked), so the cut may end at its last batch rather than at
+    `before`. None: nothing goes and the log start stays."""
+    below = [(last, size, records) for last, _, size, records in front if last < before]
+    # every batch of front goes and more may follow: the next step goes on from there
     whole = more and len(below) == len(front)
     new_start = below[-1][0] + 1 if whole else before
     if new_start <= start:
         return None
-    return Cut(new_start, sum(size for _, size in below), len(below))
+    freed = sum(size for _, size, _ in below)
+    return Cut(new_start, freed, sum(records for _, _, records in below))
 
 
 def check_epoch(

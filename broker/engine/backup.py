@@ -25,7 +25,7 @@ from broker.storage import logs as log_store
 from broker.storage import txns as txn_store
 from broker.storage.database import (
     APPLICATION_ID,
-    LOG_BATCHES_SCHEMA,
+    LOG_SCHEMA,
     SCHEMA_VERSION,
     TXN_BATCHES_SCHEMA,
     DataDir,
@@ -179,8 +179,8 @@ def inspect(data_dir: Path, problems_max: int = 100) -> Inspection:
         found = tuple(str(row[0]) for row in rows if row[0] != "ok")
         if not found and version >= TXN_BATCHES_SCHEMA:  # SQLite's checks cannot see inside
             found = tuple(txn_store.damaged_batches(conn, problems_max))
-        if not found and version >= LOG_BATCHES_SCHEMA:
-            found = tuple(log_store.disagreeing_batches(conn, problems_max))
+        if not found and version >= LOG_SCHEMA:
+            found = tuple(log_store.damaged_batches(conn, problems_max))
     except sqlite3.DatabaseError as exc:
         return Inspection(db_path, size, None, (str(exc),))
     finally:

@@ -2,14 +2,18 @@
 
 Each step is one write transaction that examines at most limits.clean_step_records
 records of one partition, so a writer never waits long behind it:
-- retention: records from the front of the partition whose timestamp is older than
+- retention: batches from the front of the partition whose newest record is older than
   retention_ms, or that make the partition larger than retention_bytes, are deleted and
-  the log start offset moves past them (a record newer than the cutoff stops the step:
-  the front is cut, never a record behind a newer one);
+  the log start offset moves past them (a batch newer than the cutoff stops the step:
+  the front is cut, never a batch behind a newer one);
 - compaction (cleanup compact): in a window that walks from the log start to the end and
   starts again, keyed records that a later record of the same key supersedes are deleted,
   and so is a tombstone (a key with an empty value) that has been the newest of its key
-  for tombstone_retention_ms. Offsets stay as they were: the log has gaps.
+  for tombstone_retention_ms: each batch holding one is rewritten without it (a batch
+  left with none goes). Offsets stay as they were: the log has gaps. Which record is a
+  key's newest the cleaner learns by reading the partition's keys once and then only
+  what was appended since (a map of key to offset in memory, per partition compacted):
+  no index on keys costs every append.
 
 What the rules rely on survives: the producer table is snapshotted before records it was
 derived from are deleted (a start then loads it instead of replaying them); transactions
@@ -17,8 +21,10 @@ wait in their journals, not in the log, so an open or prepared one is never touc
 committed offsets and owner fences are other tables.
 
 Kafka's DeleteRecords cuts the front the same way, below an offset instead of a time or
-a size (cut_below), in the same bounded steps. SQLite reuses the freed pages for new
-records (the file does not shrink; `fencelog snapshot create` writes a compact copy).
+a size (cut_below), in the same bounded steps; the log start may then fall inside a
+batch, which stays until all of it is below the start (nothing below it is read).
+SQLite reuses the freed pages for new records (the file does not shrink; `fencelog
+snapshot create` writes a compact copy).
 """
 
 from __future__ import annotations
@@ -31,7 +37,7 @@ from msgspec import Struct
 from broker.core import retention as rules
 from broker.engine.producer_table import ProducerTable
 from broker.limits import Limits
-from broker.storage import logs
+from broker.storage import batches, logs
 from broker.storage.database import Database
 from broker.types import Clock, PartitionInfo
 
@@ -56,6 +62,8 @@ class Cleaner:
         self.clock = clock
         self._snapshot = snapshot
         self._windows: dict[tuple[int, int], int] = {}  # compaction's next offset
+        # compaction's newest offset of each key, and the offset it has read keys up to
+        self._newest: dict[tuple[int, int], tuple[int, dict[bytes, int]]] = {}
 
     def step(self, topic: str, partition: int) -> Step:
         """One bounded step of cleaning one partition."""
@@ -118,17 +126,33 @@ class Cleaner:
         if low >= info.end_offset:
             low = info.start_offset
         high = min(low + limit, info.end_offset)
+        tombstone_before = now_ms - self.limits.tombstone_retention_ms
+        deleted = 0
         with self.database.write() as conn:
-            doomed = logs.superseded(conn, row, partition, low, high, limit)
-            tombstones = logs.old_tombstones(
-                conn, row, partition, low, high, now_ms - self.limits.tombstone_retention_ms, limit
-            )
-            gone = {offset for offset, _ in doomed}
-            doomed += [(offset, size) for offset, size in tombstones if offset not in gone]
-            if doomed:
-                logs.delete_records(conn, row, partition, doomed)
+            newest = self._newest_offsets(conn, row, partition)
+            for batch in logs.keyed_batches(conn, row, partition, low, high):
+                high = max(high, batch.last_offset + 1)
+                keep = _kept(batch, newest, info.start_offset, tombstone_before)
+                if len(keep) < batch.records:
+                    logs.rewrite(conn, batch, keep)
+                    deleted += batch.records - len(keep)
         self._windows[key] = high
-        return Step(len(doomed), high < info.end_offset)
+        return Step(deleted, high < info.end_offset)
+
+    def _newest_offsets(
+        self, conn: sqlite3.Connection, row: logs.TopicRow, partition: int
+    ) -> dict[bytes, int]:
+        """Each key's newest offset in the partition, read on from where the last step
+        stopped (records are only ever appended after it)."""
+        read_to, newest = self._newest.get((row.topic_id, partition), (0, {}))
+        end = logs.end_offset(conn, row, partition)
+        for batch in logs.keyed_batches(conn, row, partition, read_to, end):
+            whole = batches.Part(batch, 0, batch.records)
+            for offset, found in zip(batches.offsets(whole), batches.keys(whole), strict=True):
+                if found is not None:
+                    newest[found] = offset
+        self._newest[(row.topic_id, partition)] = (end, newest)
+        return newest
 
     def cut_below(self, topic: str, partition: int, before: int) -> int:
         """Delete the records of a partition below offset `before` (the caller checked
@@ -141,7 +165,8 @@ class Cleaner:
                     return 0
                 start = logs.start_offset(conn, row, partition)
                 front = logs.front(conn, row, partition, start, limit)
-            cut = rules.offset_cut(front, start, before, len(front) >= limit)
+            more = sum(records for *_, records in front) >= limit
+            cut = rules.offset_cut(front, start, before, more)
             if cut is None:
                 return start
             if cut.records and any(self.producers.entries_of(row.topic_id)):
@@ -166,3 +191,21 @@ class Cleaner:
                 if not step.more:
                     break
         return deleted
+
+
+def _kept(
+    batch: batches.Stored, newest: dict[bytes, int], start: int, tombstone_before: int
+) -> list[int]:
+    """The indexes of the batch's records compaction keeps: all but those a later
+    record of their key supersedes and old tombstones (below the log start: all)."""
+    whole = batches.Part(batch, 0, batch.records)
+    at, found_keys = batches.offsets(whole), batches.keys(whole)
+    lengths, stamps = batches.value_lengths(batch), batches.timestamps(whole)
+    keep = []
+    for index, (offset, key) in enumerate(zip(at, found_keys, strict=True)):
+        if key is not None and offset >= start:
+            latest = newest.get(key, offset)
+            if latest > offset or (lengths[index] == 0 and stamps[index] < tombstone_before):
+                continue
+        keep.append(index)
+    return keep

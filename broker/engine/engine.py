@@ -75,9 +75,6 @@ if TYPE_CHECKING:  # pyarrow comes with the spark extra; fetch_arrow imports it
     from broker.engine.sessions import Pulse
 
 T = TypeVar("T")
-# A page is concatenated inside SQLite up to this many times read_bytes_max; a larger
-# one is read as rows (broker/storage/pages.py).
-PAGE_CONCAT: Final = 2
 
 
 class ProduceRequest(NamedTuple):
@@ -761,9 +758,7 @@ class Engine:
         def page(
             conn: sqlite3.Connection, row: logs.TopicRow, partition: int, offset: int, limit: int
         ) -> tuple[rows.Chunk, int]:
-            found = pages.read_page(
-                conn, row, partition, offset, limit, bytes_max, PAGE_CONCAT * bytes_max
-            )
+            found = pages.read_page(conn, row, partition, offset, limit, bytes_max)
             if found is None:
                 rows = _within_bytes(logs.read_rows(conn, row, partition, offset, limit), bytes_max)
                 return rows, len(rows)
@@ -931,15 +926,20 @@ class Engine:
         with self.database.read() as conn:
             row = self._topic(conn, topic)
             record_rules.check_partition(topic, partition, row.partitions)
+            start = logs.start_offset(conn, row, partition)
             end = logs.end_offset(conn, row, partition)
-            return timestamps.offset_for_time(conn, row.topic_id, partition, end, timestamp_ms)
+            return timestamps.offset_for_time(
+                conn, row.topic_id, partition, (start, end), timestamp_ms
+            )
 
     def read_compacted(self, topic: str, partition: int) -> list[Record]:
         """The newest record of every key in one partition, in offset order."""
         with self.database.read() as conn:
             row = self._topic(conn, topic)
             record_rules.check_partition(topic, partition, row.partitions)
-            return logs.read_compacted(conn, row, partition)
+            return logs.read_compacted(
+                conn, row, partition, logs.start_offset(conn, row, partition)
+            )
 
     # status -------------------------------------------------------------------------
 

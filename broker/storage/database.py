@@ -5,7 +5,9 @@ Rules this module keeps:
 - WAL mode, `isolation_level=None`, and an explicit `BEGIN IMMEDIATE` for every write, so
   several processes sharing a data directory serialise their writes in SQLite itself.
 - The schema is the numbered files in schema/, applied in order inside one writer
-  transaction (schema 012 with a Python step: storage/txns.move_record_journal);
+  transaction (schema 012 with a Python step: storage/txns.move_record_journal); schema
+  015's move of the old log into batches follows in steps of their own
+  (storage/upgrade.py), each its own transaction, before open returns;
   `PRAGMA user_version` records how many have been applied and `PRAGMA application_id`
   marks the file as fencelog's.
 - A directory or file that is not fencelog's is refused before anything is written to it.
@@ -33,9 +35,11 @@ from typing import Final, NoReturn
 
 from msgspec import Struct
 
+from broker import failpoints
 from broker.discovery import DB_FILE
 from broker.errors import BrokerError, ErrorCode
 from broker.rows import decode_headers
+from broker.storage import upgrade
 from broker.types import Durability
 
 APPLICATION_ID: Final = 0x46454E43  # "FENC"
@@ -83,7 +87,7 @@ def schema_too_new(where: object, version: int, hint: str) -> BrokerError:
 
 
 TXN_BATCHES_SCHEMA: Final = 12  # data journals as packed batches, moved by a Python step
-LOG_BATCHES_SCHEMA: Final = 13  # the shapes of large batches beside their records
+LOG_SCHEMA: Final = 15  # the log as batches; storage/upgrade.py moves the old records
 
 
 def _statements(script: str) -> Iterator[str]:
@@ -326,6 +330,12 @@ class Database:
         return int(self.conn.execute("PRAGMA user_version").fetchone()[0])
 
     def _migrate(self) -> None:
+        if self.schema_version() == SCHEMA_VERSION and not upgrade.pending(self.conn):
+            return
+        self._apply_schema()
+        self._move_records()
+
+    def _apply_schema(self) -> None:
         if self.schema_version() == SCHEMA_VERSION:
             return
         with self.write() as conn:
@@ -343,6 +353,18 @@ class Database:
                     move_record_journal(conn)
                 conn.execute(f"PRAGMA user_version = {number}")
             conn.execute(f"PRAGMA application_id = {APPLICATION_ID}")
+
+    def _move_records(self) -> None:
+        """Schema 015's move of the old log into batches, a bounded step a transaction
+        (storage/upgrade.py): a kill at any point leaves it to the next open."""
+        points = failpoints.from_environment(upgrade.FAILPOINT_ENV, upgrade.FAILPOINT_STEPS)
+        limit = upgrade.step_records()
+        while True:
+            with self.write() as conn:
+                moved = upgrade.pending(conn) and upgrade.move_step(conn, limit, points)
+            if not moved:
+                return
+            points.reached("step")
 
     @contextlib.contextmanager
     def write(self) -> Iterator[sqlite3.Connection]:

@@ -10,27 +10,29 @@ from __future__ import annotations
 import operator
 import sqlite3
 from collections.abc import Sequence
-from itertools import repeat
-from typing import Final
+from typing import Any
 
 from msgspec import Struct
 
+from broker.errors import BrokerError, ErrorCode
 from broker.rows import (
     EMPTY_HEADERS,
     KafkaRow,
     Row,
+    decode_headers,
     encode_headers,
 )
+from broker.storage import batches
 from broker.storage import producers as producer_store
-from broker.storage.queries import RUN_ROWS, Q
+from broker.storage.queries import Q
 from broker.types import (
     NewRecord,
     PartitionInfo,
     ProducerFields,
     Record,
-    RecordColumns,
     TopicConfig,
     keys_of,
+    values_of,
     values_only,
 )
 
@@ -73,8 +75,7 @@ def all_topics(conn: sqlite3.Connection) -> list[TopicRow]:
 
 
 def delete_topic(conn: sqlite3.Connection, topic: TopicRow) -> None:
-    conn.execute(Q["records_delete_topic"], (topic.topic_id,))
-    conn.execute(Q["log_batches_delete_topic"], (topic.topic_id,))
+    conn.execute(Q["log_delete_topic"], (topic.topic_id,))
     conn.execute(Q["txn_batches_delete_topic"], (topic.topic_id,))
     conn.execute(Q["txn_partitions_zero_topic"], (topic.topic_id,))
     conn.execute(Q["leases_delete_topic"], (topic.topic_id,))
@@ -123,66 +124,72 @@ def add_partitions(conn: sqlite3.Connection, topic: TopicRow, partitions: int) -
 
 def front(
     conn: sqlite3.Connection, topic: TopicRow, partition: int, start: int, limit: int
-) -> list[tuple[int, int, int]]:
-    """(offset, timestamp_ms, key and value bytes) of the first records from start."""
-    return conn.execute(Q["records_front"], (topic.topic_id, partition, start, limit)).fetchall()
+) -> list[tuple[int, int, int, int]]:
+    """(last offset, newest timestamp, key and value bytes, records) of the batches from
+    the one holding the log start, until they hold at least `limit` records."""
+    found: list[tuple[int, int, int, int]] = []
+    held = 0
+    cursor = conn.execute(Q["log_front"], (topic.topic_id, partition, start))
+    try:
+        for last_offset, max_ms, size, records in cursor:
+            if last_offset < start:
+                continue
+            found.append((last_offset, max_ms, size, records))
+            held += records
+            if held >= limit:
+                break
+    finally:
+        cursor.close()
+    return found
 
 
 def delete_front(
     conn: sqlite3.Connection, topic: TopicRow, partition: int, start: int, new_start: int, size: int
 ) -> None:
-    """Delete the records in [start, new_start) and move the log start to new_start."""
-    conn.execute(Q["records_delete_below"], (topic.topic_id, partition, start, new_start))
-    conn.execute(Q["log_batches_delete_below"], (topic.topic_id, partition, new_start))
+    """Move the log start to new_start and delete the batches wholly below it (size:
+    their bytes). A batch holding new_start stays; nothing below the start is read."""
+    conn.execute(Q["log_delete_below"], (topic.topic_id, partition, new_start))
     conn.execute(Q["partition_start_set"], (topic.topic_id, partition, new_start, size))
 
 
-def superseded(
-    conn: sqlite3.Connection, topic: TopicRow, partition: int, low: int, high: int, limit: int
-) -> list[tuple[int, int]]:
-    """(offset, bytes) of up to limit keyed records in [low, high) a later record of the
-    same key supersedes."""
-    where = (topic.topic_id, partition, low, high, limit)
-    return conn.execute(Q["records_superseded"], where).fetchall()
+def keyed_batches(
+    conn: sqlite3.Connection, topic: TopicRow, partition: int, low: int, high: int
+) -> list[batches.Stored]:
+    """The batches holding keyed records, from the one holding offset low to those
+    starting before high (compaction's window)."""
+    where = (topic.topic_id, partition, low, high)
+    return [batch_of(row) for row in conn.execute(Q["log_keyed_between"], where)]
 
 
-def old_tombstones(
-    conn: sqlite3.Connection,
-    topic: TopicRow,
-    partition: int,
-    low: int,
-    high: int,
-    before_ms: int,
-    limit: int,
-) -> list[tuple[int, int]]:
-    where = (topic.topic_id, partition, low, high, before_ms, limit)
-    return conn.execute(Q["records_old_tombstones"], where).fetchall()
+def rewrite(conn: sqlite3.Connection, batch: batches.Stored, keep: Sequence[int]) -> None:
+    """Compaction: a batch keeps only the records at these indexes, offsets unchanged
+    (none: the batch goes), and the partition gives back the bytes of the others."""
+    where = (batch.topic_id, batch.partition, batch.first_offset)
+    if keep:
+        row = batches.repack(batch, keep)
+        conn.execute(Q["log_replace"], row)
+        freed = batch.size - row[5]
+    else:
+        conn.execute(Q["log_delete_batch"], where)
+        freed = batch.size
+    conn.execute(Q["partition_shrink"], (batch.topic_id, batch.partition, freed))
 
 
-def delete_records(
-    conn: sqlite3.Connection, topic: TopicRow, partition: int, found: list[tuple[int, int]]
-) -> None:
-    """Delete records by offset ((offset, bytes) pairs) and take their bytes off."""
-    conn.executemany(
-        Q["record_delete"], ((topic.topic_id, partition, offset) for offset, _ in found)
-    )
-    conn.executemany(
-        Q["log_batch_delete_holding"],
-        ((topic.topic_id, partition, offset) for offset, _ in found),
-    )
-    conn.execute(Q["partition_shrink"], (topic.topic_id, partition, sum(size for _, size in found)))
-
-
-def disagreeing_batches(conn: sqlite3.Connection, limit: int) -> list[str]:
-    """Up to `limit` log_batches rows that do not describe their records (`fencelog
-    check`): a page read from one would give those records' columns wrong."""
-    return [
-        f"the shape of topic id {topic_id} partition {partition}'s batch at offset "
-        f"{first_offset} (log_batches) does not match its records"
-        for topic_id, partition, first_offset in conn.execute(
-            Q["log_batches_disagreeing"], (limit,)
-        )
-    ]
+def damaged_batches(conn: sqlite3.Connection, limit: int) -> list[str]:
+    """Up to `limit` log batches whose packed columns do not hold their records
+    (`fencelog check`): a read of one would fail or give wrong records."""
+    problems: list[str] = []
+    for row in conn.execute(Q["log_all"]):
+        batch = batches.Stored._make(row)
+        problem = batches.damage(batch)
+        if problem is not None:
+            problems.append(
+                f"topic id {batch.topic_id} partition {batch.partition}'s batch at offset "
+                f"{batch.first_offset} is damaged: {problem}"
+            )
+            if len(problems) >= limit:
+                break
+    return problems
 
 
 def start_offset(conn: sqlite3.Connection, topic: TopicRow, partition: int) -> int:
@@ -197,96 +204,21 @@ def end_offset(conn: sqlite3.Connection, topic: TopicRow, partition: int) -> int
     return int(row[0])
 
 
-def offset_for_time(
-    conn: sqlite3.Connection, topic: TopicRow, partition: int, timestamp_ms: int
-) -> tuple[int, int] | None:
-    """The first record at or after timestamp_ms: (offset, its timestamp), or None."""
-    row = conn.execute(
-        Q["records_offset_for_time"], (topic.topic_id, partition, timestamp_ms)
-    ).fetchone()
-    return None if row is None else (int(row[0]), int(row[1]))
-
-
-# What shape() learns from a batch: its values, timestamps, whether any record has a key
-# and whether any has headers
-_Described = tuple[Sequence[bytes | bytearray], list[int], bool, bool]
-
-# A batch of at least this many records keeps its shape in log_batches (schema 013):
-# its pages are then read without a pass over every record to learn it. A row for a
-# smaller batch would cost its insert for little.
-SHAPED_RECORDS_MIN: Final = 64
-
-
-def shape(
-    where: tuple[int, int, int],
-    values: Sequence[bytes | bytearray],
-    stamps: Sequence[int],
-    keyed: bool,
-    headed: bool,
-    producer: tuple[int, int, int, int, int, int | None],
-) -> tuple[object, ...]:
-    """log_batch_insert's row for a batch at `where` (topic id, partition, first offset)
-    of these values, timestamps (one: every record's), whether any record may have a
-    key or headers, and producer fields (pid, generation, first sequence, sequence
-    step, epoch, transaction)."""
-    lengths = list(map(len, values))
-    uniform = lengths.count(lengths[0]) == len(lengths)
-    timestamp = stamps[0] if stamps.count(stamps[0]) == len(stamps) else None
-    topic_id, partition, first_offset = where
-    return (
-        topic_id,
-        partition,
-        first_offset,
-        first_offset + len(values) - 1,
-        timestamp,
-        lengths[0] if uniform else None,
-        int(keyed),
-        int(headed),
-        *producer,
-    )
-
-
-def _described(records: Sequence[NewRecord], now_ms: int) -> _Described:
-    """A batch's values, timestamps (now_ms where a record has none; one for all when
-    none has its own), whether any record has a key, whether any has headers: what
-    shape() takes, for a batch whose branch of Appends.add did not learn them."""
-    count = len(records)
-    stamps = list(map(_TIMESTAMP, records))
-    if stamps.count(None) == count:
-        stamps = [now_ms]
-    elif None in stamps:
-        stamps = [now_ms if stamp is None else stamp for stamp in stamps]
-    keyed = list(map(_KEY, records)).count(None) != count
-    return list(map(_VALUE, records)), stamps, keyed, any(map(_HEADERS, records))
-
-
 class Appends:
-    """The appends of one write transaction, held back and written by flush() in a few
-    statements: the record rows (RUN_ROWS at a time where a plain batch allows), one
-    update per partition, and the lease row of any pid writing its first batch to a
-    partition. Whoever reads the log or the lease rows inside the transaction flushes
-    first."""
+    """The appends of one write transaction, held back and written by flush() in one
+    statement: a `log` row per batch (schema 015, storage/batches.py), one update per
+    partition, and the lease row of any pid writing its first batch to a partition.
+    Whoever reads the log or the lease rows inside the transaction flushes first."""
 
-    __slots__ = ("ends", "leases", "plain", "records", "runs", "shapes", "stamped_runs")
+    __slots__ = ("batches", "ends", "leases")
 
     def __init__(self) -> None:
-        self.records: list[tuple[object, ...]] = []
-        self.plain: list[tuple[object, ...]] = []  # no key, headers or transaction
-        self.runs: list[tuple[object, ...]] = []  # record_insert_run's parameters
-        self.stamped_runs: list[tuple[object, ...]] = []  # record_insert_stamped_run's
-        self.shapes: list[tuple[object, ...]] = []  # log_batch_insert's (large batches)
+        self.batches: list[tuple[object, ...]] = []  # log_insert's rows
         self.leases: list[tuple[int, int, int, int, int]] = []
         self.ends: dict[tuple[int, int], list[int]] = {}  # part: [records, bytes]
 
     def __len__(self) -> int:
-        return (
-            len(self.records)
-            + len(self.plain)
-            + len(self.runs)
-            + len(self.stamped_runs)
-            + len(self.shapes)
-            + len(self.leases)
-        )
+        return len(self.batches) + len(self.leases)
 
     def add(
         self,
@@ -297,148 +229,31 @@ class Appends:
         now_ms: int,
         producer: ProducerFields,
     ) -> None:
-        """Records appended to one partition at base_offset, its end."""
-        pid, generation, epoch, txn_id = (
-            producer.producer_id,
+        """Records appended to one partition at base_offset, its end: one batch."""
+        pid = producer.producer_id
+        fields = (
+            pid,
             producer.generation,
+            producer.first_sequence if pid and producer.txn_id is None else 0,
             producer.epoch,
             producer.txn_id,
         )
-        first_sequence = producer.first_sequence
-        count = len(records)
-        if count == 1 and txn_id is None:  # one record: plain_records' test, unrolled
+        where = (topic_id, partition, base_offset)
+        if len(records) == 1:  # the one-record produce: plain_records' test, unrolled
             value, key, headers, _, timestamp_ms = records[0]
-            if key is None and not headers and timestamp_ms is None:
-                self.plain.append(
-                    (
-                        topic_id,
-                        partition,
-                        base_offset,
-                        now_ms,
-                        bytearray(value),
-                        pid,
-                        generation,
-                        first_sequence if pid else 0,
-                        epoch,
-                    )
+            if key is None and not headers:
+                row = batches.pack_one(
+                    where, value, now_ms if timestamp_ms is None else timestamp_ms, fields
                 )
-                end = self.ends.setdefault((topic_id, partition), [0, 0])
-                end[0] += 1
-                end[1] += len(value)
+                self._added(row)
                 return
-        if txn_id is None and plain_records(records):
-            # The usual batch. Values go as bytearrays: Python's sqlite3 binds those
-            # directly, where bytes first go through its adapter lookup (about half the
-            # cost of a one-row insert).
-            values = list(map(bytearray, map(_VALUE, records)))
-            described: _Described | None = (values, [now_ms], False, False)
-            step = 1 if pid else 0
-            in_runs = count - count % RUN_ROWS
-            self.runs.extend(
-                (
-                    topic_id,
-                    partition,
-                    base_offset + start,
-                    now_ms,
-                    pid,
-                    generation,
-                    (first_sequence + start) * step,
-                    step,
-                    epoch,
-                    None,  # no transaction
-                    *values[start : start + RUN_ROWS],
-                )
-                for start in range(0, in_runs, RUN_ROWS)
-            )
-            # the rest one row each, column by column in C
-            self.plain.extend(
-                zip(
-                    repeat(topic_id),
-                    repeat(partition),
-                    range(base_offset + in_runs, base_offset + count),
-                    repeat(now_ms),
-                    values[in_runs:],
-                    repeat(pid),
-                    repeat(generation),
-                    range(first_sequence + in_runs, first_sequence + count) if pid else repeat(0),
-                    repeat(epoch),
-                )
-            )
-        elif txn_id is None and count >= RUN_ROWS and stamped_records(records):
-            # A batch with the producer's timestamps and nothing else (a Kafka client's):
-            # runs as the plain batch above, the rest one row each.
-            values = list(map(bytearray, map(_VALUE, records)))
-            stamps = list(map(_TIMESTAMP, records))
-            described = (values, stamps, False, False)
-            step = 1 if pid else 0
-            in_runs = count - count % RUN_ROWS
-            self.stamped_runs.extend(
-                (
-                    topic_id,
-                    partition,
-                    base_offset + start,
-                    pid,
-                    generation,
-                    (first_sequence + start) * step,
-                    step,
-                    epoch,
-                    None,  # no transaction
-                    *values[start : start + RUN_ROWS],
-                    *stamps[start : start + RUN_ROWS],
-                )
-                for start in range(0, in_runs, RUN_ROWS)
-            )
-            self.records.extend(
-                (
-                    topic_id,
-                    partition,
-                    base_offset + index,
-                    stamps[index],
-                    None,
-                    values[index],
-                    EMPTY_HEADERS,
-                    pid,
-                    generation,
-                    first_sequence + index if pid else 0,
-                    epoch,
-                    None,
-                )
-                for index in range(in_runs, count)
-            )
-        else:
-            described = None
-            self.records.extend(
-                (
-                    topic_id,
-                    partition,
-                    base_offset + index,
-                    now_ms if record.timestamp_ms is None else record.timestamp_ms,
-                    record.key,
-                    record.value,
-                    encode_headers(record.headers) if record.headers else EMPTY_HEADERS,
-                    pid,
-                    generation,
-                    first_sequence + index if pid else 0,
-                    epoch,
-                    txn_id,
-                )
-                for index, record in enumerate(records)
-            )
-        if count >= SHAPED_RECORDS_MIN:
-            its_values, its_stamps, keyed, headed = described or _described(records, now_ms)
-            self.shapes.append(
-                shape(
-                    (topic_id, partition, base_offset),
-                    its_values,
-                    its_stamps,
-                    keyed,
-                    headed,
-                    (pid, generation, first_sequence if pid else 0, 1 if pid else 0, epoch, txn_id),
-                )
-            )
-        end = self.ends.setdefault((topic_id, partition), [0, 0])
-        end[0] += len(records)
-        end[1] += _stored_bytes(records)
+        self._added(pack_records(where, records, now_ms, fields))
+
+    def _added(self, row: tuple[Any, ...]) -> None:
+        self.batches.append(row)
+        end = self.ends.setdefault((row[0], row[1]), [0, 0])
+        end[0] += row[4]
+        end[1] += row[5]
 
     def add_lease(
         self, topic_id: int, partition: int, producer_id: int, first_offset: int, now_ms: int
@@ -447,21 +262,9 @@ class Appends:
         self.leases.append((topic_id, partition, producer_id, first_offset, now_ms))
 
     def flush(self, conn: sqlite3.Connection) -> None:
-        if self.records:
-            conn.executemany(Q["record_insert"], self.records)
-            self.records.clear()
-        if self.runs:
-            conn.executemany(Q["record_insert_run"], self.runs)
-            self.runs.clear()
-        if self.stamped_runs:
-            conn.executemany(Q["record_insert_stamped_run"], self.stamped_runs)
-            self.stamped_runs.clear()
-        if self.plain:
-            conn.executemany(Q["record_insert_plain"], self.plain)
-            self.plain.clear()
-        if self.shapes:
-            conn.executemany(Q["log_batch_insert"], self.shapes)
-            self.shapes.clear()
+        if self.batches:
+            conn.executemany(Q["log_insert"], self.batches)
+            self.batches.clear()
         if self.leases:
             producer_store.insert_leases(conn, self.leases)
             self.leases.clear()
@@ -473,18 +276,35 @@ class Appends:
             self.ends.clear()
 
 
+def pack_records(
+    where: tuple[int, int, int],
+    records: Sequence[NewRecord],
+    now_ms: int,
+    producer: batches.Producer,
+) -> tuple[object, ...]:
+    """The `log` row of records appended at `where` (now_ms: the timestamp of those
+    without their own)."""
+    if plain_records(records):
+        return batches.pack(where, values_of(records), None, None, now_ms, producer)
+    given: list[int | None] = list(map(_TIMESTAMP, records))
+    stamps: int | list[int] = now_ms
+    if given.count(None) != len(records):
+        stamps = [now_ms if stamp is None else stamp for stamp in given]
+    return batches.pack(
+        where,
+        values_of(records),
+        keys_of(records),
+        [encode_headers(h) if h else EMPTY_HEADERS for h in map(_HEADERS, records)],
+        stamps,
+        producer,
+    )
+
+
 def advance(
     conn: sqlite3.Connection, topic: TopicRow, partition: int, records: int, size: int
 ) -> None:
     """Move a partition's log end past records just inserted (size: their bytes)."""
     conn.execute(Q["partition_advance"], (records, size, topic.topic_id, partition))
-
-
-def _stored_bytes(records: Sequence[NewRecord]) -> int:
-    size = sum(map(len, map(_VALUE, records)))
-    if any(map(_KEY, records)):
-        size += sum(len(key) for key in map(_KEY, records) if key)
-    return size
 
 
 _VALUE, _KEY, _HEADERS, _PARTITION, _TIMESTAMP = (operator.itemgetter(i) for i in range(5))
@@ -494,37 +314,133 @@ VALUE = _VALUE  # a NewRecord's value
 
 
 def plain_records(records: Sequence[NewRecord]) -> bool:
-    """No key, headers or timestamp of the producer's: what the *_plain inserts take."""
+    """No key, headers or timestamp of the producer's."""
     return keys_of(records) is None and values_only(records)
 
 
-def stamped_records(records: Sequence[NewRecord]) -> bool:
-    """Timestamps of the producer's, and no key or headers: the *_stamped_run insert."""
-    if isinstance(records, RecordColumns):  # never stamped
-        return False
-    count = len(records)
-    return (
-        list(map(_KEY, records)).count(None) == count
-        and not any(map(_HEADERS, records))
-        and None not in map(_TIMESTAMP, records)
-    )
+# reading --------------------------------------------------------------------------
+
+
+def batch_of(row: tuple[Any, ...]) -> batches.Stored:
+    """A stored batch a read may use: DATA_CORRUPT if its columns do not hold its
+    records (a damaged file: nothing of the batch is read)."""
+    batch = batches.Stored._make(row)
+    problem = batches.unreadable(batch)
+    if problem is not None:
+        raise BrokerError(
+            ErrorCode.DATA_CORRUPT,
+            f"topic id {batch.topic_id} partition {batch.partition}'s batch at offset "
+            f"{batch.first_offset} is damaged: {problem}",
+            hint="`fencelog check` tells what is damaged; restore a snapshot "
+            "(`fencelog snapshot restore FILE --force`)",
+        )
+    return batch
+
+
+def parts(
+    conn: sqlite3.Connection,
+    topic_id: int,
+    partition: int,
+    offset: int,
+    max_records: int,
+    bytes_max: int | None = None,
+) -> list[batches.Part]:
+    """The stored batches' records from offset: at most max_records, then the first
+    within bytes_max of keys and values (at least one record)."""
+    found: list[batches.Part] = []
+    taken = size = 0
+    cursor = conn.execute(Q["log_from"], (topic_id, partition, offset))
+    try:
+        for row in cursor:
+            batch = batch_of(row)
+            if batch.last_offset < offset:
+                continue
+            low = batches.index_at(batch, offset)
+            part = batches.Part(batch, low, min(batch.records, low + max_records - taken))
+            if bytes_max is not None:
+                its_bytes = batches.part_bytes(part)
+                if size + its_bytes > bytes_max:
+                    fit = batches.within(batches.sizes(part), bytes_max - size, not found)
+                    if fit:
+                        found.append(part._replace(high=low + fit))
+                    break
+                size += its_bytes
+            found.append(part)
+            taken += part.high - part.low
+            if taken >= max_records:
+                break
+    finally:
+        cursor.close()
+    return found
 
 
 def read_rows(
     conn: sqlite3.Connection, topic: TopicRow, partition: int, offset: int, max_records: int
 ) -> list[Row]:
-    cursor = conn.execute(Q["records_read_rows"], (topic.topic_id, partition, offset, max_records))
-    return cursor.fetchall()
+    found: list[Row] = []
+    for part in parts(conn, topic.topic_id, partition, offset, max_records):
+        found += batches.rows(part)
+    return found
 
 
 def read_kafka_rows(
     conn: sqlite3.Connection, topic: TopicRow, partition: int, offset: int, max_records: int
 ) -> list[KafkaRow]:
-    cursor = conn.execute(Q["records_read_kafka"], (topic.topic_id, partition, offset, max_records))
-    return cursor.fetchall()
+    """(offset, timestamp_ms, key, value, stored headers) of the records from offset."""
+    return [
+        (row[1], row[2], row[3], row[4], row[5])
+        for row in read_rows(conn, topic, partition, offset, max_records)
+    ]
 
 
-def read_compacted(conn: sqlite3.Connection, topic: TopicRow, partition: int) -> list[Record]:
-    """The newest record of every key in a partition, in offset order (keyless: none)."""
-    cursor = conn.execute(Q["records_compacted"], (topic.name, topic.topic_id, partition))
-    return list(map(Record._make, cursor))
+def read_compacted(
+    conn: sqlite3.Connection, topic: TopicRow, partition: int, start: int
+) -> list[Record]:
+    """The newest record of every key in a partition from its log start, in offset
+    order (keyless: none)."""
+    newest: dict[bytes, Row] = {}
+    for row in conn.execute(Q["log_keyed"], (topic.topic_id, partition, start)):
+        batch = batch_of(row)
+        part = batches.Part(batch, batches.index_at(batch, start), batch.records)
+        for found in batches.rows(part):
+            if found[3] is not None:
+                newest[found[3]] = found
+    kept = sorted(newest.values(), key=_ROW_OFFSET)
+    return [
+        Record(
+            topic.name,
+            p,
+            o,
+            t,
+            k,
+            v,
+            () if h == EMPTY_HEADERS else decode_headers(h),
+            pid,
+            g,
+            s,
+            e,
+            x,
+        )
+        for p, o, t, k, v, h, pid, g, s, e, x in kept
+    ]
+
+
+_ROW_OFFSET = operator.itemgetter(1)
+
+
+def first_at_or_after(
+    conn: sqlite3.Connection, topic_id: int, partition: int, offset: int
+) -> tuple[int, int] | None:
+    """(offset, timestamp_ms) of the first record at or after offset, or None."""
+    cursor = conn.execute(Q["log_from"], (topic_id, partition, offset))
+    try:
+        for row in cursor:
+            batch = batch_of(row)
+            if batch.last_offset < offset:
+                continue
+            index = batches.index_at(batch, offset)
+            part = batches.Part(batch, index, index + 1)
+            return batches.offsets(part)[0], batches.timestamps(part)[0]
+    finally:
+        cursor.close()
+    return None

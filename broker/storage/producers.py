@@ -4,6 +4,7 @@ consumer offsets: rows."""
 from __future__ import annotations
 
 import sqlite3
+from collections.abc import Sequence
 
 from msgspec import Struct
 
@@ -29,12 +30,28 @@ class LastRecord(Struct, frozen=True):
     timestamp_ms: int
 
 
+def _last(
+    producer_id: int,
+    first_offset: int,
+    last_offset: int,
+    generation: int,
+    first_sequence: int,
+    timestamp_ms: int,
+    timestamps: bytes | None,
+) -> LastRecord:
+    """A pid's newest record: the last of its newest batch."""
+    if timestamps is not None:
+        timestamp_ms = int(timestamps.rpartition(b"\n")[2])
+    sequence = first_sequence + last_offset - first_offset
+    return LastRecord(producer_id, last_offset, generation, sequence, timestamp_ms)
+
+
 def last_records_after(
     conn: sqlite3.Connection, topic_id: int, partition: int, offset: int
 ) -> list[LastRecord]:
     """Each idempotent pid's newest record at or after offset, oldest first."""
-    rows = conn.execute(Q["records_last_of_producers"], (topic_id, partition, offset))
-    return [LastRecord(*row) for row in rows]
+    rows = conn.execute(Q["log_last_of_producers"], (topic_id, partition, offset))
+    return [_last(*row) for row in rows if row[2] >= offset]
 
 
 def last_record_of(
@@ -42,9 +59,9 @@ def last_record_of(
 ) -> LastRecord | None:
     """A pid's newest record, searched from the log end back to first_offset."""
     row = conn.execute(
-        Q["record_last_of_producer"], (topic_id, partition, first_offset, producer_id)
+        Q["log_last_of_producer"], (topic_id, partition, first_offset, producer_id)
     ).fetchone()
-    return None if row is None else LastRecord(producer_id, *row)
+    return None if row is None else _last(producer_id, *row)
 
 
 def offsets_of_sequences(
@@ -58,11 +75,27 @@ def offsets_of_sequences(
     """{sequence: offset} of a pid's records with sequences in the closed range, searched
     between the offsets given (both included), from the higher one down."""
     first, last = sequences
-    rows = conn.execute(
-        Q["records_of_sequences"],
-        (topic_id, partition, *offsets, producer_id, first, last, last - first + 1),
+    low, high = offsets
+    found: dict[int, int] = {}
+    cursor = conn.execute(
+        Q["log_of_sequences"], (topic_id, partition, low, high, producer_id, first, last)
     )
-    return dict(rows.fetchall())
+    try:
+        for first_offset, last_offset, first_sequence, offset_deltas in cursor:
+            shift = first_offset - first_sequence
+            held: Sequence[int]
+            if offset_deltas is None:
+                held = range(first_sequence, first_sequence + last_offset - first_offset + 1)
+            else:  # compaction took some away
+                held = [first_sequence + int(delta) for delta in offset_deltas.split()]
+            for sequence in held:
+                if first <= sequence <= last and low <= sequence + shift <= high:
+                    found.setdefault(sequence, sequence + shift)
+            if len(found) > last - first:
+                break
+    finally:
+        cursor.close()
+    return found
 
 
 def insert_leases(conn: sqlite3.Connection, rows: list[tuple[int, int, int, int, int]]) -> None:

@@ -1,8 +1,5 @@
 -- Named queries. Each block starts with `-- name: NAME`; storage/queries.py loads them.
 -- Logic never assembles SQL: it picks a query here by name and binds parameters.
--- A query named *_run inserts RUN_ROWS rows in one statement: the loader repeats its
--- VALUES row, with {i} the row's index in the run and {value} the parameter of its value
--- (numbered after the row's shared parameters).
 
 -- name: partition_insert
 INSERT INTO partitions (topic_id, partition) VALUES (?, ?);
@@ -36,198 +33,127 @@ SELECT next_offset FROM partitions WHERE topic_id = ? AND partition = ?;
 UPDATE partitions SET next_offset = next_offset + ?, bytes = bytes + ?
 WHERE topic_id = ? AND partition = ?;
 
--- name: records_delete_topic
-DELETE FROM records WHERE topic_id = ?;
+-- name: log_insert
+-- A batch appended (storage/batches.py pack): its row of `log` (schema 015).
+INSERT INTO log (topic_id, partition, first_offset, last_offset, records, bytes, timestamp_ms, max_timestamp_ms,
+       producer_id, generation, first_sequence, epoch, txn_id, value_lengths, timestamps,
+       key_lengths, headers, offset_deltas, keys, vals)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?);
+
+-- name: log_replace
+-- A batch compaction rewrote, at its first offset.
+REPLACE INTO log (topic_id, partition, first_offset, last_offset, records, bytes, timestamp_ms, max_timestamp_ms,
+       producer_id, generation, first_sequence, epoch, txn_id, value_lengths, timestamps,
+       key_lengths, headers, offset_deltas, keys, vals)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?);
+
+-- name: log_from
+-- A partition's batches from the one holding offset ?3 (the last starting at or before
+-- it: one seek of the primary key), in offset order; the caller stops reading when it
+-- has enough.
+SELECT topic_id, partition, first_offset, last_offset, records, bytes, timestamp_ms, max_timestamp_ms,
+       producer_id, generation, first_sequence, epoch, txn_id, value_lengths, timestamps,
+       key_lengths, headers, offset_deltas, keys, vals
+FROM log
+WHERE topic_id = ?1 AND partition = ?2
+  AND first_offset >= coalesce((SELECT first_offset FROM log
+                                WHERE topic_id = ?1 AND partition = ?2 AND first_offset <= ?3
+                                ORDER BY first_offset DESC LIMIT 1), ?3)
+ORDER BY first_offset;
+
+-- name: log_front
+-- The batches from the one holding the log start ?3: what cleaning may delete next.
+SELECT last_offset, max_timestamp_ms, bytes, records
+FROM log
+WHERE topic_id = ?1 AND partition = ?2
+  AND first_offset >= coalesce((SELECT first_offset FROM log
+                                WHERE topic_id = ?1 AND partition = ?2 AND first_offset <= ?3
+                                ORDER BY first_offset DESC LIMIT 1), ?3)
+ORDER BY first_offset;
+
+-- name: log_delete_below
+-- The batches wholly below a new log start ?3.
+DELETE FROM log WHERE topic_id = ?1 AND partition = ?2 AND first_offset < ?3 AND last_offset < ?3;
+
+-- name: log_delete_topic
+DELETE FROM log WHERE topic_id = ?;
+
+-- name: log_delete_batch
+DELETE FROM log WHERE topic_id = ? AND partition = ? AND first_offset = ?;
+
+-- name: log_keyed
+-- The batches holding keyed records, from the one holding offset ?3 on.
+SELECT topic_id, partition, first_offset, last_offset, records, bytes, timestamp_ms, max_timestamp_ms,
+       producer_id, generation, first_sequence, epoch, txn_id, value_lengths, timestamps,
+       key_lengths, headers, offset_deltas, keys, vals
+FROM log
+WHERE topic_id = ?1 AND partition = ?2
+  AND first_offset >= coalesce((SELECT first_offset FROM log
+                                WHERE topic_id = ?1 AND partition = ?2 AND first_offset <= ?3
+                                ORDER BY first_offset DESC LIMIT 1), ?3)
+  AND key_lengths IS NOT NULL
+ORDER BY first_offset;
+
+-- name: log_keyed_between
+-- log_keyed up to the batches starting before ?4 (compaction's window).
+SELECT topic_id, partition, first_offset, last_offset, records, bytes, timestamp_ms, max_timestamp_ms,
+       producer_id, generation, first_sequence, epoch, txn_id, value_lengths, timestamps,
+       key_lengths, headers, offset_deltas, keys, vals
+FROM log
+WHERE topic_id = ?1 AND partition = ?2
+  AND first_offset >= coalesce((SELECT first_offset FROM log
+                                WHERE topic_id = ?1 AND partition = ?2 AND first_offset <= ?3
+                                ORDER BY first_offset DESC LIMIT 1), ?3)
+  AND first_offset < ?4 AND key_lengths IS NOT NULL
+ORDER BY first_offset;
+
+-- name: log_all
+-- Every batch, for `fencelog check` to decode.
+SELECT topic_id, partition, first_offset, last_offset, records, bytes, timestamp_ms, max_timestamp_ms,
+       producer_id, generation, first_sequence, epoch, txn_id, value_lengths, timestamps,
+       key_lengths, headers, offset_deltas, keys, vals
+FROM log;
+
+-- name: log_last_of_producers
+-- Each idempotent pid's newest batch ending at or after offset ?3: its last record's
+-- generation, sequence and offset are the pid's state. first_sequence > 0 marks an
+-- idempotent append (a plain batch has pid 0, a transaction's first_sequence 0).
+-- SQLite takes the bare columns of a max() aggregate from the row holding the maximum.
+SELECT producer_id, max(first_offset), last_offset, generation, first_sequence,
+       timestamp_ms, timestamps
+FROM log
+WHERE topic_id = ?1 AND partition = ?2
+  AND first_offset >= coalesce((SELECT first_offset FROM log
+                                WHERE topic_id = ?1 AND partition = ?2 AND first_offset <= ?3
+                                ORDER BY first_offset DESC LIMIT 1), ?3)
+  AND first_sequence > 0
+GROUP BY producer_id
+ORDER BY 2;
+
+-- name: log_last_of_producer
+-- An evicted pid's newest batch: a scan back from the log end to its first batch.
+SELECT first_offset, last_offset, generation, first_sequence, timestamp_ms, timestamps
+FROM log
+WHERE topic_id = ?1 AND partition = ?2 AND first_offset >= ?3 AND producer_id = ?4
+  AND first_sequence > 0
+ORDER BY first_offset DESC
+LIMIT 1;
+
+-- name: log_of_sequences
+-- A duplicate's originals: a pid's batches holding sequences ?6..?7 between offsets
+-- ?3..?4, from the higher offset down; the caller stops once it has them all.
+SELECT first_offset, last_offset, first_sequence, offset_deltas
+FROM log
+WHERE topic_id = ?1 AND partition = ?2 AND first_offset <= ?4 AND last_offset >= ?3
+  AND producer_id = ?5 AND first_sequence > 0
+  AND first_sequence <= ?7 AND first_sequence + (last_offset - first_offset) >= ?6
+ORDER BY first_offset DESC;
 
 -- name: partitions_delete_topic
 DELETE FROM partitions WHERE topic_id = ?;
 
 -- name: topic_delete
 DELETE FROM topics WHERE topic_id = ?;
-
--- name: record_insert
-INSERT INTO records (topic_id, partition, offset, timestamp_ms, key, value, headers,
-                     producer_id, generation, sequence, epoch, txn_id)
-VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?);
-
--- name: record_insert_plain
--- A record without key or headers outside a transaction (X'90': msgpack's empty array,
--- EMPTY_HEADERS). Literals instead of parameters: nothing for sqlite3 to adapt.
-INSERT INTO records (topic_id, partition, offset, timestamp_ms, key, value, headers,
-                     producer_id, generation, sequence, epoch, txn_id)
-VALUES (?, ?, ?, ?, NULL, ?, X'90', ?, ?, ?, ?, NULL);
-
--- name: record_insert_run
--- RUN_ROWS consecutive records of one plain batch (as record_insert_plain), or of a
--- journaled one that APPLY_COMMIT copies. ?1-?10: topic, partition, first offset,
--- timestamp, pid, generation, first sequence, sequence step (1 with a pid, 0 without),
--- epoch, transaction (NULL outside one).
-INSERT INTO records (topic_id, partition, offset, timestamp_ms, key, value, headers,
-                     producer_id, generation, sequence, epoch, txn_id)
-VALUES (?1, ?2, ?3 + {i}, ?4, NULL, {value}, X'90', ?5, ?6, ?7 + {i} * ?8, ?9, ?10);
-
--- name: record_insert_stamped_run
--- RUN_ROWS consecutive records of one batch with the producer's timestamps and no key or
--- headers (what Kafka clients send): record_insert_run with a timestamp per row. ?1-?9:
--- topic, partition, first offset, pid, generation, first sequence, sequence step, epoch,
--- transaction; then the RUN_ROWS values, then the RUN_ROWS timestamps.
-INSERT INTO records (topic_id, partition, offset, timestamp_ms, key, value, headers,
-                     producer_id, generation, sequence, epoch, txn_id)
-VALUES (?1, ?2, ?3 + {i}, {stamp}, NULL, {value}, X'90', ?4, ?5, ?6 + {i} * ?7, ?8, ?9);
-
--- name: log_batch_insert
--- A large batch's shape (schema 013), in the transaction that inserts its records.
-INSERT INTO log_batches (topic_id, partition, first_offset, last_offset, timestamp_ms,
-                         value_length, keyed, headed, producer_id, generation,
-                         first_sequence, sequence_step, epoch, txn_id)
-VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?);
-
--- name: log_batches_page
--- The shapes of the batches holding offsets [?3, ?4), from the one holding ?3 (none
--- when no shape starts at or before ?3), in offset order.
-SELECT first_offset, last_offset, timestamp_ms, value_length, keyed, headed, producer_id,
-       generation, first_sequence, sequence_step, epoch, txn_id
-FROM log_batches
-WHERE topic_id = ?1 AND partition = ?2 AND first_offset < ?4
-  AND first_offset >= (SELECT max(first_offset) FROM log_batches
-                       WHERE topic_id = ?1 AND partition = ?2 AND first_offset <= ?3)
-ORDER BY first_offset;
-
--- name: log_batches_delete_topic
-DELETE FROM log_batches WHERE topic_id = ?;
-
--- name: log_batches_delete_below
--- The shapes of batches wholly below a new log start (retention).
-DELETE FROM log_batches WHERE topic_id = ?1 AND partition = ?2 AND last_offset < ?3;
-
--- name: log_batch_delete_holding
--- The shape of the batch holding offset ?3, whose record compaction deletes: its
--- records are no longer all there, and its pages are read as before.
-DELETE FROM log_batches
-WHERE topic_id = ?1 AND partition = ?2 AND first_offset = (
-    SELECT max(first_offset) FROM log_batches
-    WHERE topic_id = ?1 AND partition = ?2 AND first_offset <= ?3)
-  AND last_offset >= ?3;
-
--- name: log_batches_disagreeing
--- fencelog check: shapes whose records are not all there (above the log start) or do
--- not have the shape (timestamp, value size, keys, headers, producer fields).
-SELECT b.topic_id, b.partition, b.first_offset
-FROM log_batches AS b JOIN partitions AS p
-  ON p.topic_id = b.topic_id AND p.partition = b.partition
-WHERE (SELECT count(*) FROM records AS r
-       WHERE r.topic_id = b.topic_id AND r.partition = b.partition
-         AND r.offset >= max(b.first_offset, p.start_offset) AND r.offset <= b.last_offset)
-      != b.last_offset - max(b.first_offset, p.start_offset) + 1
-   OR EXISTS (
-       SELECT 1 FROM records AS r
-       WHERE r.topic_id = b.topic_id AND r.partition = b.partition
-         AND r.offset >= b.first_offset AND r.offset <= b.last_offset
-         AND (r.timestamp_ms != ifnull(b.timestamp_ms, r.timestamp_ms)
-              OR length(r.value) != ifnull(b.value_length, length(r.value))
-              OR (NOT b.keyed AND r.key IS NOT NULL)
-              OR (NOT b.headed AND r.headers != X'90')
-              OR r.producer_id != b.producer_id OR r.generation != b.generation
-              OR r.sequence != b.first_sequence + (r.offset - b.first_offset) * b.sequence_step
-              OR r.epoch != b.epoch OR r.txn_id IS NOT b.txn_id))
-ORDER BY b.topic_id, b.partition, b.first_offset
-LIMIT ?;
-
--- name: records_page_values_counted
--- The page's values concatenated (the aggregate walks the primary key in order), their
--- bytes and how many records gave them, which the page checks against its count.
-SELECT ifnull(CAST(group_concat(value, '') AS BLOB), X''), sum(length(value)), count(*)
-FROM records
-WHERE topic_id = ?1 AND partition = ?2 AND offset >= ?3 AND offset <= ?4;
-
--- name: records_page_values
--- The page's values concatenated, where its batches' shapes give every record's value
--- length: the page checks the concatenation's length instead of SQLite counting.
-SELECT ifnull(CAST(group_concat(value, '') AS BLOB), X'')
-FROM records
-WHERE topic_id = ?1 AND partition = ?2 AND offset >= ?3 AND offset <= ?4;
-
--- name: records_page_last
--- The last record at offsets [?3, ?4): one seek of the primary key.
-SELECT offset, value FROM records
-WHERE topic_id = ?1 AND partition = ?2 AND offset >= ?3 AND offset < ?4
-ORDER BY offset DESC LIMIT 1;
-
--- name: records_page_bytes
--- Bytes of keys and values of a page's records (where its batches' shapes do not say).
-SELECT sum(length(value)) + ifnull(sum(length(key)), 0)
-FROM records
-WHERE topic_id = ?1 AND partition = ?2 AND offset >= ?3 AND offset <= ?4;
-
--- name: records_page_first
--- The first record of a page, which records_page_summary compares every row with.
-SELECT timestamp_ms, length(value), producer_id, generation, sequence, epoch, txn_id, value
-FROM records
-WHERE topic_id = ? AND partition = ? AND offset = ?;
-
--- name: records_page_summary
--- A page's shape (broker/storage/pages.py): its count, last offset, bytes of keys and
--- values, how many records have a key or headers, and how many differ from the first
--- record (?5..?11) in each column.
-SELECT count(*), max(offset), sum(length(value)) + ifnull(sum(length(key)), 0),
-       count(key), sum(headers != X'90'),
-       sum(timestamp_ms != ?5), sum(length(value) != ?6),
-       sum(producer_id != ?7 OR generation != ?8 OR sequence != ?9 OR epoch != ?10
-           OR txn_id IS NOT ?11)
-FROM records
-WHERE topic_id = ?1 AND partition = ?2 AND offset >= ?3 AND offset < ?4;
-
--- name: records_page_sizes
--- Bytes of key and value, one record a line (where a page is cut at read_bytes_max).
-SELECT CAST(group_concat(length(value) + ifnull(length(key), 0), char(10)) AS BLOB)
-FROM records
-WHERE topic_id = ?1 AND partition = ?2 AND offset >= ?3 AND offset <= ?4;
-
--- name: records_page_value_at
-SELECT value FROM records WHERE topic_id = ? AND partition = ? AND offset = ?;
-
--- name: records_page_timestamps
-SELECT CAST(group_concat(timestamp_ms, char(10)) AS BLOB)
-FROM records
-WHERE topic_id = ?1 AND partition = ?2 AND offset >= ?3 AND offset <= ?4;
-
--- name: records_page_value_lengths
-SELECT CAST(group_concat(length(value), char(10)) AS BLOB)
-FROM records
-WHERE topic_id = ?1 AND partition = ?2 AND offset >= ?3 AND offset <= ?4;
-
--- name: records_page_keys
--- Key lengths (-1: no key) and the keys concatenated, in offset order.
-SELECT CAST(group_concat(ifnull(length(key), -1), char(10)) AS BLOB),
-       CAST(group_concat(key, '') AS BLOB)
-FROM records
-WHERE topic_id = ?1 AND partition = ?2 AND offset >= ?3 AND offset <= ?4;
-
--- name: records_page_producers
--- producer_id, generation, sequence, epoch, txn_id (-1: none), one line per record.
-SELECT CAST(group_concat(producer_id, char(10)) AS BLOB),
-       CAST(group_concat(generation, char(10)) AS BLOB),
-       CAST(group_concat(sequence, char(10)) AS BLOB),
-       CAST(group_concat(epoch, char(10)) AS BLOB),
-       CAST(group_concat(ifnull(txn_id, -1), char(10)) AS BLOB)
-FROM records
-WHERE topic_id = ?1 AND partition = ?2 AND offset >= ?3 AND offset <= ?4;
-
--- name: records_page_headers
--- The page's records that have headers (most have none: X'90', msgpack's empty array).
-SELECT offset, headers
-FROM records
-WHERE topic_id = ?1 AND partition = ?2 AND offset >= ?3 AND offset <= ?4
-  AND headers != X'90';
-
--- name: records_read_rows
--- A Row: a record without its topic, headers as stored (msgpack).
-SELECT partition, offset, timestamp_ms, key, value, headers,
-       producer_id, generation, sequence, epoch, txn_id
-FROM records
-WHERE topic_id = ? AND partition = ? AND offset >= ?
-ORDER BY offset
-LIMIT ?;
 
 -- name: session_upsert
 INSERT INTO sessions (session_id, pid, started_ms, heartbeat_ms) VALUES (?, ?, ?, ?)
@@ -297,35 +223,6 @@ WHERE topic_id = ? AND partition = ? AND producer_id = ?;
 
 -- name: leases_delete_topic
 DELETE FROM producer_leases WHERE topic_id = ?;
-
--- name: records_last_of_producers
--- Each idempotent pid's newest record from an offset on: its generation, sequence and
--- offset are its state. sequence > 0 marks an idempotent append (a plain record has
--- pid 0, a transaction's has sequence 0). SQLite takes the bare columns of a max()
--- aggregate from the row holding the maximum.
-SELECT producer_id, max(offset), generation, sequence, timestamp_ms
-FROM records
-WHERE topic_id = ? AND partition = ? AND offset >= ? AND sequence > 0
-GROUP BY producer_id
-ORDER BY 2;
-
--- name: record_last_of_producer
--- An evicted pid's newest record: a scan back from the log end to its first record.
-SELECT offset, generation, sequence, timestamp_ms
-FROM records
-WHERE topic_id = ?1 AND partition = ?2 AND offset >= ?3 AND producer_id = ?4 AND sequence > 0
-ORDER BY offset DESC
-LIMIT 1;
-
--- name: records_of_sequences
--- A duplicate's originals: a pid's sequences ?6..?7 between offsets ?3..?4, from the
--- higher offset down, stopping once all ?8 are found.
-SELECT sequence, offset
-FROM records
-WHERE topic_id = ?1 AND partition = ?2 AND offset BETWEEN ?3 AND ?4
-  AND producer_id = ?5 AND sequence BETWEEN ?6 AND ?7
-ORDER BY offset DESC
-LIMIT ?8;
 
 -- name: offsets_delete_topic
 DELETE FROM consumer_offsets WHERE topic_id = ?;
@@ -413,16 +310,6 @@ SELECT attachment_id, topic_id FROM producer_attachments WHERE session_id = ?;
 
 -- name: attachments_delete_topic
 DELETE FROM producer_attachments WHERE topic_id = ?;
-
--- name: records_compacted
-SELECT ?, partition, offset, timestamp_ms, key, value, headers AS "headers [fencelog_headers]",
-       producer_id, generation, sequence, epoch, txn_id
-FROM records
-WHERE topic_id = ?2 AND partition = ?3 AND offset IN (
-    SELECT max(offset) FROM records
-    WHERE topic_id = ?2 AND partition = ?3 AND key IS NOT NULL
-    GROUP BY key)
-ORDER BY offset;
 
 -- name: topic_insert_with_id
 INSERT INTO topics (topic_id, name, partitions, created_ms, owner_group) VALUES (?, ?, ?, ?, ?);
@@ -707,19 +594,6 @@ UPDATE kafka_producers SET txn_id = ?2, updated_ms = ?3 WHERE transactional_id =
 SELECT transactional_id, producer_id, epoch, txn_timeout_ms, txn_id
 FROM kafka_producers ORDER BY transactional_id LIMIT ?;
 
--- name: records_offset_for_time
-SELECT offset, timestamp_ms FROM records
-WHERE topic_id = ? AND partition = ? AND timestamp_ms >= ?
-ORDER BY offset LIMIT 1;
-
--- name: records_read_kafka
--- What a Kafka record batch holds of a record: offset, timestamp, key, value, headers.
-SELECT offset, timestamp_ms, key, value, headers
-FROM records
-WHERE topic_id = ? AND partition = ? AND offset >= ?
-ORDER BY offset
-LIMIT ?;
-
 -- name: topic_config
 SELECT retention_ms, retention_bytes, cleanup FROM topic_configs WHERE topic_id = ?;
 
@@ -737,17 +611,6 @@ UPDATE topics SET partitions = ?2 WHERE topic_id = ?1;
 -- name: partition_insert_at
 INSERT INTO partitions (topic_id, partition) VALUES (?, ?);
 
--- name: records_front
--- The first records of a partition from its log start: what cleaning may delete next.
-SELECT offset, timestamp_ms, length(value) + coalesce(length(key), 0)
-FROM records
-WHERE topic_id = ? AND partition = ? AND offset >= ?
-ORDER BY offset
-LIMIT ?;
-
--- name: records_delete_below
-DELETE FROM records WHERE topic_id = ?1 AND partition = ?2 AND offset >= ?3 AND offset < ?4;
-
 -- name: partition_start_set
 UPDATE partitions SET start_offset = ?3, bytes = max(0, bytes - ?4)
 WHERE topic_id = ?1 AND partition = ?2;
@@ -755,39 +618,23 @@ WHERE topic_id = ?1 AND partition = ?2;
 -- name: partition_shrink
 UPDATE partitions SET bytes = max(0, bytes - ?3) WHERE topic_id = ?1 AND partition = ?2;
 
--- name: records_superseded
--- Up to ?5 keyed records of a partition, at offsets in [?3, ?4), that a later record
--- with the same key supersedes (compaction); tombstones are the caller's.
-SELECT r.offset, length(r.value) + length(r.key)
-FROM records AS r
-WHERE r.topic_id = ?1 AND r.partition = ?2 AND r.offset >= ?3 AND r.offset < ?4
-  AND r.key IS NOT NULL
-  AND EXISTS (
-      SELECT 1 FROM records AS later
-      WHERE later.topic_id = ?1 AND later.partition = ?2 AND later.key = r.key
-        AND later.offset > r.offset)
-ORDER BY r.offset
-LIMIT ?5;
 
--- name: records_old_tombstones
--- Up to ?6 tombstones (a key, an empty value) at offsets in [?3, ?4) older than ?5 ms.
-SELECT offset, length(key)
+-- name: legacy_records_table
+-- Whether the one-row-per-record log of schemas 001-014 is still there (storage/upgrade.py).
+SELECT 1 FROM sqlite_schema WHERE type = 'table' AND name = 'records';
+
+-- name: legacy_records_first
+SELECT topic_id, partition, offset, timestamp_ms, key, value, headers,
+       producer_id, generation, sequence, epoch, txn_id
 FROM records
-WHERE topic_id = ?1 AND partition = ?2 AND offset >= ?3 AND offset < ?4
-  AND key IS NOT NULL AND length(value) = 0 AND timestamp_ms < ?5
-ORDER BY offset
-LIMIT ?6;
+ORDER BY topic_id, partition, offset
+LIMIT ?;
 
--- name: record_delete
-DELETE FROM records WHERE topic_id = ? AND partition = ? AND offset = ?;
+-- name: legacy_records_delete
+DELETE FROM records WHERE topic_id = ? AND partition = ? AND offset BETWEEN ? AND ?;
 
--- name: record_time_at_or_after
--- The first record of a partition at or after an offset, and its timestamp: one seek of
--- the primary key (topic_id, partition, offset), a probe of offset_for_time's search.
-SELECT offset, timestamp_ms FROM records
-WHERE topic_id = ? AND partition = ? AND offset >= ?
-ORDER BY offset LIMIT 1;
+-- name: legacy_records_drop
+DROP TABLE records;
 
--- name: records_after
--- Whether a partition holds a record after an offset (a read inside a compaction gap).
-SELECT 1 FROM records WHERE topic_id = ? AND partition = ? AND offset > ? LIMIT 1;
+-- name: legacy_log_batches_drop
+DROP TABLE IF EXISTS log_batches;

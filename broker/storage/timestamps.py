@@ -1,12 +1,12 @@
-"""Finding an offset by time: a binary search over the records' primary key.
+"""Finding an offset by time: a binary search over the log's primary key.
 
-There is no index on timestamp_ms (and no schema change for one): the records table's
-primary key (topic_id, partition, offset) is the index. The search takes a partition's
+There is no index on timestamps: the log's primary key (topic_id, partition,
+first_offset) is the index. The search takes a partition's
 timestamps to ascend with its offsets (Kafka's time index, which keeps the greatest
 timestamp so far, does not need to: it finds the first record at or after the time
 whatever their order), and probes
-O(log2(end offset)) records, each one seek of the primary key reading one timestamp
-(`record_time_at_or_after`): 25 probes on a partition of 10M records.
+O(log2(end offset)) records, each one seek of the primary key reading the batch that
+holds the offset (logs.first_at_or_after): 25 probes on a partition of 10M records.
 
 Exact semantics. The search is a lower bound over offsets o of the predicate
 "the first record at or after o is at or after the time (or there is none)":
@@ -17,34 +17,34 @@ Exact semantics. The search is a lower bound over offsets o of the predicate
   older than the time (or that is the partition's first record): a place where the log
   crosses the time, not necessarily the first. None means the search ended at the end:
   the partition's last record is older than the time.
-Gaps in offsets (records deleted from the front, or compacted away) cost nothing: a probe
-lands on the next record that exists.
+Gaps in offsets (compacted away) cost nothing: a probe lands on the next record that
+exists. The search starts at the log start: records below it are gone, even where their
+batch is still stored.
 """
 
 from __future__ import annotations
 
 import sqlite3
 
-from broker.storage.queries import Q
+from broker.storage.logs import first_at_or_after
 
 
 def offset_for_time(
-    conn: sqlite3.Connection, topic_id: int, partition: int, end_offset: int, timestamp_ms: int
+    conn: sqlite3.Connection,
+    topic_id: int,
+    partition: int,
+    bounds: tuple[int, int],
+    timestamp_ms: int,
 ) -> tuple[int, int] | None:
-    """(offset, timestamp_ms) of the first record at or after timestamp_ms, or None."""
-    low, high = 0, end_offset
+    """(offset, timestamp_ms) of the first record at or after timestamp_ms, or None;
+    bounds: the log start and end offsets."""
+    low, end_offset = bounds
+    high = end_offset
     while low < high:
         middle = (low + high) // 2
-        found = _at_or_after(conn, topic_id, partition, middle)
+        found = first_at_or_after(conn, topic_id, partition, middle)
         if found is None or found[1] >= timestamp_ms:
             high = middle
         else:
             low = found[0] + 1  # every offset up to the probed record is before the time
-    return _at_or_after(conn, topic_id, partition, low) if low < end_offset else None
-
-
-def _at_or_after(
-    conn: sqlite3.Connection, topic_id: int, partition: int, offset: int
-) -> tuple[int, int] | None:
-    row = conn.execute(Q["record_time_at_or_after"], (topic_id, partition, offset)).fetchone()
-    return None if row is None else (int(row[0]), int(row[1]))
+    return first_at_or_after(conn, topic_id, partition, low) if low < end_offset else None

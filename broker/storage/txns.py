@@ -1,9 +1,9 @@
 """Transactions, their journal entries and their data journals in SQLite: rows, never rules.
 
 A data journal keeps each produce into a transaction as one row of txn_batches, its
-records packed (schema/012_txn_batches.sql). APPLY_COMMIT's copy unpacks a partition's
-batches in journal order and inserts their records into the log as a plain produce
-does, RUN_ROWS to a statement; the journal is then dropped one row per batch.
+records packed (schema/012_txn_batches.sql). APPLY_COMMIT makes each of a partition's
+journaled batches, in journal order, one batch of the log (schema 015): a row moved,
+not a row per record; the journal is then dropped one row per batch.
 """
 
 from __future__ import annotations
@@ -18,8 +18,9 @@ from msgspec import Struct
 
 from broker.errors import BrokerError, ErrorCode
 from broker.rows import EMPTY_HEADERS, decode_headers, encode_headers
-from broker.storage.logs import SHAPED_RECORDS_MIN, plain_records, shape
-from broker.storage.queries import RUN_ROWS, Q
+from broker.storage import batches
+from broker.storage.logs import plain_records
+from broker.storage.queries import Q
 from broker.types import NO_OFFSET_METADATA, NewRecord, OffsetMetadata, Record, values_of
 
 TXN_COUNTER = "next_txn_id"
@@ -162,11 +163,8 @@ def set_first_sequence(
 # A batch's body: values, then keys, encoded headers and timestamps, each None when no
 # record of the batch has one of its own.
 Body = tuple[list[bytes], list[bytes | None] | None, list[bytes] | None, list[int] | None]
-# The copy's: values as bytearrays, which sqlite3 binds without its adapter lookup.
-CopiedBody = tuple[list[bytearray], list[bytes | None] | None, list[bytes] | None, list[int] | None]
 _encode_body = msgspec.msgpack.Encoder().encode
 _BODY = msgspec.msgpack.Decoder(Body)
-_COPIED = msgspec.msgpack.Decoder(CopiedBody)
 
 
 def _unpacked(
@@ -261,86 +259,27 @@ def copy_partition(
     base_offset: int,
     epoch: int,
 ) -> int:
-    """APPLY_COMMIT of one partition: copy its journaled records into the log from
-    base_offset, batch after batch in journal order (the offsets contiguous, whatever
-    was fenced or dropped), stamped with the topic's epoch now; how many were copied."""
+    """APPLY_COMMIT of one partition: each journaled batch becomes a batch of the log
+    from base_offset, in journal order (the offsets contiguous, whatever was fenced or
+    dropped), stamped with the topic's epoch now; how many records were copied."""
     offset = base_offset
     for position, count, timestamp_ms, producer_id, generation, body in _journaled(
         conn, txn_id, topic_id, partition
     ):
         where = f"topic id {topic_id} partition {partition} position {position}"
-        values, keys, headers, stamps = _unpacked(_COPIED, body, count, txn_id, where)
-        head = (topic_id, partition)
-        runs = count - count % RUN_ROWS if keys is None and headers is None else 0
-        if runs and stamps is None:
-            conn.executemany(
-                Q["record_insert_run"],
-                (
-                    (
-                        *head,
-                        offset + first,
-                        timestamp_ms,
-                        producer_id,
-                        generation,
-                        0,  # sequence: none in the log for a transaction's records
-                        0,
-                        epoch,
-                        txn_id,
-                        *values[first : first + RUN_ROWS],
-                    )
-                    for first in range(0, runs, RUN_ROWS)
-                ),
-            )
-        elif runs and stamps is not None:
-            conn.executemany(
-                Q["record_insert_stamped_run"],
-                (
-                    (
-                        *head,
-                        offset + first,
-                        producer_id,
-                        generation,
-                        0,
-                        0,
-                        epoch,
-                        txn_id,
-                        *values[first : first + RUN_ROWS],
-                        *stamps[first : first + RUN_ROWS],
-                    )
-                    for first in range(0, runs, RUN_ROWS)
-                ),
-            )
-        conn.executemany(
-            Q["record_insert"],
-            (
-                (
-                    *head,
-                    offset + index,
-                    timestamp_ms if stamps is None else stamps[index],
-                    None if keys is None else keys[index],
-                    values[index],
-                    EMPTY_HEADERS if headers is None else headers[index],
-                    producer_id,
-                    generation,
-                    0,
-                    epoch,
-                    txn_id,
-                )
-                for index in range(runs, count)
+        values, keys, headers, stamps = _unpacked(_BODY, body, count, txn_id, where)
+        conn.execute(
+            Q["log_insert"],
+            batches.pack(
+                (topic_id, partition, offset),
+                values,
+                keys,
+                headers,
+                timestamp_ms if stamps is None else stamps,
+                # sequence: none in the log for a transaction's records
+                (producer_id, generation, 0, epoch, txn_id),
             ),
         )
-        if count >= SHAPED_RECORDS_MIN:
-            conn.execute(
-                Q["log_batch_insert"],
-                shape(
-                    (topic_id, partition, offset),
-                    values,
-                    [timestamp_ms] if stamps is None else stamps,
-                    keys is not None,
-                    headers is not None,
-                    (producer_id, generation, 0, 0, epoch, txn_id),
-                ),
-            )
         offset += count
     return offset - base_offset
 

@@ -3,18 +3,17 @@ durability, through the public Engine API on a real SQLite file."""
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-import sqlite_utils
 
 import broker
 from broker.discovery import DB_FILE
 from broker.errors import BrokerError, ErrorCode
 from broker.limits import Limits
 from broker.types import DURABILITIES, NewRecord, ProducerFields, check_durability
+from support.stored import stored_records
 
 
 def values(records: list[broker.Record]) -> list[bytes]:
@@ -92,8 +91,7 @@ def test_delete_then_recreate_starts_at_offset_zero(engine: broker.Engine, data_
     [result] = engine.produce("orders", [NewRecord(b"new", partition=0)])
     assert result.offset == 0
     assert values(engine.read("orders", 0, 0)) == [b"new"]
-    with contextlib.closing(sqlite_utils.Database(data_dir / DB_FILE)) as db:
-        assert [r["value"] for r in db.query("SELECT value FROM records")] == [b"new"]
+    assert [r["value"] for r in stored_records(data_dir / DB_FILE)] == [b"new"]
 
 
 def test_deleting_one_topic_keeps_the_others(engine: broker.Engine) -> None:
@@ -209,11 +207,10 @@ def test_a_failed_batch_appends_nothing(data_dir: Path, bad: NewRecord, code: Er
         # and the log goes on from where it was
         [result] = engine.produce("orders", [NewRecord(b"after", partition=0)])
         assert result.offset == 1
-    with contextlib.closing(sqlite_utils.Database(data_dir / DB_FILE)) as db:
-        assert sorted(r["value"] for r in db.query("SELECT value FROM records")) == [
-            b"after",
-            *[b"before"] * 4,
-        ]
+    assert sorted(r["value"] for r in stored_records(data_dir / DB_FILE)) == [
+        b"after",
+        *[b"before"] * 4,
+    ]
 
 
 # reads --------------------------------------------------------------------------------

@@ -1,11 +1,10 @@
-"""Pages read from the shapes of large batches (schema 013, broker/storage/pages.py).
+"""Pages read from the log's batches (schema 015, broker/storage/batches.py, pages.py).
 
-A batch of at least SHAPED_RECORDS_MIN records keeps its shape (timestamp, value size,
-keys or headers, producer fields) in log_batches, and a page of such batches is read
-from those rows instead of a pass over every record. What a user sees must not change:
-every page, cut anywhere, gives exactly the records fetch_rows gives, before and after
-retention, compaction and a topic's deletion; `fencelog check` names a shape that
-does not match its records.
+Each append is one row of `log`, its records packed as a page's columns, and a page is
+those columns joined. What a user sees must not change: every page, cut anywhere, gives
+exactly the records fetch_rows gives, before and after retention (a log start inside a
+batch), compaction and a topic's deletion; `fencelog check` names a batch whose columns
+do not hold its records, and a read of one is DATA_CORRUPT, never wrong records.
 """
 
 from __future__ import annotations
@@ -22,35 +21,15 @@ from hypothesis import strategies as st
 
 from broker.client.client import Client, connect
 from broker.discovery import DB_FILE
-from broker.errors import ErrorCode
+from broker.errors import BrokerError, ErrorCode
 from broker.rows import records_of
-from broker.storage import logs, pages, txns
+from broker.storage import logs, pages
 from broker.types import NewRecord, TopicConfig
 from support.helpers import Invoke, expect, json_lines
 from support.mixed_logs import OPERATIONS, TOPIC, mixed_log
 from support.page_checks import assert_same_pages
 
-BIG = logs.SHAPED_RECORDS_MIN + 36  # a batch that keeps its shape
-
-
-class ShapedReads:
-    """Counts the pages read from shapes (the path under test), not by the scan."""
-
-    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
-        self.pages = 0
-        read = pages._read_shaped
-
-        def counted(*args: Any) -> Any:
-            page = read(*args)
-            self.pages += page is not None
-            return page
-
-        monkeypatch.setattr(pages, "_read_shaped", counted)
-
-
-@pytest.fixture
-def shaped(monkeypatch: pytest.MonkeyPatch) -> ShapedReads:
-    return ShapedReads(monkeypatch)
+BIG = 100  # records of a large batch
 
 
 @pytest.fixture
@@ -59,10 +38,11 @@ def client(data_dir: Path) -> Iterator[Client]:
         yield opened
 
 
-def shapes(client: Client) -> list[tuple[int, int, int]]:
+def stored(client: Client) -> list[tuple[int, int, int, int]]:
+    """(topic id, partition, first offset, records) of every stored batch."""
     engine = client._transport.engine  # type: ignore[attr-defined]
     with engine.database.read() as conn:
-        found = conn.execute("SELECT topic_id, partition, first_offset FROM log_batches")
+        found = conn.execute("SELECT topic_id, partition, first_offset, records FROM log")
         return [tuple(row) for row in found]
 
 
@@ -85,7 +65,7 @@ def every_kind(rng: random.Random, partition: int) -> list[list[NewRecord]]:
     ]
 
 
-def test_every_kind_of_large_batch_reads_as_its_rows(client: Client, shaped: ShapedReads) -> None:
+def test_every_kind_of_batch_is_one_row_and_reads_as_its_rows(client: Client) -> None:
     client.create_topic(TOPIC, 2)
     rng = random.Random(3)
     for batch in every_kind(rng, 0):
@@ -93,72 +73,84 @@ def test_every_kind_of_large_batch_reads_as_its_rows(client: Client, shaped: Sha
     producer = client.producer(TOPIC)
     producer.send([NewRecord(b"i%d" % i, partition=0) for i in range(BIG)])  # sequences
     producer.send([NewRecord(b"j%d" % i, partition=0) for i in range(BIG)])
-    with client.transaction("g") as txn:  # two batches of one transaction, copied at commit
+    with client.transaction("g") as txn:  # two batches of one transaction, moved at commit
         txn.produce(TOPIC, every_kind(rng, 1)[1])
         txn.produce(TOPIC, every_kind(rng, 1)[3])
-    client.produce(TOPIC, [NewRecord(b"small", partition=1)])  # no shape: the scan's pages
-    assert len(shapes(client)) == 10
+    client.produce(TOPIC, [NewRecord(b"small", partition=1)])
+    assert [records for *_, records in stored(client)] == [BIG] * 10 + [1]
     for page in (5, 64, BIG, 10_000):
-        shaped.pages = 0
         assert assert_same_pages(client, 2, page, built=True) == 10 * BIG + 1
-        assert shaped.pages > 0
 
 
-def test_a_page_cut_by_bytes_ends_where_rows_end(data_dir: Path, shaped: ShapedReads) -> None:
-    with connect(data_dir, durability="normal") as client:
-        client.create_topic(TOPIC, 2)
-        client.produce(TOPIC, [NewRecord(b"x" * 1000, partition=0) for _ in range(BIG)])
-        client.produce(TOPIC, [NewRecord(b"y" * 10, b"k", partition=0) for _ in range(BIG)])
-        engine = client._transport.engine  # type: ignore[attr-defined]
-        with engine.database.read() as conn:
-            topic = logs.topic_by_name(conn, TOPIC)
-            assert topic is not None
-            page = pages.read_page(conn, topic, 0, 10, 10_000, 5_500, 1 << 30)
-            keyed = pages.read_page(conn, topic, 0, BIG, 10_000, 55, 1 << 30)
-        assert page is not None and (page.offset, page.record_count) == (10, 5)
-        assert page.values == b"x" * 5000
-        assert keyed is not None and keyed.record_count == 5  # 11 bytes a record
-        assert shaped.pages == 2
+def test_a_page_cut_by_bytes_ends_where_rows_end(client: Client) -> None:
+    client.create_topic(TOPIC, 2)
+    client.produce(TOPIC, [NewRecord(b"x" * 1000, partition=0) for _ in range(BIG)])
+    client.produce(TOPIC, [NewRecord(b"y" * 10, b"k", partition=0) for _ in range(BIG)])
+    engine = client._transport.engine  # type: ignore[attr-defined]
+    with engine.database.read() as conn:
+        topic = logs.topic_by_name(conn, TOPIC)
+        assert topic is not None
+        page = pages.read_page(conn, topic, 0, 10, 10_000, 5_500)
+        keyed = pages.read_page(conn, topic, 0, BIG, 10_000, 55)
+        across = pages.read_page(conn, topic, 0, BIG - 2, 10_000, 2_022)
+    assert page is not None and (page.offset, page.record_count) == (10, 5)
+    assert page.values == b"x" * 5000
+    assert keyed is not None and keyed.record_count == 5  # 11 bytes a record
+    assert across is not None and across.record_count == 4
+    assert across.values == b"x" * 2000 + b"y" * 20 and across.keys == b"kk"
 
 
 @pytest.mark.parametrize("start", [0, 1, BIG - 1, BIG, BIG + 5])
-def test_retention_into_a_batch_leaves_its_pages_right(data_dir: Path, start: int) -> None:
-    """Retention by bytes moves the log start into a batch: the records above it read
-    as before, and the shapes wholly below it go."""
-    with connect(data_dir, durability="normal") as client:
-        client.create_topic(TOPIC, 2)
-        for _ in range(3):
-            client.produce(TOPIC, [NewRecord(b"%04d" % n, partition=0) for n in range(BIG)])
-        kept = 3 * BIG - start
-        client.alter_topic(TOPIC, config=TopicConfig(retention_bytes=4 * kept))
-        client.clean_topic(TOPIC)
-        assert client.describe_topic(TOPIC).partition_details[0].start_offset == start
-        assert len(shapes(client)) == 3 - start // BIG
-        got = client.fetch_arrow(TOPIC, 0, start, max_records=10_000)
-        rows = records_of(TOPIC, client.fetch_rows(TOPIC, {0: start}, max_records=10_000))
-        assert got.column("offset").to_pylist() == [row.offset for row in rows]
-        assert got.column("value").to_pylist() == [row.value for row in rows]
+def test_a_log_start_inside_a_batch_reads_only_what_is_above_it(client: Client, start: int) -> None:
+    """DeleteRecords moves the log start into a batch: the records above it read as
+    before, the batches wholly below it go, and the one holding it stays."""
+    client.create_topic(TOPIC, 2)
+    for _ in range(3):
+        client.produce(TOPIC, [NewRecord(b"%04d" % n, partition=0) for n in range(BIG)])
+    engine = client._transport.engine  # type: ignore[attr-defined]
+    assert engine.delete_records_below(TOPIC, 0, start) == start
+    assert client.describe_topic(TOPIC).partition_details[0].start_offset == start
+    assert len(stored(client)) == 3 - start // BIG
+    got = client.fetch_arrow(TOPIC, 0, start, max_records=10_000)
+    rows = records_of(TOPIC, client.fetch_rows(TOPIC, {0: start}, max_records=10_000))
+    assert got.column("offset").to_pylist() == list(range(start, 3 * BIG))
+    assert got.column("value").to_pylist() == [row.value for row in rows]
+    with pytest.raises(BrokerError) as below:
+        client.fetch(TOPIC, {0: start - 1}, max_records=10)
+    assert start == 0 or below.value.code == ErrorCode.OFFSET_OUT_OF_RANGE
 
 
-def test_compaction_inside_a_batch_reads_what_is_left(data_dir: Path) -> None:
-    with connect(data_dir, durability="normal") as client:
-        client.create_topic(TOPIC, 1, config=TopicConfig(cleanup="compact"))
-        client.produce(TOPIC, [NewRecord(b"%d" % i, b"k%d" % (i % 40)) for i in range(BIG)])
-        client.produce(TOPIC, [NewRecord(b"%d" % i, b"new%d" % i) for i in range(BIG)])
-        assert client.clean_topic(TOPIC) == BIG - 40
-        assert len(shapes(client)) == 1  # the compacted batch's shape went with its records
-        got = client.fetch_arrow(TOPIC, 0, 0, max_records=10_000)
-        rows = records_of(TOPIC, client.fetch_rows(TOPIC, {0: 0}, max_records=10_000))
-        assert got.column("offset").to_pylist() == [row.offset for row in rows]
-        assert got.column("key").to_pylist() == [row.key for row in rows]
-        assert len(rows) == 40 + BIG
+def test_retention_by_bytes_cuts_whole_batches(client: Client) -> None:
+    client.create_topic(TOPIC, 1)
+    for _ in range(3):
+        client.produce(TOPIC, [NewRecord(b"%04d" % n) for n in range(BIG)])
+    client.alter_topic(TOPIC, config=TopicConfig(retention_bytes=8 * BIG + 8))  # 392 too many
+    client.clean_topic(TOPIC)
+    assert client.describe_topic(TOPIC).partition_details[0].start_offset == BIG
+    assert [first for _, _, first, _ in stored(client)] == [BIG, 2 * BIG]
 
 
-def test_a_deleted_topic_takes_its_shapes(client: Client) -> None:
+def test_compaction_inside_a_batch_reads_what_is_left(client: Client) -> None:
+    client.create_topic(TOPIC, 1, config=TopicConfig(cleanup="compact"))
+    client.produce(TOPIC, [NewRecord(b"%d" % i, b"k%d" % (i % 40)) for i in range(BIG)])
+    client.produce(TOPIC, [NewRecord(b"%d" % i, b"new%d" % i) for i in range(BIG)])
+    assert client.clean_topic(TOPIC) == BIG - 40
+    assert [records for *_, records in stored(client)] == [40, BIG]  # rewritten in place
+    got = client.fetch_arrow(TOPIC, 0, 0, max_records=10_000)
+    rows = records_of(TOPIC, client.fetch_rows(TOPIC, {0: 0}, max_records=10_000))
+    assert got.column("offset").to_pylist() == [row.offset for row in rows]
+    assert got.column("key").to_pylist() == [row.key for row in rows]
+    assert [row.offset for row in rows[:40]] == list(range(BIG - 40, BIG))
+    assert len(rows) == 40 + BIG
+    # a read from inside the gap starts at the next record there
+    assert client.fetch(TOPIC, {0: 3}, max_records=1)[0].offset == BIG - 40
+
+
+def test_a_deleted_topic_takes_its_batches(client: Client) -> None:
     client.create_topic(TOPIC, 1)
     client.produce(TOPIC, [NewRecord(b"old") for _ in range(BIG)])
     client.delete_topic(TOPIC)
-    assert shapes(client) == []
+    assert stored(client) == []
     client.create_topic(TOPIC, 1)
     client.produce(TOPIC, [NewRecord(b"new%d" % i) for i in range(3)])
     batch = client.fetch_arrow(TOPIC, 0, 0, max_records=100)
@@ -171,65 +163,62 @@ def test_a_deleted_topic_takes_its_shapes(client: Client) -> None:
     suppress_health_check=[HealthCheck.function_scoped_fixture],
 )
 @given(operations=OPERATIONS, page=st.sampled_from([1, 3, 7, 10_000]))
-def test_pages_of_shaped_batches_equal_rows(
+def test_pages_of_mixed_batches_equal_rows(
     tmp_path_factory: pytest.TempPathFactory, operations: list[Any], page: int
 ) -> None:
-    """Every batch of the mixed log keeps its shape (the threshold lowered to 2):
-    pages cut anywhere across them still equal fetch_rows."""
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(logs, "SHAPED_RECORDS_MIN", 2)
-        patch.setattr(txns, "SHAPED_RECORDS_MIN", 2)
-        with mixed_log(tmp_path_factory.mktemp("data"), operations) as (client, committed):
-            assert assert_same_pages(client, 2, page, built=True) == committed
-            for partition in range(2):
-                fetched = client.fetch(TOPIC, {partition: 0}, max_records=10_000)
-                rows = client.fetch_rows(TOPIC, {partition: 0}, max_records=10_000)
-                assert fetched == records_of(TOPIC, rows)
+    """Pages cut anywhere across the mixed log's batches equal fetch_rows."""
+    with mixed_log(tmp_path_factory.mktemp("data"), operations) as (client, committed):
+        assert assert_same_pages(client, 2, page, built=True) == committed
+        for partition in range(2):
+            fetched = client.fetch(TOPIC, {partition: 0}, max_records=10_000)
+            rows = client.fetch_rows(TOPIC, {partition: 0}, max_records=10_000)
+            assert fetched == records_of(TOPIC, rows)
 
 
-def test_check_names_a_shape_that_does_not_match(invoke: Invoke, data_dir: Path) -> None:
+DAMAGES = [
+    "UPDATE log SET value_lengths = 3",
+    "UPDATE log SET vals = substr(vals, 2)",
+    "UPDATE log SET timestamps = CAST('1' AS BLOB)",
+    "UPDATE log SET last_offset = last_offset + 1",
+]
+
+
+@pytest.mark.parametrize("damage", DAMAGES)
+def test_check_names_a_damaged_batch(invoke: Invoke, data_dir: Path, damage: str) -> None:
     expect(invoke("topic", "create", "t"), 0)
     lines = "".join(f"value-{i}\n" for i in range(500))
     expect(invoke("produce", "t", input=lines), 0)
-    expect(invoke("check"), 0)  # every shape the produce kept matches its records
-    damaged = sqlite3.connect(data_dir / DB_FILE)
-    with damaged:
-        (first,) = damaged.execute("SELECT min(first_offset) FROM log_batches").fetchone()
-        damaged.execute("UPDATE log_batches SET timestamp_ms = 1 WHERE first_offset = ?", (first,))
-    damaged.close()
-    result = expect(invoke("check"), ErrorCode.DATA_CORRUPT)
-    said = f"the shape of topic id 1 partition 0's batch at offset {first} (log_batches)"
-    assert said in result.stdout
-    report = json_lines(expect(invoke("check", "--json"), 37).stdout)[0]
-    assert report["ok"] is False and len(report["problems"]) == 1
-
-
-@pytest.mark.parametrize(
-    "damage",
-    [
-        "DELETE FROM records WHERE offset = 20",
-        "UPDATE records SET value = X'00' WHERE offset = 20",
-        "UPDATE records SET value = CAST(X'0000000000000000' || value AS BLOB) WHERE offset = 20",
-    ],
-)
-def test_a_batch_unlike_its_shape_is_read_as_its_rows(
-    data_dir: Path, shaped: ShapedReads, damage: str
-) -> None:
-    """The shapes say every record's value length, and the page trusts the values'
-    total length to stand for their count: a record gone from under its shape, or
-    made shorter or longer, must send the page to the scan, which reads what is
-    there, never columns that disagree with the values."""
-    with connect(data_dir, durability="normal") as client:
-        client.create_topic(TOPIC, 1)
-        client.produce(TOPIC, [NewRecord(b"%08d" % i) for i in range(BIG)])
+    expect(invoke("check"), 0)
     damaged = sqlite3.connect(data_dir / DB_FILE)
     with damaged:
         damaged.execute(damage)
     damaged.close()
+    result = expect(invoke("check"), ErrorCode.DATA_CORRUPT)
+    assert "topic id 1 partition 0's batch at offset 0 is damaged" in result.stdout
+    report = json_lines(expect(invoke("check", "--json"), 37).stdout)[0]
+    assert report["ok"] is False and len(report["problems"]) == 1
+
+
+@pytest.mark.parametrize("damage", DAMAGES)
+def test_a_damaged_batch_reads_as_data_corrupt(data_dir: Path, damage: str) -> None:
+    """A batch whose columns do not hold its records is never read as records: the
+    read says what is damaged and how to mend it."""
     with connect(data_dir, durability="normal") as client:
-        shaped.pages = 0
-        got = client.fetch_arrow(TOPIC, 0, 0, max_records=10_000)
-        rows = records_of(TOPIC, client.fetch_rows(TOPIC, {0: 0}, max_records=10_000))
-        assert shaped.pages == 0
-        assert got.column("offset").to_pylist() == [row.offset for row in rows]
-        assert got.column("value").to_pylist() == [row.value for row in rows]
+        client.create_topic(TOPIC, 1)
+        client.produce(TOPIC, [NewRecord(b"%04d" % i) for i in range(BIG)])
+        client.produce(TOPIC, [NewRecord(b"v%d" % i) for i in range(BIG)])
+    damaged = sqlite3.connect(data_dir / DB_FILE)
+    with damaged:
+        damaged.execute(damage + " WHERE first_offset = 0")
+    damaged.close()
+    with connect(data_dir, durability="normal") as client:
+        for read in (
+            lambda: client.fetch(TOPIC, {0: 0}, max_records=10_000),
+            lambda: client.fetch_rows(TOPIC, {0: 5}, max_records=10_000),
+            lambda: client.fetch_arrow(TOPIC, 0, 0, max_records=10_000),
+        ):
+            with pytest.raises(BrokerError) as caught:
+                read()
+            assert caught.value.code == ErrorCode.DATA_CORRUPT
+            assert "batch at offset 0" in caught.value.message
+        assert [r.value for r in client.fetch(TOPIC, {0: BIG}, max_records=2)] == [b"v0", b"v1"]

@@ -74,10 +74,17 @@ def test_a_newer_record_stops_retention_even_before_older_ones(engine: Engine) -
 
 def test_retention_by_bytes_keeps_each_partition_under_its_size(engine: Engine) -> None:
     engine.create_topic("sized", config=TopicConfig(retention_bytes=50))
-    engine.produce("sized", stamped([b"x" * 10] * 12, NOW_MS))
-    assert engine.clean_topic("sized") == 7
+    for _ in range(12):  # a batch each: retention deletes whole batches
+        engine.produce("sized", stamped([b"x" * 10], NOW_MS))
+    engine.produce("sized", stamped([b"y" * 10] * 3, NOW_MS))
+    assert engine.clean_topic("sized") == 10
     (part,) = engine.describe_topic("sized").partition_details
-    assert (part.start_offset, part.bytes) == (7, 50)
+    assert (part.start_offset, part.bytes) == (10, 50)
+    # 30 bytes too many: two batches of 10 free 20, so the batch of 3 goes whole
+    engine.produce("sized", stamped([b"z" * 10] * 3, NOW_MS))
+    assert engine.clean_topic("sized") == 5
+    (part,) = engine.describe_topic("sized").partition_details
+    assert (part.start_offset, part.bytes) == (15, 30)
 
 
 def test_compaction_keeps_the_newest_of_each_key_with_offsets_unchanged(
@@ -205,9 +212,10 @@ def test_owner_fences_and_epochs_stay_as_they_were(engine: Engine) -> None:
 def test_records_below_an_offset_are_deleted_in_steps(engine: Engine) -> None:
     engine.create_topic("trimmed", 2)
     engine.produce("trimmed", stamped([b"v"] * 20, NOW_MS))
-    assert engine.delete_records_below("trimmed", 0, 16) == 16  # steps of 7 records
+    assert engine.delete_records_below("trimmed", 0, 16) == 16  # inside the batch
     part = engine.describe_topic("trimmed").partition_details[0]
-    assert (part.start_offset, part.end_offset, part.records, part.bytes) == (16, 20, 4, 4)
+    # the batch holding the new start stays (its bytes too) until all of it is below it
+    assert (part.start_offset, part.end_offset, part.records, part.bytes) == (16, 20, 4, 20)
     assert offsets(engine, "trimmed", 16) == [16, 17, 18, 19]
     assert engine.delete_records_below("trimmed", 0, 3) == 16  # never back
     assert engine.delete_records_below("trimmed", 0, -1) == 20  # -1: the end

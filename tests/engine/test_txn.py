@@ -1266,6 +1266,21 @@ CREATE TABLE txn_data (
 """
 
 
+LEGACY_RECORDS = """
+CREATE TABLE records (
+    topic_id INTEGER NOT NULL, partition INTEGER NOT NULL, offset INTEGER NOT NULL,
+    timestamp_ms INTEGER NOT NULL, key BLOB, value BLOB NOT NULL, headers BLOB NOT NULL,
+    producer_id INTEGER NOT NULL DEFAULT 0, generation INTEGER NOT NULL DEFAULT 0,
+    sequence INTEGER NOT NULL DEFAULT 0, epoch INTEGER NOT NULL DEFAULT 0, txn_id INTEGER,
+    PRIMARY KEY (topic_id, partition, offset)
+) STRICT, WITHOUT ROWID
+"""
+LEGACY_RECORDS_BY_KEY = (
+    "CREATE INDEX records_by_key ON records (topic_id, partition, key, offset) "
+    "WHERE key IS NOT NULL"
+)
+
+
 def test_a_transaction_journaled_before_schema_011_commits_after_the_upgrade(
     data_dir: Path, clock: FakeClock
 ) -> None:
@@ -1277,7 +1292,9 @@ def test_a_transaction_journaled_before_schema_011_commits_after_the_upgrade(
     conn = sqlite3.connect(data_dir / DB_FILE)
     with conn:
         conn.execute("DROP TABLE txn_batches")
-        conn.execute("DROP TABLE log_batches")  # schema 013's
+        conn.execute("DROP TABLE log")  # schema 015's, and schema 001's log back
+        conn.execute(LEGACY_RECORDS)
+        conn.execute(LEGACY_RECORDS_BY_KEY)
         for table in ("consumer_offsets", "txn_offsets"):  # schema 014's
             conn.execute(f"ALTER TABLE {table} DROP COLUMN metadata")
             conn.execute(f"ALTER TABLE {table} DROP COLUMN leader_epoch")

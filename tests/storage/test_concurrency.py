@@ -7,17 +7,16 @@ producer out of the order it appended them.
 
 from __future__ import annotations
 
-import contextlib
 import json
 from collections import Counter
 from pathlib import Path
 
 import pytest
-import sqlite_utils
 
 import broker
 from broker.discovery import DB_FILE
 from support.helpers import Processes
+from support.stored import stored_records
 
 PROCESSES = 4
 BATCHES = 50
@@ -84,15 +83,7 @@ for round_number in range(rounds):
 
 
 def check_log(data_dir: Path, topic: str, partitions: int, expected: set[bytes]) -> None:
-    with contextlib.closing(sqlite_utils.Database(data_dir / DB_FILE)) as db:
-        rows = list(
-            db.query(
-                "SELECT r.partition, r.offset, r.value FROM records AS r "
-                "JOIN topics AS t USING (topic_id) WHERE t.name = ? "
-                "ORDER BY r.partition, r.offset",
-                [topic],
-            )
-        )
+    rows = stored_records(data_dir / DB_FILE, topic)
     by_partition: dict[int, list[dict[str, object]]] = {p: [] for p in range(partitions)}
     for row in rows:
         partition = row["partition"]

@@ -25,7 +25,7 @@ from broker.client.client import Client, connect
 from broker.limits import Limits
 from broker.protocol import codec
 from broker.protocol.messages import Op, Reply
-from broker.types import NewRecord, Record
+from broker.types import NewRecord, Record, TopicConfig
 from support.mixed_logs import OPERATIONS, TOPIC, apply, mixed_log
 from support.servers import RawClient, served
 
@@ -120,22 +120,27 @@ def test_the_server_answers_pages_to_who_asks_and_rows_to_older_clients(data_dir
     assert len(records) == 43  # every committed record; the aborted 3 are not
 
 
-def test_a_partition_sqlite_cannot_page_comes_as_rows_in_the_same_reply(data_dir: Path) -> None:
-    """read_bytes_max 1,000: partition 0's first record is past twice that, so SQLite
-    does not concatenate it and it is sent as a row; partition 1 is a page."""
+def test_a_partition_a_page_cannot_hold_comes_as_rows_in_the_same_reply(data_dir: Path) -> None:
+    """Partition 0 was compacted: its offsets have gaps, which a page (offsets from its
+    first, one after another) cannot say, so it is sent as rows; partition 1 is a page.
+    The first record is larger than read_bytes_max, and comes whole."""
     limits = Limits(read_bytes_max=1_000)
     big = NewRecord(random.Random(1).randbytes(5_000), b"key", (("h", b"v"),), partition=0)
     with served(data_dir, limits=limits) as server, connect(server.address) as client:
-        client.create_topic(TOPIC, 2)
-        client.produce(TOPIC, [big, NewRecord(b"small", partition=0)])
-        client.produce(TOPIC, [NewRecord(b"one", partition=1), NewRecord(b"two", partition=1)])
+        client.create_topic(TOPIC, 2, config=TopicConfig(cleanup="compact"))
+        client.produce(TOPIC, [NewRecord(b"old", b"key", partition=0), big])
+        client.produce(TOPIC, [NewRecord(b"small", b"k2", partition=0)])
+        client.produce(
+            TOPIC, [NewRecord(b"one", b"a", partition=1), NewRecord(b"two", b"b", partition=1)]
+        )
+        assert client.clean_topic(TOPIC) == 1
         asked = {"topic": TOPIC, "positions": [[0, 0], [1, 0]], "pages": True}
         chunks = raw_fetch(server.port, {**asked, "max_records": 10, "wait_ms": 0})["pages"]
         fetched = client.fetch(TOPIC, {0: 0, 1: 0}, max_records=10)
     assert [sorted(chunk) for chunk in chunks] == [["rows"], ["page"]]
-    assert [(r.partition, r.value) for r in fetched] == [
-        (0, big.value),
-        (1, b"one"),
-        (1, b"two"),
+    assert [(r.partition, r.offset, r.value) for r in fetched] == [
+        (0, 1, big.value),
+        (1, 0, b"one"),
+        (1, 1, b"two"),
     ]
     assert fetched[0].key == b"key" and fetched[0].headers == (("h", b"v"),)

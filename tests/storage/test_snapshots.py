@@ -390,7 +390,7 @@ def writer(processes: Processes, target: str, stop: Path) -> Iterator[Process]:
 def copied_records(copy: Path) -> int:
     """How many records a one-file copy holds, read straight from it."""
     with contextlib.closing(sqlite3.connect(f"file:{copy}?mode=ro", uri=True)) as conn:
-        return int(conn.execute("SELECT count(*) FROM records").fetchone()[0])
+        return int(conn.execute("SELECT coalesce(sum(records), 0) FROM log").fetchone()[0])
 
 
 def check_copy(runner: CliRunner, copy: Path, sandbox: Path, final: list[Record]) -> int:

@@ -1,36 +1,52 @@
-"""Offset by time (broker/storage/timestamps.py): a binary search over the primary key
-that answers as a scan does while timestamps ascend, and a crossing of the time when
-they do not."""
+"""Offset by time (broker/storage/timestamps.py): a binary search over the log's primary
+key that answers as a scan does while timestamps ascend, and a crossing of the time when
+they do not, whatever batches hold the records."""
 
 from __future__ import annotations
 
 import sqlite3
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+import broker.storage
+from broker.storage import batches
+from broker.storage.queries import Q
 from broker.storage.timestamps import offset_for_time
 
-TABLE = (
-    "CREATE TABLE records (topic_id INTEGER, partition INTEGER, offset INTEGER, "
-    "timestamp_ms INTEGER, PRIMARY KEY (topic_id, partition, offset)) WITHOUT ROWID"
-)
+TABLE = (Path(broker.storage.__file__).parent / "schema" / "015_log.sql").read_text()
 
 
 @pytest.fixture
 def conn() -> Iterator[sqlite3.Connection]:
     connection = sqlite3.connect(":memory:")
-    connection.execute(TABLE)
+    connection.executescript(TABLE)
     yield connection
     connection.close()
 
 
 def _fill(conn: sqlite3.Connection, stamps: dict[int, int]) -> None:
-    conn.execute("DELETE FROM records")
-    conn.executemany("INSERT INTO records VALUES (1, 0, ?, ?)", sorted(stamps.items()))
-    conn.execute("INSERT INTO records VALUES (1, 1, 0, 0)")  # another partition: never seen
+    """The records as batches of up to 3 (a gap in offsets ends one)."""
+    conn.execute("DELETE FROM log")
+    runs: list[list[tuple[int, int]]] = []
+    for offset, stamp in sorted(stamps.items()):
+        if runs and len(runs[-1]) < 3 and runs[-1][-1][0] == offset - 1:
+            runs[-1].append((offset, stamp))
+        else:
+            runs.append([(offset, stamp)])
+    for run in runs:
+        where, times = (1, 0, run[0][0]), [stamp for _, stamp in run]
+        conn.execute(
+            Q["log_insert"], batches.pack(where, [b"v"] * len(run), None, None, times, _NONE)
+        )
+    # another partition: never seen
+    conn.execute(Q["log_insert"], batches.pack((1, 1, 0), [b"v"], None, None, 0, _NONE))
+
+
+_NONE = (0, 0, 0, 0, None)
 
 
 def _scan(stamps: dict[int, int], at_ms: int) -> tuple[int, int] | None:
@@ -51,9 +67,9 @@ def test_ascending_timestamps_answer_as_a_scan(
         if offset not in gaps:  # deleted or compacted away
             stamps[offset] = now
     with sqlite3.connect(":memory:") as conn:
-        conn.execute(TABLE)
+        conn.executescript(TABLE)
         _fill(conn, stamps)
-        assert offset_for_time(conn, 1, 0, len(steps), at_ms) == _scan(stamps, at_ms)
+        assert offset_for_time(conn, 1, 0, (0, len(steps)), at_ms) == _scan(stamps, at_ms)
 
 
 @given(st.lists(st.integers(0, 20), max_size=40), st.integers(0, 20))
@@ -62,9 +78,9 @@ def test_out_of_order_timestamps_answer_a_crossing_of_the_time(
 ) -> None:
     stamps = dict(enumerate(times))
     with sqlite3.connect(":memory:") as conn:
-        conn.execute(TABLE)
+        conn.executescript(TABLE)
         _fill(conn, stamps)
-        found = offset_for_time(conn, 1, 0, len(times), at_ms)
+        found = offset_for_time(conn, 1, 0, (0, len(times)), at_ms)
     if found is None:
         assert not times or times[-1] < at_ms
         return
@@ -74,8 +90,14 @@ def test_out_of_order_timestamps_answer_a_crossing_of_the_time(
 
 
 def test_an_empty_partition_and_a_time_after_every_record(conn: sqlite3.Connection) -> None:
-    assert offset_for_time(conn, 1, 0, 0, 0) is None
+    assert offset_for_time(conn, 1, 0, (0, 0), 0) is None
     _fill(conn, {0: 10, 1: 20, 2: 30})
-    assert offset_for_time(conn, 1, 0, 3, 31) is None
-    assert offset_for_time(conn, 1, 0, 3, 20) == (1, 20)
-    assert offset_for_time(conn, 1, 0, 3, -1) == (0, 10)
+    assert offset_for_time(conn, 1, 0, (0, 3), 31) is None
+    assert offset_for_time(conn, 1, 0, (0, 3), 20) == (1, 20)
+    assert offset_for_time(conn, 1, 0, (0, 3), -1) == (0, 10)
+
+
+def test_the_search_starts_at_the_log_start(conn: sqlite3.Connection) -> None:
+    """Records below the log start are gone even where their batch is still stored."""
+    _fill(conn, {0: 10, 1: 20, 2: 30})
+    assert offset_for_time(conn, 1, 0, (2, 3), 5) == (2, 30)

@@ -25,6 +25,7 @@ import sqlite_utils
 from click.testing import Result
 
 from broker.discovery import DB_FILE
+from support.stored import stored_records
 
 _STRIPPED_ENV = ("PYTHONUNBUFFERED", "NO_COLOR", "FENCELOG_BROKER", "FENCELOG_DURABILITY")
 
@@ -89,14 +90,14 @@ def stored_rows(data_dir: Path) -> dict[str, list[dict[str, Any]]]:
                     "ORDER BY t.name, p.partition"
                 )
             ),
-            "records": list(
-                db.query(
-                    "SELECT t.name, r.partition, r.offset, r.timestamp_ms, r.key, r.value, "
-                    "r.headers FROM records AS r JOIN topics AS t USING (topic_id) "
-                    "ORDER BY t.name, r.partition, r.offset"
-                )
-            ),
+            "records": [
+                {field: record[field] for field in _DUMPED}
+                for record in stored_records(data_dir / DB_FILE)
+            ],
         }
+
+
+_DUMPED = ("name", "partition", "offset", "timestamp_ms", "key", "value", "headers")
 
 
 def fencelog_script() -> Path:

@@ -25,9 +25,7 @@ def columnar_page(
     with engine.database.read() as conn:
         topic = logs.topic_by_name(conn, TOPIC)
         assert topic is not None
-        page = pages.read_page(
-            conn, topic, partition, offset, max_records, limits.read_bytes_max, 1 << 30
-        )
+        page = pages.read_page(conn, topic, partition, offset, max_records, limits.read_bytes_max)
         return None if page is None else columnar.page_to_arrow(TOPIC, page)
 
 

@@ -9,19 +9,20 @@ from broker.core.retention import Cut, check_epoch, front_cut, offset_cut
 from broker.errors import BrokerError, ErrorCode
 
 
-def test_the_cut_takes_the_old_front_and_stops_at_the_first_newer_record() -> None:
-    front = [(5, 10, 3), (6, 20, 3), (7, 99, 3), (8, 15, 3)]
-    assert front_cut(front, 5, cutoff_ms=50, excess_bytes=0) == Cut(7, 6, 2)
+def test_the_cut_takes_the_old_front_and_stops_at_the_first_newer_batch() -> None:
+    # (last offset, newest timestamp, bytes, records) of each batch
+    front = [(5, 10, 3, 1), (9, 20, 12, 4), (10, 99, 3, 1), (11, 15, 3, 1)]
+    assert front_cut(front, 5, cutoff_ms=50, excess_bytes=0) == Cut(10, 15, 5)
     assert front_cut(front, 5, cutoff_ms=5, excess_bytes=0) is None
 
 
 def test_the_cut_frees_at_least_the_excess() -> None:
-    front = [(0, 10, 4), (1, 10, 4), (2, 10, 4)]
+    front = [(0, 10, 4, 1), (1, 10, 4, 1), (2, 10, 4, 1)]
     assert front_cut(front, 0, cutoff_ms=None, excess_bytes=5) == Cut(2, 8, 2)
 
 
 def test_the_cut_below_an_offset_moves_the_start_to_it() -> None:
-    front = [(3, 0, 4), (4, 0, 4), (9, 0, 4)]  # a compacted log: 5 to 8 are gone
+    front = [(3, 0, 4, 1), (4, 0, 4, 1), (9, 0, 4, 1)]  # a compacted log: 5 to 8 are gone
     assert offset_cut(front, 3, before=5, more=False) == Cut(5, 8, 2)
     assert offset_cut(front, 3, before=10, more=False) == Cut(10, 12, 3)
     # the start is the offset asked even where no record is
@@ -29,11 +30,17 @@ def test_the_cut_below_an_offset_moves_the_start_to_it() -> None:
     assert offset_cut([], 3, before=6, more=False) == Cut(6, 0, 0)
 
 
+def test_the_cut_below_an_offset_inside_a_batch_keeps_the_batch() -> None:
+    front = [(9, 0, 40, 10), (19, 0, 40, 10)]  # two batches of ten: 0-9 and 10-19
+    assert offset_cut(front, 0, before=15, more=False) == Cut(15, 40, 10)
+    assert offset_cut(front, 0, before=5, more=False) == Cut(5, 0, 0)
+
+
 def test_the_cut_below_an_offset_goes_step_by_step_and_never_back() -> None:
-    front = [(0, 0, 1), (1, 0, 1)]  # as many as a step reads: more may follow
+    front = [(0, 0, 1, 1), (1, 0, 1, 1)]  # as many as a step reads: more may follow
     assert offset_cut(front, 0, before=100, more=True) == Cut(2, 2, 2)
     assert offset_cut(front, 0, before=0, more=True) is None
-    assert offset_cut([(5, 0, 1)], 5, before=3, more=False) is None
+    assert offset_cut([(5, 0, 1, 1)], 5, before=3, more=False) is None
 
 
 @pytest.mark.parametrize(

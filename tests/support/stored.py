@@ -1,0 +1,44 @@
+"""The log's records as they are stored, read straight from a database file: each
+batch row of `log` (schema 015) expanded into one dict per record, for tests that look
+under the engine."""
+
+from __future__ import annotations
+
+import contextlib
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+from broker.storage import batches
+
+FIELDS = (
+    "partition",
+    "offset",
+    "timestamp_ms",
+    "key",
+    "value",
+    "headers",
+    "producer_id",
+    "generation",
+    "sequence",
+    "epoch",
+    "txn_id",
+)
+
+
+def stored_records(db_path: Path, topic: str | None = None) -> list[dict[str, Any]]:
+    """Every stored record (of topic, if named), by topic name, partition and offset;
+    headers as stored (msgpack)."""
+    found: list[dict[str, Any]] = []
+    with contextlib.closing(sqlite3.connect(f"file:{db_path}?mode=ro", uri=True)) as conn:
+        names = dict(conn.execute("SELECT topic_id, name FROM topics"))
+        query = "SELECT * FROM log ORDER BY topic_id, partition, first_offset"
+        for row in conn.execute(query):
+            batch = batches.Stored._make(row)
+            name = names.get(batch.topic_id)
+            if topic is not None and name != topic:
+                continue
+            for stored in batches.rows(batches.Part(batch, 0, batch.records)):
+                found.append({"name": name, **dict(zip(FIELDS, stored, strict=True))})
+    found.sort(key=lambda record: (str(record["name"]), record["partition"], record["offset"]))
+    return found
