@@ -18,21 +18,25 @@ out and its pids have not expired, however long after it runs.
   and its records and offsets then read back; the prepared one is complete; the exclusive
   topic's epoch goes on and a stale one is refused;
 - `fencelog verify` and `fencelog check` find nothing wrong; new records take the old end
-  offsets;
+  offsets; a Kafka consumer (through `serve --kafka-listen`) reads the records with their
+  headers and timestamps, and its group's committed offsets and metadata;
 - killed with SIGKILL during the migration (FENCELOG_MIGRATE_FAILPOINT=step:N after its
   Nth committed step, moved:N inside the Nth step, 50 records a step), the directory
-  opens, finishes it and reads back the same.
+  opens, finishes it and reads back the same; killed after every step, one open after
+  another, it finishes too. These fail until the migration (and its failpoints) exist.
 """
 
 from __future__ import annotations
 
 import json
 import subprocess
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Final
 
 import pytest
+from confluent_kafka import Consumer, TopicPartition
 
 from broker.client.client import Client, connect
 from broker.errors import BrokerError, ErrorCode
@@ -50,6 +54,7 @@ from support.schema14 import (
     unb64,
     unpack_db,
 )
+from support.servers import serving
 
 STEP_S: Final = 60.0
 FIXTURE: Final[dict[str, Any]] = json.loads(FIXTURE_JSON.read_text())
@@ -73,7 +78,9 @@ STARTS_INSIDE: Final = [
     ("retained", 0, 80),
     ("cut", 0, 50),
 ]
-MIGRATION_FAILPOINTS: Final = [f"{where}:{n}" for where in ("step", "moved") for n in (1, 2, 3)]
+MIGRATION_FAILPOINTS: Final = [f"{where}:{n}" for where in ("step", "moved") for n in (1, 2, 3, 10)]
+MIGRATION_ENV: Final = {"FENCELOG_MIGRATE_STEP_RECORDS": "50"}
+MIGRATION_RUNS_MAX: Final = 1_000  # killed after one step each time: more than it has
 
 
 @pytest.fixture
@@ -343,29 +350,126 @@ def _gaps(topic: str) -> int:
     return runs
 
 
+# through the Kafka listener -----------------------------------------------------------------
+
+
+def test_a_kafka_consumer_reads_the_kafka_records_and_its_groups_offsets(upgraded: Path) -> None:
+    """Keys, values, headers (a null header value), the producer's own timestamps and the
+    Kafka group's committed offsets with their metadata, as a Kafka client sees them."""
+    serve_args = ("--no-unix", "--kafka-listen", "127.0.0.1:0")
+    with serving(upgraded, upgraded.parent / "ready.json", serve_args=serve_args) as server:
+        consumer = Consumer(
+            {
+                "bootstrap.servers": server.kafka,
+                "group.id": FACTS["kafka_group"]["group"],
+                "enable.auto.commit": False,
+                "isolation.level": "read_committed",
+            }
+        )
+        try:
+            group = FACTS["kafka_group"]
+            committed = consumer.committed(
+                [TopicPartition(group["topic"], p) for p, _, _ in group["committed"]], STEP_S
+            )
+            answered = [[tp.partition, tp.offset, tp.metadata] for tp in committed]
+            assert answered == FACTS["kafka_group"]["committed"]
+            for topic in ("kafka-idem", "kafka-txn", "mixed"):
+                for partition in range(TOPICS[topic]["partitions"]):
+                    expected = [_as_kafka(r) for r in records_of(topic, partition)]
+                    consumer.assign([TopicPartition(topic, partition, 0)])
+                    read = [_kafka_record(m) for m in _poll(consumer, len(expected))]
+                    assert read == expected, (topic, partition)
+        finally:
+            consumer.close()
+
+
+def _as_kafka(record: dict[str, Any]) -> tuple[Any, ...]:
+    headers = [(name, unb64(value)) for name, value in record["headers"]]
+    return (
+        record["offset"],
+        record["timestamp_ms"],
+        unb64(record["key"]),
+        unb64(record["value"]),
+        headers or None,
+    )
+
+
+def _kafka_record(message: Any) -> tuple[Any, ...]:
+    assert message.error() is None, message.error()
+    value = message.value()
+    return (
+        message.offset(),
+        message.timestamp()[1],
+        message.key(),
+        b"" if value is None else value,
+        message.headers(),
+    )
+
+
+def _poll(consumer: Consumer, count: int) -> list[Any]:
+    found: list[Any] = []
+    deadline = time.monotonic() + STEP_S
+    while len(found) < count and time.monotonic() < deadline:
+        message = consumer.poll(0.5)
+        if message is not None:
+            found.append(message)
+    assert len(found) == count, f"{len(found)} of {count} records within {STEP_S}s"
+    return found
+
+
 # kill -9 during the migration ---------------------------------------------------------------
+
+
+def migrate_killed(data_dir: Path, failpoint: str) -> subprocess.CompletedProcess[str]:
+    """`fencelog topic list` (an open: the migration) armed with failpoint."""
+    return fencelog(
+        data_dir, "topic", "list", "--json", **MIGRATION_ENV, FENCELOG_MIGRATE_FAILPOINT=failpoint
+    )
+
+
+def assert_killed(completed: subprocess.CompletedProcess[str], failpoint: str) -> None:
+    assert completed.returncode == -9, (
+        f"FENCELOG_MIGRATE_FAILPOINT={failpoint}: exit {completed.returncode}, not SIGKILL; "
+        f"stderr: {completed.stderr!r}"
+    )
+
+
+def assert_finished_as_made(data_dir: Path) -> None:
+    """Opened (twice: the second open changes nothing), it reads back as schema 014 did,
+    an idempotent retry is still a duplicate, and `fencelog check` passes."""
+    for _ in range(2):
+        with opened(data_dir) as client:
+            assert_reads_back_as_made(read_back(client))
+    with opened(data_dir) as client:
+        facts = FACTS["idempotent"]
+        [retry, *_] = facts["retries"]
+        values = [unb64(v) or b"" for v in retry["values"]]
+        fields = ProducerFields(facts["producer_id"], facts["generation"], retry["first_sequence"])
+        results = client.produce(
+            facts["topic"], values, partition=facts["partition"], producer=fields
+        )
+        assert [(r.offset, r.duplicate) for r in results] == [(o, True) for o in retry["offsets"]]
+    [checked] = json_out(fencelog(data_dir, "check", "--json"))
+    assert (checked["ok"], checked["problems"]) == (True, [])
 
 
 @pytest.mark.parametrize("failpoint", MIGRATION_FAILPOINTS)
 def test_kill_9_during_migration(upgraded: Path, failpoint: str) -> None:
     """The migration of schema 014, 50 records a step, killed after its Nth committed step
-    (step:N) or inside it (moved:N): the directory opens, finishes and reads back the same,
-    and opening it again changes nothing. Fails until the migration exists."""
-    killed = fencelog(
-        upgraded,
-        "topic",
-        "list",
-        "--json",
-        FENCELOG_MIGRATE_STEP_RECORDS="50",
-        FENCELOG_MIGRATE_FAILPOINT=failpoint,
-    )
-    assert killed.returncode == -9, (
-        f"FENCELOG_MIGRATE_FAILPOINT={failpoint}: exit {killed.returncode}, not SIGKILL; "
-        f"stderr: {killed.stderr!r}"
-    )
-    with opened(upgraded) as client:
-        assert_reads_back_as_made(read_back(client))
-    with opened(upgraded) as client:
-        assert_reads_back_as_made(read_back(client))
-    [checked] = json_out(fencelog(upgraded, "check", "--json"))
-    assert (checked["ok"], checked["problems"]) == (True, [])
+    (step:N) or inside it before its commit (moved:N): the directory opens, finishes it
+    and reads back the same. Fails until the migration exists."""
+    assert_killed(migrate_killed(upgraded, failpoint), failpoint)
+    assert_finished_as_made(upgraded)
+
+
+def test_kill_9_after_every_step_of_the_migration(upgraded: Path) -> None:
+    """Each open commits one more step and is killed, until one finds nothing left to
+    migrate: every state between two steps opens and goes on. Fails until the migration
+    exists."""
+    runs = 0
+    while (completed := migrate_killed(upgraded, "step:1")).returncode == -9:
+        runs += 1
+        assert runs < MIGRATION_RUNS_MAX, "the migration never finishes"
+    assert completed.returncode == 0, (completed.returncode, completed.stderr)
+    assert runs > 1, f"killed {runs} times: the migration took at most one step"
+    assert_finished_as_made(upgraded)
