@@ -39,6 +39,7 @@ import pytest
 from confluent_kafka import Consumer, TopicPartition
 
 from broker.client.client import Client, connect
+from broker.discovery import DB_FILE
 from broker.errors import BrokerError, ErrorCode
 from broker.types import NewRecord, ProducerFields
 from support.helpers import fencelog_script, user_env
@@ -348,6 +349,15 @@ def _gaps(topic: str) -> int:
             runs += record["offset"] > expected
             expected = record["offset"] + 1
     return runs
+
+
+def test_a_schema_14_snapshot_file_restores_and_reads_back(upgraded: Path, tmp_path: Path) -> None:
+    """The fixture's database is what `snapshot create` writes (one file, checkpointed):
+    restored into a new directory, it reads back as schema 014 read it."""
+    restored = tmp_path / "restored"
+    json_out(fencelog(restored, "snapshot", "restore", str(upgraded / DB_FILE), "--json"))
+    with opened(restored) as client:
+        assert_reads_back_as_made(read_back(client))
 
 
 # through the Kafka listener -----------------------------------------------------------------
