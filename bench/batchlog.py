@@ -30,6 +30,7 @@ import contextlib
 import json
 import os
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
@@ -52,6 +53,8 @@ WORKER: Final = Path("bench") / "batchlog_worker.py"
 VERSIONS: Final = ("before", "after")
 REGRESSION_TOLERANCE: Final = 0.10
 WORKER_TIMEOUT_S: Final = 1800.0
+STOP_GRACE_S: Final = 20.0
+LOG_TAIL_CHARS: Final = 1500
 _HEADER: Final = ("Measure", "before", "after", "goal", "met?")
 _MEASURED_PATHS: Final = ("broker", "cli", "pyproject.toml")
 
@@ -75,7 +78,7 @@ FULL: Final = {
     "consume_embedded": Plan(3, {"records": 200_000, "rounds": 5}),
     "served": Plan(2, {"records": 100_000, "singles": 5_000, "rounds": 3}),
     "kafka": Plan(2, {"records": 200_000, "read_records": 1_000_000, "rounds": 2}),
-    "spark": Plan(2, {"records": 1_000_000, "rounds": 2}),
+    "spark": Plan(1, {"records": 1_000_000, "rounds": 3}),
     "disk": Plan(2, {"records": 10_000_000, "dd_megabytes": 2048}),
     "txn": Plan(2, {"records": 50_000, "rounds": 3}),
     "cli_start": Plan(2, {"runs": 25}),
@@ -99,6 +102,7 @@ class Results:
     codes: dict[str, str]  # version -> what was measured
     found: dict[str, dict[str, Series]] = field(default_factory=dict)  # measure -> version
     skipped: dict[str, str] = field(default_factory=dict)  # measure -> why
+    failed: dict[str, str] = field(default_factory=dict)  # measure -> how its worker failed
     raw: list[str] = field(default_factory=list)  # each turn's values, in run order
 
     def series(self, measure: str, version: str, name: str) -> list[float]:
@@ -142,29 +146,56 @@ def _environment(tree: Path) -> dict[str, str]:
     return env | {"PYTHONPATH": str(tree), "NO_COLOR": "1"}
 
 
+class WorkerFailed(RuntimeError):
+    pass
+
+
 def run_worker(
     tree: Path, after: Path, measure: str, parameters: dict[str, int], parent: Path
 ) -> dict[str, object]:
-    """One measure in a fresh process against `tree`; its JSON answer."""
+    """One measure in a fresh process (and process group) against `tree`; its JSON
+    answer. A worker past WORKER_TIMEOUT_S is ended with its whole group, so a server it
+    started goes with it."""
     work = Path(tempfile.mkdtemp(prefix=f"{measure}-", dir=parent))
+    log_path = parent / f"{measure}.log"
     argv = [sys.executable, str(after / WORKER), measure, str(work), json.dumps(parameters)]
     try:
-        done = subprocess.run(
-            argv,
-            cwd=work,
-            env=_environment(tree),
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            text=True,
-            timeout=WORKER_TIMEOUT_S,
-            check=False,
-        )
+        with log_path.open("w+b") as log:
+            worker = subprocess.Popen(
+                argv,
+                cwd=work,
+                env=_environment(tree),
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=log,
+                start_new_session=True,
+            )
+            try:
+                stdout, _ = worker.communicate(timeout=WORKER_TIMEOUT_S)
+            except subprocess.TimeoutExpired:
+                _end_group(worker)
+                raise WorkerFailed(f"not done after {WORKER_TIMEOUT_S:.0f} s") from None
+            log.seek(0)
+            tail = log.read().decode(errors="replace")[-LOG_TAIL_CHARS:]
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    if done.returncode != 0:
-        raise RuntimeError(f"{measure} against {tree} exited {done.returncode}")
-    answer: dict[str, object] = json.loads(done.stdout.strip().splitlines()[-1])
+        log_path.unlink(missing_ok=True)
+    if worker.returncode != 0:
+        raise WorkerFailed(f"exited {worker.returncode}; its stderr ends:\n{tail}")
+    answer: dict[str, object] = json.loads(stdout.decode().strip().splitlines()[-1])
     return answer
+
+
+def _end_group(worker: subprocess.Popen[bytes]) -> None:
+    """SIGTERM to the worker's process group, SIGKILL after a grace period."""
+    for signal_number in (signal.SIGTERM, signal.SIGKILL):
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(worker.pid, signal_number)
+        try:
+            worker.wait(timeout=STOP_GRACE_S)
+            return
+        except subprocess.TimeoutExpired:
+            continue
 
 
 def _progress(text: str, started_s: float) -> None:
@@ -200,7 +231,12 @@ def measure_all(
             order = VERSIONS if turn % 2 == 0 else VERSIONS[::-1]
             for version in order:
                 _progress(f"{measure}, {version}, turn {turn + 1} of {plan.turns}", started_s)
-                answer = run_worker(trees[version], after, measure, plan.parameters, parent)
+                try:
+                    answer = run_worker(trees[version], after, measure, plan.parameters, parent)
+                except WorkerFailed as failure:
+                    results.failed[measure] = f"{version}, turn {turn + 1}: {failure}"
+                    sys.stderr.write(f"bench.batchlog: {measure} {results.failed[measure]}\n")
+                    break
                 if "skipped" in answer:
                     results.skipped[measure] = str(answer["skipped"])
                     break
@@ -209,7 +245,7 @@ def measure_all(
                 for name, values in got.items():
                     pooled.setdefault(name, []).extend(values)
                 results.raw.append(_turn_line(measure, version, turn, got))
-            if measure in results.skipped:
+            if measure in results.skipped or measure in results.failed:
                 break
 
 
@@ -303,6 +339,8 @@ class Goal:
     lower_is_better: bool = False
 
     def row(self, results: Results) -> Row:
+        if self.measure in results.failed:
+            return Row(self.label, "-", "-", self.goal, f"{FAIL} (the measure failed)")
         if self.measure in results.skipped:
             why = f"skipped: {results.skipped[self.measure]}"
             return Row(self.label, why, why, self.goal, SKIPPED)
@@ -488,7 +526,18 @@ def rows(results: Results) -> list[Row]:
 
 
 def passed(results: Results) -> bool:
-    return all(row.met != FAIL for row in rows(results))
+    return not results.failed and all(row.met != FAIL for row in rows(results))
+
+
+def _notes(results: Results) -> list[str]:
+    skipped = [f"Skipped: {name}, {why}." for name, why in results.skipped.items()]
+    return skipped + [f"Failed: {name}, {_one_line(how)}" for name, how in results.failed.items()]
+
+
+def _one_line(text: str) -> str:
+    """A failure's first line and the last line of its stderr, for a one-line note."""
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    return lines[0] if len(lines) < 2 else f"{lines[0]} ... {lines[-1]}"
 
 
 # showing --------------------------------------------------------------------------------
@@ -507,8 +556,7 @@ def table(results: Results) -> str:
         "  ".join(c.ljust(w) for c, w in zip(line, widths, strict=True)).rstrip() for line in lines
     ]
     text.insert(1, "  ".join("-" * width for width in widths))
-    notes = [f"{name}: skipped, {why}" for name, why in results.skipped.items()]
-    return "\n".join([f"{TITLE}", *results.codes.values(), *text, *notes])
+    return "\n".join([f"{TITLE}", *results.codes.values(), *text, *_notes(results)])
 
 
 METHOD: Final = (
@@ -552,7 +600,7 @@ METHOD: Final = (
 
 def markdown(results: Results, machine: Machine) -> str:
     """This measure's whole RESULTS.md section, heading included."""
-    notes = [f"Skipped: {name}, {why}." for name, why in results.skipped.items()]
+    notes = _notes(results)
     lines = [
         f"## {TITLE}",
         "",
