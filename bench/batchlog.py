@@ -83,7 +83,7 @@ FULL: Final = {
     "served": Plan(2, {"records": 100_000, "singles": 5_000, "rounds": 3}),
     "kafka": Plan(2, {"records": 200_000, "read_records": 1_000_000, "rounds": 2}),
     "spark": Plan(1, {"records": 1_000_000, "rounds": 3}),
-    "disk": Plan(2, {"records": 10_000_000, "dd_megabytes": 2048}),
+    "disk": Plan(1, {"records": 10_000_000, "dd_megabytes": 2048}),  # ~3 min a turn here
     "txn": Plan(2, {"records": 50_000, "rounds": 3}),
     "cli_start": Plan(2, {"runs": 25}),
 }
@@ -662,12 +662,19 @@ def markdown(results: Results, machine: Machine) -> str:
 
 
 def run_group(
-    work_dir: Path, quick: bool, before: str = DEFAULT_BEFORE, after: Path = REPOSITORY
+    work_dir: Path,
+    quick: bool,
+    before: str = DEFAULT_BEFORE,
+    after: Path = REPOSITORY,
+    only: Sequence[str] = (),
 ) -> tuple[str, str, bool]:
     """(printed table, RESULTS.md section, whether every goal was met), as bench.run's
-    groups answer."""
+    groups answer; `only` names the measures to run (default: all)."""
+    plans = {
+        name: plan for name, plan in (QUICK if quick else FULL).items() if name in (only or FULL)
+    }
     started = describe(work_dir)
-    results = measure(work_dir, QUICK if quick else FULL, quick, before, after)
+    results = measure(work_dir, plans, quick, before, after)
     machine = finished(started)
     return table(results), markdown(results, machine), passed(results)
 
@@ -677,6 +684,16 @@ def write_section(path: Path, section_text: str) -> None:
     temporary = path.with_name(path.name + ".tmp")
     temporary.write_text(report.replace_section(document, section_text), encoding="utf-8")
     temporary.replace(path)
+
+
+def _measures(text: str) -> tuple[str, ...]:
+    chosen = tuple(name.strip() for name in text.split(",") if name.strip())
+    unknown = [name for name in chosen if name not in FULL]
+    if unknown or not chosen:
+        raise argparse.ArgumentTypeError(
+            f"unknown measure {', '.join(unknown) or '(none)'}; choose from {', '.join(FULL)}"
+        )
+    return chosen
 
 
 def parse_arguments(argv: Sequence[str] | None) -> argparse.Namespace:
@@ -692,6 +709,14 @@ def parse_arguments(argv: Sequence[str] | None) -> argparse.Namespace:
         "--after", type=Path, default=REPOSITORY, metavar="PATH", help="default: this checkout"
     )
     parser.add_argument("--quick", action="store_true", help="small sizes: a smoke run")
+    parser.add_argument(
+        "--only",
+        type=_measures,
+        default=(),
+        metavar="MEASURE[,MEASURE...]",
+        help=f"run only these measures, of {', '.join(FULL)} (a run of some writes nothing "
+        "unless --results is given)",
+    )
     parser.add_argument("--dir", type=Path, help="where to make the temporary directory")
     parser.add_argument(
         "--results",
@@ -706,13 +731,13 @@ def parse_arguments(argv: Sequence[str] | None) -> argparse.Namespace:
 def main(argv: Sequence[str] | None = None) -> int:
     arguments = parse_arguments(argv)
     destination: Path | None = arguments.results
-    if destination is None and not arguments.quick:
+    if destination is None and not arguments.quick and not arguments.only:
         destination = RESULTS_FILE
     if arguments.no_results:
         destination = None
     with tempfile.TemporaryDirectory(prefix="fencelog-bench-batchlog-", dir=arguments.dir) as d:
         printed, section_text, all_met = run_group(
-            Path(d), arguments.quick, arguments.before, arguments.after
+            Path(d), arguments.quick, arguments.before, arguments.after, arguments.only
         )
     print(printed + "\n", flush=True)
     if destination is not None:
