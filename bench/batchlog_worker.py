@@ -40,6 +40,7 @@ VALUE_BYTES: Final = 100
 BATCH_RECORDS: Final = 1000
 IN_FLIGHT: Final = 4  # batches over TCP, as bench/serving.py
 WINDOW: Final = 32  # de-duplicated one-record requests in flight, as bench/serving.py
+CLIENT_BUSY_POLL_US: Final = 500  # the client polls while it awaits a reply, as bench/serving.py
 TOPIC: Final = "bench"
 TIMESTAMP_MS: Final = 1_700_000_000_000
 EMPTY_HEADERS: Final = b"\x90"  # msgpack's empty array, as the engine stores no headers
@@ -212,8 +213,8 @@ def served(work: Path, parameters: dict[str, int]) -> Series:
         asyncio.Runner(loop_factory=new_event_loop) as loop,
         connect(full.address) as consumer,
     ):
-        full_client = patterns.async_client(full.address)
-        normal_client = patterns.async_client(normal.address)
+        full_client = patterns.async_client(full.address, CLIENT_BUSY_POLL_US)
+        normal_client = patterns.async_client(normal.address, CLIENT_BUSY_POLL_US)
 
         def topic(client: AsyncClient) -> str:
             name = next(names)
