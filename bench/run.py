@@ -23,7 +23,11 @@ group's table and rewrites that group's section of bench/RESULTS.md as soon as i
   bench.kafka_listener`);
 - retention: "Retention cleaning": 10M old records cleaned by `serve`'s background
   cleaner, produce latency with and without it, each step timed in process (also
-  `python -m bench.retention_clean`).
+  `python -m bench.retention_clean`);
+- batchlog: "A log of batches (issue 36): before and after": issue 36's goals measured
+  against the commit before the batch log (a temporary git worktree) and this checkout,
+  each measure in a process of its own, the versions taking turns (also `python -m
+  bench.batchlog`, which takes --before REV and --after PATH).
 All databases and servers live in one temporary directory, removed at the end; every
 server started is stopped. Exit status 0 when every target is met, 1 when one is missed.
 """
@@ -140,7 +144,10 @@ GROUPS: Final = (
     "growth",
     "kafka",
     "retention",
+    "batchlog",
 )
+# batchlog measures a second tree and everything twice: it runs only when named.
+DEFAULT_GROUPS: Final = tuple(name for name in GROUPS if name != "batchlog")
 
 
 def _positive(text: str) -> int:
@@ -169,9 +176,9 @@ def parse_arguments(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--only",
         type=_groups,
-        default=GROUPS,
+        default=DEFAULT_GROUPS,
         metavar="GROUP[,GROUP...]",
-        help=f"run only these groups, of {', '.join(GROUPS)} (default: all)",
+        help=f"run only these groups, of {', '.join(GROUPS)} (default: all but batchlog)",
     )
     parser.add_argument("--quick", action="store_true", help="small sizes: a run of ~1 min")
     engine = parser.add_argument_group("the engine group's sizes")
@@ -337,6 +344,12 @@ def run_retention(work_dir: Path, arguments: argparse.Namespace) -> Outcome:
     return retention_clean.run_group(work_dir, sizes, retention_clean.command_line("bench.run"))
 
 
+def run_batchlog(work_dir: Path, arguments: argparse.Namespace) -> Outcome:
+    from bench import batchlog
+
+    return batchlog.run_group(work_dir, arguments.quick)
+
+
 RUNNERS: Final[dict[str, Callable[[Path, argparse.Namespace], Outcome]]] = {
     "engine": run_engine,
     "server": run_server,
@@ -349,6 +362,7 @@ RUNNERS: Final[dict[str, Callable[[Path, argparse.Namespace], Outcome]]] = {
     "growth": run_growth,
     "kafka": run_kafka,
     "retention": run_retention,
+    "batchlog": run_batchlog,
 }
 
 
