@@ -43,6 +43,7 @@ from support import SCRIPTS
 from support.helpers import Process, Processes, fencelog_script, user_env
 from support.producing import free_port
 from support.servers import HOST, ServeProcess
+from support.stored import stored_records
 from support.waiting import wait_until
 
 STEP_S = 20.0
@@ -163,13 +164,7 @@ def stored(data_dir: Path) -> dict[str, list[tuple[Any, ...]]]:
     conn = sqlite3.connect(data_dir / DB_FILE)
     try:
         return {
-            "records": table(
-                conn,
-                "SELECT t.name, r.partition, r.offset, r.timestamp_ms, r.key, r.value, "
-                "r.headers, r.producer_id, r.generation, r.sequence, r.epoch, r.txn_id "
-                "FROM records AS r JOIN topics AS t USING (topic_id) "
-                "ORDER BY t.name, r.partition, r.offset",
-            ),
+            "records": [tuple(record.values()) for record in stored_records(data_dir / DB_FILE)],
             "partitions": table(
                 conn,
                 "SELECT t.name, p.partition, p.next_offset, p.bytes "

@@ -30,7 +30,7 @@ def stored_records(db_path: Path, topic: str | None = None) -> list[dict[str, An
     """Every stored record (of topic, if named), by topic name, partition and offset;
     headers as stored (msgpack)."""
     found: list[dict[str, Any]] = []
-    with contextlib.closing(sqlite3.connect(f"file:{db_path}?mode=ro", uri=True)) as conn:
+    with contextlib.closing(sqlite3.connect(db_path)) as conn:
         names = dict(conn.execute("SELECT topic_id, name FROM topics"))
         query = "SELECT * FROM log ORDER BY topic_id, partition, first_offset"
         for row in conn.execute(query):
