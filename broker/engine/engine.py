@@ -816,6 +816,20 @@ class Engine:
                     break
         return found
 
+    def fetch_kafka_page(
+        self, topic: str, partition: int, offset: int, max_records: int, bytes_max: int
+    ) -> rows.Page | None:
+        """The page of up to max_records records from offset within bytes_max of keys
+        and values (at least one): the stored columns a Kafka record batch is encoded
+        from without a row per record. None: the partition's records from there are
+        read as rows (fetch_kafka_rows), as where compaction left gaps."""
+        limit = _bounded(max_records, self.limits.read_records_max)
+        with self.database.read() as conn:
+            row = self._topic(conn, topic)
+            record_rules.check_partition(topic, partition, row.partitions)
+            record_rules.check_offset(offset)
+            return pages.read_page(conn, row, partition, offset, limit, max(0, bytes_max))
+
     def fetch_kafka_rows(
         self, topic: str, partition: int, offset: int, max_records: int
     ) -> list[rows.KafkaRow]:

@@ -904,13 +904,20 @@ def _read_fetch(
             batch = None
             if offset < end and not budget.exhausted():
                 limit = min(partition_max, budget.left_bytes)
-                stored = reader.fetch_kafka_rows(
-                    topic, partition, offset, _records_in(detail, limit)
-                )
-                taken = budget.take(stored, partition_max)
-                if taken:
-                    batch = kafka_records.encode_batch(taken)
-                    end = max(end, taken[-1][0] + 1)
+                records = _records_in(detail, limit)
+                page = reader.fetch_kafka_page(topic, partition, offset, records, limit)
+                if page is not None and kafka_records.uniform(page):
+                    assert isinstance(page.value_lengths, int)
+                    count = budget.take_uniform(page.record_count, page.value_lengths, limit)
+                    if count:
+                        batch = kafka_records.encode_uniform(page, count)
+                        end = max(end, page.offset + count)
+                else:
+                    stored = reader.fetch_kafka_rows(topic, partition, offset, records)
+                    taken = budget.take(stored, partition_max)
+                    if taken:
+                        batch = kafka_records.encode_batch(taken)
+                        end = max(end, taken[-1][0] + 1)
             parts.append((partition, wire.NONE, end, batch, detail.start_offset))
     return found
 

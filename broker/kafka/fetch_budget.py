@@ -26,6 +26,7 @@ BATCH_HEADER_BYTES: Final = 61
 # count (5), all varints at their longest. Stored headers (msgpack) take at least as many
 # bytes as Kafka's encoding of them.
 RECORD_OVERHEAD_BYTES_MAX: Final = 36
+_EMPTY_HEADERS_BYTES: Final = 1  # a record without headers: stored as msgpack's empty array
 
 
 def record_bytes_max(row: KafkaRow) -> int:
@@ -48,6 +49,19 @@ class FetchBudget:
 
     def exhausted(self) -> bool:
         return self.answered and self.left_bytes < BATCH_HEADER_BYTES + RECORD_OVERHEAD_BYTES_MAX
+
+    def take_uniform(self, count: int, value_bytes: int, partition_max_bytes: int) -> int:
+        """take() of `count` records alike (no key, no headers, values of value_bytes
+        each: a uniform page, broker/kafka/records.py encode_uniform): how many."""
+        limit = min(self.left_bytes, max(0, partition_max_bytes))
+        each = value_bytes + _EMPTY_HEADERS_BYTES + RECORD_OVERHEAD_BYTES_MAX
+        taken = min(count, max(0, limit - BATCH_HEADER_BYTES) // each)
+        if taken == 0 and count and not self.answered:
+            taken = 1
+        if taken:
+            self.answered = True
+            self.left_bytes = max(0, self.left_bytes - BATCH_HEADER_BYTES - taken * each)
+        return taken
 
     def take(self, stored: Sequence[KafkaRow], partition_max_bytes: int) -> Sequence[KafkaRow]:
         """The first of stored (one partition's records, in order) that fit the budget

@@ -8,8 +8,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from broker.kafka.fetch_budget import BATCH_HEADER_BYTES, FetchBudget, record_bytes_max
-from broker.kafka.records import encode_batch
-from broker.rows import EMPTY_HEADERS, KafkaRow, encode_headers
+from broker.kafka.records import encode_batch, encode_uniform, uniform
+from broker.rows import EMPTY_HEADERS, KafkaRow, Page, encode_headers
 
 
 def row(offset: int, value_bytes: int) -> KafkaRow:
@@ -62,3 +62,30 @@ def test_the_bound_is_never_below_the_encoded_batch(
     ]
     bound = BATCH_HEADER_BYTES + sum(map(record_bytes_max, rows))
     assert len(encode_batch(rows)) <= bound
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    st.integers(0, 300),  # value size
+    st.integers(1, 1_500),  # records (past the 1,024 prefixes made at first)
+    st.integers(0, 1 << 40),  # the page's first offset
+    st.integers(0, 1 << 40),  # its timestamp
+    st.integers(1, 1_500),  # records taken
+)
+def test_a_uniform_page_encodes_as_its_rows_do(
+    size: int, count: int, offset: int, timestamp: int, taken: int
+) -> None:
+    """encode_uniform (columns, no loop per record) gives the bytes encode_batch gives
+    for the same records as rows, and take_uniform counts them as take() does."""
+    taken = min(taken, count)
+    values = b"".join(bytes([index % 251]) * size for index in range(count))
+    page = Page(0, offset, count, values, size, timestamp, b"", -1, [], (0, 0, 0, 0, None))
+    assert uniform(page)
+    stored: list[KafkaRow] = [
+        (offset + i, timestamp, None, values[i * size : (i + 1) * size], EMPTY_HEADERS)
+        for i in range(count)
+    ]
+    assert encode_uniform(page, taken) == encode_batch(stored[:taken])
+    limit = BATCH_HEADER_BYTES + sum(map(record_bytes_max, stored[:taken]))
+    assert FetchBudget(limit).take_uniform(count, size, limit) == taken
+    assert len(FetchBudget(limit).take(stored, limit)) == taken
