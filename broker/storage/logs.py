@@ -348,6 +348,8 @@ def parts(
     """The stored batches' records from offset: at most max_records, then the first
     within bytes_max of keys and values (at least one record)."""
     found: list[batches.Part] = []
+    if max_records <= 0:
+        return found
     taken = size = 0
     cursor = conn.execute(Q["log_from"], (topic_id, partition, offset))
     try:
