@@ -24,6 +24,7 @@ from broker.discovery import DB_FILE
 from broker.errors import ErrorCode
 from support.helpers import Invoke, expect, json_error, json_lines
 from support.servers import served
+from support.stored import rewrite_record
 
 FAILED = int(ErrorCode.VERIFY_FAILED)
 VALUES = [f"v{i}" for i in range(1, 9)]
@@ -88,24 +89,12 @@ def database(data_dir: Path) -> Iterator[sqlite3.Connection]:
 
 
 def tamper(data_dir: Path, partition: int, offset: int, **columns: object) -> None:
-    """Set columns of one stored record of `in`, as a broken broker would have."""
-    sets = ", ".join(f"{name} = ?" for name in columns)
-    with database(data_dir) as db:
-        changed = db.execute(
-            f"UPDATE records SET {sets} WHERE partition = ? AND offset = ? "
-            "AND topic_id = (SELECT topic_id FROM topics WHERE name = 'in')",
-            (*columns.values(), partition, offset),
-        ).rowcount
-    assert changed == 1
+    """Set fields of one stored record of `in`, as a broken broker would have."""
+    rewrite_record(data_dir / DB_FILE, "in", partition, offset, columns)
 
 
 def delete(data_dir: Path, partition: int, offset: int) -> None:
-    with database(data_dir) as db:
-        db.execute(
-            "DELETE FROM records WHERE partition = ? AND offset = ? "
-            "AND topic_id = (SELECT topic_id FROM topics WHERE name = 'in')",
-            (partition, offset),
-        )
+    rewrite_record(data_dir / DB_FILE, "in", partition, offset, None)
 
 
 def produce_as(cli: Invoke, partition: int, values: list[str]) -> tuple[int, int]:

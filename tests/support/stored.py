@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from broker.storage import batches
+from broker.storage.queries import Q
 
 FIELDS = (
     "partition",
@@ -42,3 +43,44 @@ def stored_records(db_path: Path, topic: str | None = None) -> list[dict[str, An
                 found.append({"name": name, **dict(zip(FIELDS, stored, strict=True))})
     found.sort(key=lambda record: (str(record["name"]), record["partition"], record["offset"]))
     return found
+
+
+def rewrite_record(
+    db_path: Path, topic: str, partition: int, offset: int, changes: dict[str, Any] | None
+) -> None:
+    """Change one stored record's fields (None: delete it), as a broken broker would
+    have written it: the partition's batches are rewritten a record each, so that any
+    field of one record (its sequence, generation, epoch, value) can differ from the
+    rest."""
+    records = [
+        record for record in stored_records(db_path, topic) if record["partition"] == partition
+    ]
+    assert any(record["offset"] == offset for record in records), (partition, offset)
+    with contextlib.closing(sqlite3.connect(db_path)) as conn, conn:
+        (topic_id,) = conn.execute(
+            "SELECT topic_id FROM topics WHERE name = ?", (topic,)
+        ).fetchone()
+        conn.execute("DELETE FROM log WHERE topic_id = ? AND partition = ?", (topic_id, partition))
+        for found in records:
+            record = found
+            if found["offset"] == offset:
+                if changes is None:
+                    continue
+                record = {**found, **changes}
+            conn.execute(
+                Q["log_insert"],
+                batches.pack(
+                    (topic_id, partition, record["offset"]),
+                    [record["value"]],
+                    [record["key"]],
+                    [record["headers"]],
+                    [record["timestamp_ms"]],
+                    (
+                        record["producer_id"],
+                        record["generation"],
+                        record["sequence"],
+                        record["epoch"],
+                        record["txn_id"],
+                    ),
+                ),
+            )
