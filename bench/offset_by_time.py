@@ -36,9 +36,9 @@ BATCH_RECORDS: Final = 10_000
 LOOKUPS: Final = 2_000
 SCAN_LOOKUPS: Final = 3
 BASE_MS: Final = 1_700_000_000_000
-SCAN: Final = (
-    "SELECT offset, timestamp_ms FROM records WHERE topic_id = ? AND partition = ? "
-    "AND timestamp_ms >= ? ORDER BY offset LIMIT 1"
+SCAN: Final = (  # the batch a scan finds the time in (schema 015: a row per batch)
+    "SELECT first_offset, timestamp_ms FROM log WHERE topic_id = ? AND partition = ? "
+    "AND max_timestamp_ms >= ? ORDER BY first_offset LIMIT 1"
 )
 
 

@@ -1,9 +1,10 @@
 """Read: page through one partition from offset 0 with `Engine.read`, against one raw
-`SELECT * ... ORDER BY offset` fetchall over the same rows of the same database file.
+`SELECT * ... ORDER BY offset` fetchall over the same values, a row per record
+(bench/raw.py's table, in a database file of its own).
 
 Rules:
-- One data directory, filled once (durability normal: filling is not what is measured)
-  and checkpointed, so both sides read the same pages from the main database file.
+- One data directory, filled once (durability normal: filling is not what is measured),
+  and the raw table filled with its values and checkpointed.
 - fencelog pages with the largest max_records the engine allows (read_records_max);
   the raw side fetches the whole partition in one statement.
 - Each side scans once unmeasured first, so neither meets a colder cache than the other;
@@ -20,9 +21,7 @@ from typing import Final
 
 from bench import raw
 from bench.measures import RateComparison, interleaved
-from broker.discovery import DB_FILE
 from broker.engine.engine import Engine
-from broker.storage.queries import Q
 from broker.types import NewRecord
 
 TOPIC: Final = "bench"
@@ -65,14 +64,26 @@ def raw_rate(conn: sqlite3.Connection, topic_id: int, records: int) -> float:
     return records / elapsed_s
 
 
+def raw_copy(engine: Engine, conn: sqlite3.Connection, records: int) -> int:
+    """The partition's values written to the raw baseline's table, a row per record, in
+    batches of 1000; its topic id there."""
+    raw.create_schema(conn)
+    offset = 0
+    while offset < records:
+        page = engine.read(TOPIC, PARTITION, offset, 1000)
+        raw.insert_batch(conn, raw.record_rows(1, offset, [r.value for r in page]))
+        offset = page[-1].offset + 1
+    conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    return 1
+
+
 def compare(work_dir: Path, records: int, rounds: int) -> RateComparison:
     data_dir = work_dir / "read"
     with Engine.open(data_dir, durability="normal") as engine:
         fill(engine, records)
-        conn = raw.connect(data_dir / DB_FILE, "normal")
+        conn = raw.connect(work_dir / "raw-read.db", "normal")
         try:
-            conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-            topic_id = conn.execute(Q["topic_by_name"], (TOPIC,)).fetchone()[0]
+            topic_id = raw_copy(engine, conn, records)
             fencelog_rate(engine, records)  # unmeasured: warm both caches
             raw_rate(conn, topic_id, records)
             fencelog_rates, raw_rates = interleaved(

@@ -430,19 +430,16 @@ def read_compacted(
 _ROW_OFFSET = operator.itemgetter(1)
 
 
-def first_at_or_after(
+def batch_at_or_after(
     conn: sqlite3.Connection, topic_id: int, partition: int, offset: int
-) -> tuple[int, int] | None:
-    """(offset, timestamp_ms) of the first record at or after offset, or None."""
+) -> batches.Stored | None:
+    """The batch holding the first record at or after offset, or None."""
     cursor = conn.execute(Q["log_from"], (topic_id, partition, offset))
     try:
         for row in cursor:
             batch = batch_of(row)
-            if batch.last_offset < offset:
-                continue
-            index = batches.index_at(batch, offset)
-            part = batches.Part(batch, index, index + 1)
-            return batches.offsets(part)[0], batches.timestamps(part)[0]
+            if batch.last_offset >= offset:
+                return batch
     finally:
         cursor.close()
     return None

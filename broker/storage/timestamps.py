@@ -1,15 +1,15 @@
 """Finding an offset by time: a binary search over the log's primary key.
 
 There is no index on timestamps: the log's primary key (topic_id, partition,
-first_offset) is the index. The search takes a partition's
-timestamps to ascend with its offsets (Kafka's time index, which keeps the greatest
-timestamp so far, does not need to: it finds the first record at or after the time
-whatever their order), and probes
-O(log2(end offset)) records, each one seek of the primary key reading the batch that
-holds the offset (logs.first_at_or_after): 25 probes on a partition of 10M records.
+first_offset) is the index. The search takes a partition's timestamps to ascend with
+its offsets (Kafka's time index, which keeps the greatest timestamp so far, does not
+need to: it finds the first record at or after the time whatever their order). It goes
+in two steps: over batches, O(log2(end offset)) probes, each one seek of the primary key
+reading one batch's first timestamp (a column of its row: no record is unpacked); then
+inside the one batch where the time is crossed, whose timestamps it reads once.
 
-Exact semantics. The search is a lower bound over offsets o of the predicate
-"the first record at or after o is at or after the time (or there is none)":
+Exact semantics. The search is a lower bound over records of "the record is at or after
+the time" (first over the batches' first records, then over the records of one batch):
 - when a partition's timestamps never decrease, the answer is the first record at or after
   the time, and None exactly when every record is older;
 - when they do decrease somewhere (a clock stepped back; a Kafka producer's own
@@ -26,7 +26,8 @@ from __future__ import annotations
 
 import sqlite3
 
-from broker.storage.logs import first_at_or_after
+from broker.storage import batches
+from broker.storage.logs import batch_at_or_after
 
 
 def offset_for_time(
@@ -38,13 +39,40 @@ def offset_for_time(
 ) -> tuple[int, int] | None:
     """(offset, timestamp_ms) of the first record at or after timestamp_ms, or None;
     bounds: the log start and end offsets."""
-    low, end_offset = bounds
-    high = end_offset
+    start, end = bounds
+    low, high = start, end
+    before: batches.Part | None = None  # the last batch whose first record is older
     while low < high:
         middle = (low + high) // 2
-        found = first_at_or_after(conn, topic_id, partition, middle)
-        if found is None or found[1] >= timestamp_ms:
+        found = batch_at_or_after(conn, topic_id, partition, max(middle, start))
+        if found is None or _first_stamp(found, start) >= timestamp_ms:
             high = middle
         else:
-            low = found[0] + 1  # every offset up to the probed record is before the time
-    return first_at_or_after(conn, topic_id, partition, low) if low < end_offset else None
+            before = batches.Part(found, batches.index_at(found, start), found.records)
+            low = found.last_offset + 1  # every batch up to it begins before the time
+    if before is not None:
+        stamps = batches.timestamps(before)
+        inside, outside = 1, len(stamps)  # its first record is older: the others
+        while inside < outside:
+            middle = (inside + outside) // 2
+            if stamps[middle] >= timestamp_ms:
+                outside = middle
+            else:
+                inside = middle + 1
+        if inside < len(stamps):
+            return batches.offsets(before)[inside], stamps[inside]
+    found = batch_at_or_after(conn, topic_id, partition, max(low, start)) if low < end else None
+    if found is None:
+        return None
+    first = batches.Part(found, batches.index_at(found, start), found.records)
+    return batches.offsets(first)[0], batches.timestamps(first)[0]
+
+
+def _first_stamp(batch: batches.Stored, start: int) -> int:
+    """The timestamp of the batch's first record at or after the log start."""
+    index = batches.index_at(batch, start)
+    if batch.timestamps is None:
+        return batch.timestamp_ms
+    if index == 0:
+        return batch.timestamp_ms
+    return batches.timestamps(batches.Part(batch, index, index + 1))[0]
