@@ -38,6 +38,7 @@ from typing import Final
 from broker.core.ownership import check_name
 from broker.errors import BrokerError
 from broker.kafka import wire
+from broker.kafka.groups_consumer import ConsumerGroups
 
 log = logging.getLogger("fencelog.kafka")
 
@@ -112,15 +113,28 @@ class Coordinator:
         self.groups: dict[str, Group] = {}
         self._expiry: asyncio.Task[None] | None = None
         self._completing: set[asyncio.Future[None]] = set()  # rebalances being completed
+        # KIP-848 groups (groups_consumer.py): one name space with the classic ones
+        self.consumer = ConsumerGroups(self._classic_members, self._forget_empty)
+
+    def _classic_members(self, group_id: str) -> int:
+        group = self.groups.get(group_id)
+        return 0 if group is None else len(group.members)
+
+    def _forget_empty(self, group_id: str) -> None:
+        group = self.groups.get(group_id)
+        if group is not None and not group.members:
+            del self.groups[group_id]
 
     def start(self) -> None:
         self._expiry = asyncio.create_task(self._expire_members(), name="kafka-group-expiry")
+        self.consumer.start()
 
     async def stop(self) -> None:
         if self._expiry is not None:
             self._expiry.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._expiry
+        await self.consumer.stop()
         for group in self.groups.values():
             for member in list(group.members.values()):
                 self._fail_waits(member, wire.COORDINATOR_NOT_AVAILABLE)
@@ -193,6 +207,9 @@ class Coordinator:
             return wire.INVALID_GROUP_ID
         if not low <= session_timeout_ms <= high:
             return wire.INVALID_SESSION_TIMEOUT
+        if self.consumer.live(group_id):  # a consumer protocol group (KIP-848), as Kafka
+            return wire.INCONSISTENT_GROUP_PROTOCOL
+        self.consumer.groups.pop(group_id, None)  # an empty one gives way
         if member_id and _fenced(group, group_instance_id, member_id):
             return wire.FENCED_INSTANCE_ID
         if member_id and (group is None or member_id not in group.members):
@@ -459,6 +476,8 @@ class Coordinator:
         or an admin: accepted while the group has no members, else UNKNOWN_MEMBER_ID, as
         Kafka answers (no member of that id). A static member's replaced incarnation is
         fenced."""
+        if group_id in self.consumer.groups and group_id not in self.groups:
+            return self.consumer.check_commit(group_id, generation, member_id)
         group = self.groups.get(group_id)
         if _fenced(group, group_instance_id, member_id):
             return wire.FENCED_INSTANCE_ID
