@@ -1,4 +1,5 @@
-"""Kafka's consumer group coordinator (the classic JoinGroup/SyncGroup protocol).
+"""Kafka's consumer group coordinator (the classic JoinGroup/SyncGroup protocol; the
+consumer protocol of KIP-848 is groups_consumer.py's, one name space with these).
 
 A group's members and their assignments live here, in memory, as soft state that
 clients rebuild by joining again (Kafka keeps them in its offsets topic, so a restart
@@ -43,6 +44,7 @@ from broker.kafka.groups_consumer import ConsumerGroups
 log = logging.getLogger("fencelog.kafka")
 
 EXPIRY_CHECK_S: Final = 0.5
+EXPIRY_MARGIN_S: Final = 0.001  # past a deadline, so that it has passed when checked
 # A new group waits this long for more members before its first generation (Kafka's
 # group.initial.rebalance.delay.ms, shorter: a local broker's consumers start together).
 INITIAL_DELAY_S: Final = 0.3
@@ -489,23 +491,47 @@ class Coordinator:
 
     # expiry ---------------------------------------------------------------------------
 
+    def expire(self, now: float) -> None:
+        """Remove every member whose session has timed out by now (one that waits in
+        JoinGroup or SyncGroup is not: its rebalance bounds the wait), classic and
+        KIP-848 alike. The admin APIs call it before they answer, so a group whose
+        members' sessions have just passed is empty to them, as Kafka's exact timers
+        make it (librdkafka's 0081 deletes such groups six seconds after their static
+        members closed, a session timeout of six seconds)."""
+        for group in list(self.groups.values()):
+            expired = [m for m in group.members.values() if _silent(m, now)]
+            for member in expired:
+                _forget(group, member)
+            if expired:
+                self._after_removal(group)
+        self.consumer.expire(now)
+
     async def _expire_members(self) -> None:
+        """Wake at the next session deadline (at most EXPIRY_CHECK_S later), so that a
+        member is removed when its session ends, not up to a check interval after."""
         loop = asyncio.get_running_loop()
         while True:
-            await asyncio.sleep(EXPIRY_CHECK_S)
             now = loop.time()
-            for group in list(self.groups.values()):
-                expired = [
-                    m
-                    for m in group.members.values()
-                    if (m.joining is None or m.joining.done())
-                    and (m.syncing is None or m.syncing.done())
-                    and now - m.last_seen > m.session_timeout_s
-                ]
-                for member in expired:
-                    _forget(group, member)
-                if expired:
-                    self._after_removal(group)
+            deadlines = [
+                m.last_seen + m.session_timeout_s
+                for group in self.groups.values()
+                for m in group.members.values()
+                if not _waiting(m)
+            ]
+            wait = min(deadlines, default=now + EXPIRY_CHECK_S) - now + EXPIRY_MARGIN_S
+            await asyncio.sleep(min(max(wait, EXPIRY_MARGIN_S), EXPIRY_CHECK_S))
+            self.expire(loop.time())
+
+
+def _waiting(member: Member) -> bool:
+    """Whether member waits for a JoinGroup or SyncGroup answer."""
+    return (member.joining is not None and not member.joining.done()) or (
+        member.syncing is not None and not member.syncing.done()
+    )
+
+
+def _silent(member: Member, now: float) -> bool:
+    return not _waiting(member) and now - member.last_seen > member.session_timeout_s
 
 
 def _valid_group_id(group_id: str) -> bool:

@@ -19,6 +19,7 @@ that only commits offsets (a "simple" consumer group).
 
 from __future__ import annotations
 
+import asyncio
 import struct
 from typing import TYPE_CHECKING, Any, Final
 
@@ -66,6 +67,7 @@ class GroupsAdmin:
     # ListGroups ---------------------------------------------------------------------
 
     async def list_groups(self, connection: KafkaConnection, body: Any, version: int) -> Any:
+        self.coordinator.expire(asyncio.get_running_loop().time())
         states = {s.lower() for s in body.states_filter} if version >= 4 else set()
         types = {t.lower() for t in body.types_filter} if version >= 5 else set()
         live = self.coordinator.groups
@@ -90,6 +92,7 @@ class GroupsAdmin:
     # DescribeGroups -----------------------------------------------------------------
 
     async def describe_groups(self, connection: KafkaConnection, body: Any, version: int) -> Any:
+        self.coordinator.expire(asyncio.get_running_loop().time())
         stored = await self._stored_groups()
         response = admin.DescribeGroupsResponse
         described = []
@@ -127,6 +130,7 @@ class GroupsAdmin:
         return response(version=version, throttle_time_ms=0, results=results)
 
     async def _delete(self, group_id: str) -> int:
+        self.coordinator.expire(asyncio.get_running_loop().time())
         group = self.coordinator.groups.get(group_id)
         if (group is not None and group.members) or self.coordinator.consumer.live(group_id):
             return NON_EMPTY_GROUP
@@ -147,6 +151,7 @@ class GroupsAdmin:
         response = consumer.OffsetDeleteResponse
         topic_cls = response.OffsetDeleteResponseTopic
         group_id = body.group_id
+        self.coordinator.expire(asyncio.get_running_loop().time())
         group = self.coordinator.groups.get(group_id)
         modern = self.coordinator.consumer.groups.get(group_id)
         if group is None and modern is None and group_id not in await self._stored_groups():
@@ -258,6 +263,7 @@ async def describe_consumer_groups(api: KafkaApi, body: Any, version: int) -> An
     asked = bool(body.include_authorized_operations)
     allowed = authorized_ops.authorized(authorized_ops.GROUP, asked)
     ops = INT32_MIN if allowed is None else sum(1 << op for op in allowed)  # a bit set
+    api.coordinator.expire(asyncio.get_running_loop().time())
     described = []
     for group_id in body.group_ids:
         group = api.coordinator.consumer.groups.get(group_id)
