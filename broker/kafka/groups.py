@@ -475,17 +475,18 @@ class Coordinator:
     ) -> int:
         """Whether a member may commit offsets now (a Kafka error code; 0: yes). A
         commit without a generation (-1) is a consumer that assigns its own partitions
-        or an admin: accepted while the group has no members, else UNKNOWN_MEMBER_ID, as
-        Kafka answers (no member of that id). A static member's replaced incarnation is
-        fenced."""
+        or an admin: accepted while the group has no members, whatever member id it
+        names (librdkafka's consumer-protocol consumer names its own), else
+        UNKNOWN_MEMBER_ID, as Kafka answers (no member of that id). A static member's
+        replaced incarnation is fenced."""
         if group_id in self.consumer.groups and group_id not in self.groups:
             return self.consumer.check_commit(group_id, generation, member_id)
         group = self.groups.get(group_id)
+        if generation < 0 and (group is None or not group.members):
+            return wire.NONE
         if _fenced(group, group_instance_id, member_id):
             return wire.FENCED_INSTANCE_ID
         if generation < 0 and not member_id:
-            if group is None or not group.members:
-                return wire.NONE
             return wire.UNKNOWN_MEMBER_ID
         return self._current_member(group_id, generation, member_id, committing=True)
 

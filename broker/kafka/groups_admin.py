@@ -249,7 +249,7 @@ def _consumer_subscribed(group: ConsumerGroup) -> set[str]:
     names = group.names()
     found: set[str] = set()
     for member in group.members.values():
-        found |= {names[tid] for tid in member.subscription.topics(group.topics)}
+        found |= {names[tid] for tid in member.subscription.topics(group.topics, group.patterns)}
     return found
 
 

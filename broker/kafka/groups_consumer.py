@@ -8,8 +8,10 @@ state in memory (a restart answers UNKNOWN_MEMBER_ID and members join again); th
 committed offsets are fencelog's group offsets.
 
 - The group epoch goes up whenever membership, a subscription or a subscribed topic's
-  partitions change; the assignor (`uniform`, sticky and balanced, the default; or
-  `range`) then computes every member's target assignment for that epoch.
+  partitions change (checked at every heartbeat; a new subscription pattern is
+  resolved after the heartbeat that brought it, so its topics come in the next); the
+  assignor (`uniform`, sticky and balanced, the default; or `range`) then computes
+  every member's target assignment for that epoch.
 - Incremental, revoke before assign: a member that holds partitions its target does not
   include is first answered its assignment without them and keeps its epoch; once a
   heartbeat says it gave them up, it moves to the group's assignment epoch. A partition
@@ -74,9 +76,11 @@ class Subscription:
     names: tuple[str, ...] = ()
     pattern: str | None = None
 
-    def topics(self, topics: TopicsView) -> set[uuid.UUID]:
+    def topics(self, topics: TopicsView, patterns: set[str]) -> set[uuid.UUID]:
+        """The subscribed topics' ids: the names, and the pattern's matches once the
+        group has resolved it (patterns)."""
         found = {topics[name][0] for name in self.names if name in topics}
-        if self.pattern is not None:
+        if self.pattern is not None and self.pattern in patterns:
             compiled = _compile(self.pattern)
             if compiled is not None:
                 found |= {tid for name, (tid, _) in topics.items() if compiled.fullmatch(name)}
@@ -112,6 +116,7 @@ class ConsumerGroup:
     static_members: dict[str, str] = field(default_factory=dict)  # instance id: member id
     target: dict[str, frozenset[TopicPartition]] = field(default_factory=dict)
     topics: TopicsView = field(default_factory=dict)  # as the last heartbeat saw them
+    patterns: set[str] = field(default_factory=set)  # the resolved subscription patterns
     subscribed: frozenset[TopicPartition] = frozenset()
 
     @property
@@ -206,6 +211,7 @@ class ConsumerGroups:
             self._forget_classic(group_id)
             group = self.groups[group_id] = ConsumerGroup(group_id)
         group.topics = view
+        group.patterns &= _patterns(group)  # a pattern no member subscribes to is dropped
         if request.member_epoch in (LEAVE, LEAVE_STATIC):
             return self._leave(group, request)
         if request.member_epoch == JOIN:
@@ -223,6 +229,10 @@ class ConsumerGroups:
         self._refresh(group)
         owned = None if request.owned is None else _partitions(request.owned)
         usable = self._reconcile(group, member, owned, now)
+        # A new pattern is resolved after this heartbeat, as Kafka resolves patterns in
+        # the background: its topics come in a later one (librdkafka's tests expect
+        # a subscription of a name and a pattern to be assigned the name's first).
+        group.patterns |= _patterns(group)
         state = (member.epoch, usable)
         assignment = None
         if member.answered != state or request.member_epoch == JOIN:
@@ -400,7 +410,9 @@ class ConsumerGroups:
         group.assignor = wanted.most_common(1)[0][0] if wanted else ASSIGNORS[0]
         counts = {tid: n for _, (tid, n) in group.topics.items()}
         subscriptions = {
-            m.member_id: {tid for tid in m.subscription.topics(group.topics) if tid in counts}
+            m.member_id: {
+                tid for tid in m.subscription.topics(group.topics, group.patterns) if tid in counts
+            }
             for m in group.members.values()
         }
         assign = _range if group.assignor == "range" else _uniform
@@ -445,8 +457,8 @@ class ConsumerGroups:
     def check_commit(self, group_id: str, member_epoch: int, member_id: str) -> int:
         """Whether a commit to a consumer group is taken now (a Kafka error code)."""
         group = self.groups.get(group_id)
-        if member_epoch < 0 and not member_id:
-            return wire.UNKNOWN_MEMBER_ID if group is not None and group.members else wire.NONE
+        if member_epoch < 0 and (group is None or not group.members):
+            return wire.NONE  # a consumer assigning its own partitions, or an admin
         member = None if group is None else group.members.get(member_id)
         if member is None:
             return wire.UNKNOWN_MEMBER_ID
@@ -499,8 +511,12 @@ def _compile(pattern: str) -> re.Pattern[str] | None:
 def _subscribed_topics(group: ConsumerGroup) -> set[uuid.UUID]:
     found: set[uuid.UUID] = set()
     for member in group.members.values():
-        found |= member.subscription.topics(group.topics)
+        found |= member.subscription.topics(group.topics, group.patterns)
     return found
+
+
+def _patterns(group: ConsumerGroup) -> set[str]:
+    return {m.subscription.pattern for m in group.members.values() if m.subscription.pattern}
 
 
 def _partition_count(topics: TopicsView, tid: uuid.UUID) -> int:

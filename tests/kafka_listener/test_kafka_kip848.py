@@ -224,9 +224,11 @@ def test_metadata_names_each_topic_by_an_id_a_recreated_topic_does_not_share(
 # the coordinator, driven directly ------------------------------------------------------
 
 
-def beat(groups: ConsumerGroups, **fields: Any) -> groups_consumer.HeartbeatResult:
+def beat(
+    groups: ConsumerGroups, view: dict[str, tuple[uuid.UUID, int]] | None = None, **fields: Any
+) -> groups_consumer.HeartbeatResult:
     async def topics() -> dict[str, tuple[uuid.UUID, int]]:
-        return {"t": (TOPIC_ID, 4)}
+        return view or {"t": (TOPIC_ID, 4)}
 
     request = Heartbeat("g", **fields)
     return asyncio.run(groups.heartbeat(request, "client", "host", topics))
@@ -251,7 +253,7 @@ def fresh_groups(session_timeout_ms: int = 45_000) -> ConsumerGroups:
 
 
 def join(groups: ConsumerGroups, member: str, **extra: Any) -> groups_consumer.HeartbeatResult:
-    fields = {"rebalance_timeout_ms": 5_000, "topic_names": ["t"]} | extra
+    fields: dict[str, Any] = {"rebalance_timeout_ms": 5_000, "topic_names": ["t"]} | extra
     return beat(groups, member_id=member, member_epoch=0, **fields)
 
 
@@ -305,3 +307,33 @@ def test_a_static_member_back_within_its_session_keeps_its_partitions_without_a_
     groups.expire(time.monotonic() + 2)  # silent past its session timeout: removed
     assert groups.groups["g"].members == {}
     assert groups.groups["g"].state == "Empty"
+
+
+def test_a_pattern_is_resolved_after_the_heartbeat_that_brought_it() -> None:
+    """As Kafka resolves subscription patterns in the background: a subscription of a
+    name and a pattern is assigned the name's partitions first, the pattern's in a
+    later heartbeat (librdkafka's 0045 expects it)."""
+    other = uuid.UUID(int=(7 << 64) + 2)
+    view = {"t": (TOPIC_ID, 4), "u": (other, 2)}
+    groups = fresh_groups()
+    first = join(groups, "a", view=view, topic_names=["u"], topic_regex="^t$")
+    assert first.assignment == [(other, [0, 1])]
+    later = beat(groups, view=view, member_id="a", member_epoch=first.epoch)
+    assert later.epoch > first.epoch
+    assert later.assignment == [(TOPIC_ID, [0, 1, 2, 3]), (other, [0, 1])]
+
+
+def test_a_commit_without_a_generation_to_an_empty_group_is_taken_whatever_member_it_names() -> (
+    None
+):
+    """As Kafka takes it: librdkafka's consumer-protocol consumer that assigns its own
+    partitions commits with epoch -1 and the member id it made itself."""
+    groups = fresh_groups()
+    assert groups.check_commit("g", -1, "its-own-id") == wire.NONE
+    join(groups, "a")
+    assert groups.check_commit("g", -1, "its-own-id") == wire.UNKNOWN_MEMBER_ID
+
+    async def generation(_group: str) -> int:
+        return 1
+
+    assert Coordinator(generation).check_commit("classic", -1, "its-own-id") == wire.NONE
