@@ -209,7 +209,7 @@ class Coordinator:
             return wire.INVALID_GROUP_ID
         if not low <= session_timeout_ms <= high:
             return wire.INVALID_SESSION_TIMEOUT
-        if self.consumer.live(group_id):  # a consumer protocol group (KIP-848), as Kafka
+        if self.consumer.live(group_id):  # a consumer protocol group (KIP-848)
             return wire.INCONSISTENT_GROUP_PROTOCOL
         self.consumer.groups.pop(group_id, None)  # an empty one gives way
         if member_id and _fenced(group, group_instance_id, member_id):

@@ -25,9 +25,12 @@ committed offsets are fencelog's group offsets.
 - Static members (group.instance.id) leave for now with epoch -2: their partitions stay
   theirs until the session timeout, and the same instance id joining again takes them
   back without a rebalance. A second live member with that id is UNRELEASED_INSTANCE_ID.
-- A group is of one protocol at a time, as in Kafka: a heartbeat to a classic group
-  with members is GROUP_ID_NOT_FOUND, a JoinGroup to a consumer group with members is
+- A group with members is of one protocol: a heartbeat to a classic group with
+  members is GROUP_ID_NOT_FOUND, a JoinGroup to a consumer group with members is
   INCONSISTENT_GROUP_PROTOCOL (groups.py); an empty group of either kind gives way.
+  Kafka answers so when it cannot mix them; Kafka 4.0's default migration policy also
+  lets classic members into a consumer group and converts groups between the
+  protocols (KIP-848's online upgrade), which is not done here.
 
 Topics are named by Kafka topic ids here (topic_ids.py), so a re-created topic of the
 same name is another topic to the assignor.

@@ -26,7 +26,7 @@ from kafka.protocol.metadata import MetadataRequest
 
 from broker.client.client import connect
 from broker.kafka import groups_consumer, wire
-from broker.kafka.groups import Coordinator
+from broker.kafka.groups import Coordinator, Group, Member
 from broker.kafka.groups_consumer import ConsumerGroups, Heartbeat
 from support.kafka_raw import RawKafka
 from support.servers import ServeProcess
@@ -159,11 +159,12 @@ def test_read_committed_on_the_consumer_protocol_sees_committed_transactions_onl
         reader.close()
 
 
-def test_a_classic_member_is_refused_by_a_consumer_protocol_group_and_back(
+def test_a_classic_member_is_refused_by_a_consumer_protocol_group(
     kafka_server: ServeProcess, kafka: str
 ) -> None:
-    """A group is of one protocol at a time, as in Kafka: a JoinGroup to a group with
-    consumer-protocol members is INCONSISTENT_GROUP_PROTOCOL."""
+    """A group with members is of one protocol: a JoinGroup to a group with
+    consumer-protocol members is INCONSISTENT_GROUP_PROTOCOL (Kafka 4.0's online
+    upgrade, which would take the classic member in, is not implemented)."""
     with connect(kafka_server.address) as client:
         client.create_topic("either", 1)
     member = modern(kafka, "modern-member")
@@ -337,3 +338,22 @@ def test_a_commit_without_a_generation_to_an_empty_group_is_taken_whatever_membe
         return 1
 
     assert Coordinator(generation).check_commit("classic", -1, "its-own-id") == wire.NONE
+
+
+def test_a_consumer_protocol_member_is_refused_by_a_classic_group_with_members() -> None:
+    async def generation(_group: str) -> int:
+        return 1
+
+    coordinator = Coordinator(generation)
+    member = Member("m", None, "client", 10.0, 10.0, "consumer", [("range", b"")], 0.0)
+    coordinator.groups["c"] = Group("c", members={"m": member})
+    request = Heartbeat("c", "new", 0, rebalance_timeout_ms=5_000, topic_names=["t"])
+
+    async def topics() -> dict[str, tuple[uuid.UUID, int]]:
+        return {"t": (TOPIC_ID, 4)}
+
+    refused = asyncio.run(coordinator.consumer.heartbeat(request, "client", "host", topics))
+    assert refused.error == wire.GROUP_ID_NOT_FOUND
+    del coordinator.groups["c"].members["m"]  # an empty classic group gives way
+    joined = asyncio.run(coordinator.consumer.heartbeat(request, "client", "host", topics))
+    assert (joined.error, "c" in coordinator.groups) == (wire.NONE, False)
