@@ -9,6 +9,7 @@ have: kafka-python 3.0, aiokafka and KafkaJS send JoinGroup/SyncGroup only."""
 from __future__ import annotations
 
 import asyncio
+import random
 import time
 import uuid
 from typing import Any
@@ -357,3 +358,60 @@ def test_a_consumer_protocol_member_is_refused_by_a_classic_group_with_members()
     del coordinator.groups["c"].members["m"]  # an empty classic group gives way
     joined = asyncio.run(coordinator.consumer.heartbeat(request, "client", "host", topics))
     assert (joined.error, "c" in coordinator.groups) == (wire.NONE, False)
+
+
+def test_members_in_any_order_never_share_a_partition_and_settle_on_all() -> None:
+    """Random joins, leaves, heartbeats (each saying what the member holds, as a
+    client does) and a topic growing: at no point do two members hold one partition,
+    and once every member has heartbeated a few more times the group is Stable with
+    every subscribed partition held."""
+    other = uuid.UUID(int=(7 << 64) + 2)
+    for seed in range(30):
+        asyncio.run(_members_in_any_order(random.Random(seed), other))
+
+
+async def _members_in_any_order(rnd: random.Random, other: uuid.UUID) -> None:
+    groups = fresh_groups()
+    view = {"a": (TOPIC_ID, 5), "b": (other, 3)}
+
+    async def topics() -> dict[str, tuple[uuid.UUID, int]]:
+        return dict(view)
+
+    clients: dict[str, tuple[int, list[tuple[uuid.UUID, list[int]]]]] = {}
+
+    async def beat_as(member_id: str) -> None:
+        epoch, owned = clients[member_id]
+        request = Heartbeat("g", member_id, epoch, owned=owned)
+        answer = await groups.heartbeat(request, "client", "host", topics)
+        assert answer.error == wire.NONE
+        now_held = owned if answer.assignment is None else answer.assignment
+        clients[member_id] = (answer.epoch, now_held)
+
+    for step in range(300):
+        roll = rnd.random()
+        if roll < 0.1 and len(clients) < 5:
+            subscribed = rnd.choice([["a"], ["b"], ["a", "b"]])
+            request = Heartbeat(
+                "g", f"m{step}", 0, rebalance_timeout_ms=10_000, topic_names=subscribed
+            )
+            answer = await groups.heartbeat(request, "client", "host", topics)
+            clients[f"m{step}"] = (answer.epoch, answer.assignment or [])
+        elif roll < 0.15 and clients:
+            gone = rnd.choice(sorted(clients))
+            await groups.heartbeat(Heartbeat("g", gone, -1), "client", "host", topics)
+            del clients[gone]
+        elif roll < 0.17:
+            view["a"] = (TOPIC_ID, view["a"][1] + 1)
+        elif clients:
+            await beat_as(rnd.choice(sorted(clients)))
+        held: set[groups_consumer.TopicPartition] = set()
+        for member in groups.groups["g"].members.values() if "g" in groups.groups else ():
+            assert not member.assigned & held
+            held |= member.assigned
+    for _ in range(5):
+        for member_id in sorted(clients):
+            await beat_as(member_id)
+    group = groups.groups["g"]
+    if clients:
+        assert group.state == "Stable"
+        assert set().union(*(m.assigned for m in group.members.values())) == group.subscribed
