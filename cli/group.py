@@ -119,7 +119,7 @@ def group_list(as_json: JsonFlag = False) -> None:
     the Kafka groups' members.
 
     With --json, one object per group: group, state (a Kafka group's: Stable,
-    PreparingRebalance...; null for fencelog's own groups), members (a Kafka group's
+    PreparingRebalance, Reconciling...; null for fencelog's own groups), members (a Kafka group's
     live members: member_id, group_instance_id, client_id, assignment [{topic,
     partitions}]; null for fencelog's own, whose consumers do not join a group), lag
     (the sum), offsets (topic, partition, committed_offset, end_offset, lag,

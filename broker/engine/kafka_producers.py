@@ -31,6 +31,7 @@ from broker.engine.transactions import Transactions
 from broker.errors import BrokerError, ErrorCode
 from broker.limits import Limits
 from broker.storage import kafka as store
+from broker.storage import logs
 from broker.storage import producers as counters
 from broker.storage.database import Database
 from broker.types import Clock, TxnInfo
@@ -70,6 +71,13 @@ class KafkaProducers:
                 number = int.from_bytes(os.urandom(8), "big") >> 1 or 1
                 counters.set_counter(conn, CLUSTER_COUNTER, number)
         return f"fencelog-{number:016x}"
+
+    def topic_ids(self) -> dict[str, tuple[int, int]]:
+        """Each topic's fencelog topic id, which is never reused (a re-created topic of
+        the same name has another), and its partition count: the Kafka listener makes
+        Kafka's topic ids of them."""
+        with self.database.read() as conn:
+            return {row.name: (row.topic_id, row.partitions) for row in logs.all_topics(conn)}
 
     def init(self, transactional_id: str | None, txn_timeout_ms: int) -> KafkaProducer:
         now_ms = self.clock()

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import uuid
 from collections.abc import Callable
 from functools import partial
 from typing import TYPE_CHECKING, Any, Final, Protocol, TypeVar
@@ -31,7 +32,7 @@ from kafka.protocol import admin, consumer, metadata, producer, sasl
 
 from broker.engine.engine import Engine, ProduceOutcome, ProduceRequest
 from broker.errors import BrokerError, ErrorCode
-from broker.kafka import authorized_ops, produce_errors, refusals, topic_requests, wire
+from broker.kafka import authorized_ops, produce_errors, refusals, topic_ids, topic_requests, wire
 from broker.kafka import offsets as kafka_offsets
 from broker.kafka import records as kafka_records
 from broker.kafka.cluster import Cluster
@@ -39,6 +40,7 @@ from broker.kafka.configs import Configs
 from broker.kafka.fetch_budget import FetchBudget
 from broker.kafka.groups import Coordinator
 from broker.kafka.groups_admin import GroupsAdmin
+from broker.kafka.groups_consumer import Heartbeat, TopicsView
 from broker.kafka.refusals import Refusals
 from broker.kafka.topic_requests import topic_config
 from broker.kafka.topics_admin import TopicsAdmin
@@ -99,6 +101,7 @@ class KafkaApi:
         self.auto_create = auto_create
         self.default_partitions = default_partitions
         self.cluster_id = cluster_id
+        self.cluster_number = topic_ids.cluster_number(cluster_id)
         self.frame_bytes_max = backend.limits.frame_bytes_max
         self.connections_max = backend.limits.connections_max
         self.connections: set[KafkaConnection] = set()
@@ -129,6 +132,8 @@ class KafkaApi:
             26: self.end_txn,
             28: self.txn_offset_commit,
             36: self.sasl_authenticate,
+            wire.ConsumerGroupHeartbeatRequest.API_KEY: self.consumer_group_heartbeat,
+            wire.ConsumerGroupDescribeRequest.API_KEY: self.consumer_group_describe,
         }
         for family in (TopicsAdmin, Configs, GroupsAdmin, TxnAdmin, Cluster):
             self._handlers.update(family(self).handlers())
@@ -142,8 +147,21 @@ class KafkaApi:
     async def api_versions(self, connection: KafkaConnection, body: Any, version: int) -> Any:
         return wire.api_versions_body(version)
 
-    async def metadata(self, connection: KafkaConnection, body: Any, version: int) -> Any:
-        names = None if body.topics is None else [t.name for t in body.topics]
+    async def metadata(  # noqa: PLR0912
+        self, connection: KafkaConnection, body: Any, version: int
+    ) -> Any:
+        ids = await self.topics_view()
+        names: list[str | None] | None = None
+        by_id: dict[int, uuid.UUID] = {}  # index in names: the topic id asked (v12)
+        if body.topics is not None:
+            names = []
+            for topic in body.topics:
+                asked_id = getattr(topic, "topic_id", None) if version >= 10 else None
+                if topic.name is None and asked_id is not None:
+                    by_id[len(names)] = asked_id
+                    names.append(self._topic_named(ids, asked_id))
+                else:
+                    names.append(topic.name)
         if version == 0 and not names:
             names = None  # v0: an empty list means every topic
         auto = body.allow_auto_topic_creation if version >= 4 else True
@@ -153,11 +171,23 @@ class KafkaApi:
         asked = getattr(body, "include_topic_authorized_operations", False)
         topic_ops = authorized_ops.authorized(authorized_ops.TOPIC, asked)
         answers = []
-        for name in sorted(topics) if names is None else names:
-            info = topics.get(name)
+        created = False
+        for index, name in enumerate(sorted(topics) if names is None else names):
+            info = topics.get(name) if name is not None else None
             error = wire.NONE
+            if index in by_id and name is None:
+                answers.append(
+                    topic_cls(
+                        error_code=wire.UNKNOWN_TOPIC_ID,
+                        name=None,
+                        topic_id=by_id[index],
+                        partitions=[],
+                    )
+                )
+                continue
             if info is None and name is not None:
                 info, error = await self._auto_create(name, auto)
+                created = created or info is not None
             if info is None:
                 answers.append(topic_cls(error_code=error, name=name, partitions=[]))
                 continue
@@ -181,6 +211,12 @@ class KafkaApi:
                     ],
                 )
             )
+        if version >= 10:  # each topic's id (topic_ids.py)
+            if created:
+                ids = await self.topics_view()
+            for answer in answers:
+                if answer.error_code == wire.NONE and answer.name in ids:
+                    answer.topic_id = ids[answer.name][0]
         return response(
             version=version,
             throttle_time_ms=0,
@@ -197,6 +233,23 @@ class KafkaApi:
                 getattr(body, "include_cluster_authorized_operations", False),
             ),
         )
+
+    async def topics_view(self) -> TopicsView:
+        """Each topic's Kafka topic id (topic_ids.py) and partition count, by name."""
+        kafka = self.backend.reader.kafka
+        found = await self.backend.read(kafka.topic_ids)
+        cluster = self.cluster_number
+        return {
+            name: (topic_ids.topic_uuid(cluster, tid), partitions)
+            for name, (tid, partitions) in found.items()
+        }
+
+    @staticmethod
+    def _topic_named(ids: TopicsView, asked: uuid.UUID) -> str | None:
+        for name, (tid, _) in ids.items():
+            if tid == asked:
+                return name
+        return None
 
     async def _auto_create(self, name: str, allowed: bool) -> tuple[TopicInfo | None, int]:
         if not (allowed and self.auto_create):
@@ -653,21 +706,15 @@ class KafkaApi:
         return answers
 
     async def offset_fetch(self, connection: KafkaConnection, body: Any, version: int) -> Any:
-        reader = self.backend.reader
-        group = body.group_id
+        stable = version >= 7 and bool(body.require_stable)
+        if version >= 8:
+            return await self._offset_fetch_groups(body, version, stable)
         asked = (
             None
             if body.topics is None
             else [(t.name, list(t.partition_indexes)) for t in body.topics]
         )
-        stable = version >= 7 and bool(body.require_stable)
-        error = wire.NONE
-        try:
-            found = await self.backend.read(
-                lambda: kafka_offsets.read_committed(reader, group, asked, stable)
-            )
-        except BrokerError as failed:
-            found, error = [], _group_error(failed)
+        error, found = await self._committed(body.group_id, asked, stable)
         response = consumer.OffsetFetchResponse
         topic_cls = response.OffsetFetchResponseTopic
         return response(
@@ -691,6 +738,113 @@ class KafkaApi:
                 for topic, parts in found
             ],
         )
+
+    async def _committed(
+        self, group: str, asked: list[tuple[str, list[int]]] | None, stable: bool
+    ) -> tuple[int, list[tuple[str, list[Any]]]]:
+        reader = self.backend.reader
+        try:
+            found = await self.backend.read(
+                lambda: kafka_offsets.read_committed(reader, group, asked, stable)
+            )
+        except BrokerError as failed:
+            return _group_error(failed), []
+        return wire.NONE, found
+
+    async def _offset_fetch_groups(self, body: Any, version: int, stable: bool) -> Any:
+        """OffsetFetch v8+: several groups at once; from v9 a consumer group's member
+        names itself and its epoch, which must be current."""
+        response = consumer.OffsetFetchResponse
+        group_cls = response.OffsetFetchResponseGroup
+        topic_cls = group_cls.OffsetFetchResponseTopics
+        groups = []
+        for asked_group in body.groups:
+            asked = (
+                None
+                if asked_group.topics is None
+                else [(t.name, list(t.partition_indexes)) for t in asked_group.topics]
+            )
+            error = wire.NONE
+            if version >= 9 and asked_group.group_id in self.coordinator.consumer.groups:
+                error = self.coordinator.consumer.check_fetch(
+                    asked_group.group_id, asked_group.member_epoch, asked_group.member_id
+                )
+            found: list[tuple[str, list[Any]]] = []
+            if error == wire.NONE:
+                error, found = await self._committed(asked_group.group_id, asked, stable)
+            groups.append(
+                group_cls(
+                    group_id=asked_group.group_id,
+                    error_code=error,
+                    topics=[
+                        topic_cls(
+                            name=topic,
+                            partitions=[
+                                topic_cls.OffsetFetchResponsePartitions(
+                                    partition_index=c.partition,
+                                    committed_offset=c.offset,
+                                    committed_leader_epoch=c.leader_epoch,
+                                    metadata=c.metadata,
+                                    error_code=c.error,
+                                )
+                                for c in parts
+                            ],
+                        )
+                        for topic, parts in found
+                    ],
+                )
+            )
+        return response(version=version, throttle_time_ms=0, groups=groups)
+
+    # KIP-848: ConsumerGroupHeartbeat, ConsumerGroupDescribe ---------------------------
+
+    async def consumer_group_heartbeat(
+        self, connection: KafkaConnection, body: Any, version: int
+    ) -> Any:
+        request = Heartbeat(
+            body.group_id,
+            body.member_id,
+            body.member_epoch,
+            body.instance_id,
+            body.rack_id,
+            body.rebalance_timeout_ms,
+            None if body.subscribed_topic_names is None else list(body.subscribed_topic_names),
+            body.subscribed_topic_regex if version >= 1 else None,
+            body.server_assignor,
+            None
+            if body.topic_partitions is None
+            else [(t.topic_id, list(t.partitions)) for t in body.topic_partitions],
+        )
+        host = connection.peer.rpartition(":")[0]
+        result = await self.coordinator.consumer.heartbeat(
+            request, connection.client_id, host, self.topics_view
+        )
+        response = wire.ConsumerGroupHeartbeatResponse
+        assignment = None
+        if result.assignment is not None:
+            assignment = response.Assignment(
+                topic_partitions=[
+                    response.Assignment.TopicPartitions(topic_id=tid, partitions=parts)
+                    for tid, parts in result.assignment
+                ]
+            )
+        return response(
+            version=version,
+            throttle_time_ms=0,
+            error_code=result.error,
+            error_message=result.message,
+            member_id=result.member_id,
+            member_epoch=result.epoch,
+            heartbeat_interval_ms=result.interval_ms,
+            assignment=assignment,
+        )
+
+    async def consumer_group_describe(
+        self, connection: KafkaConnection, body: Any, version: int
+    ) -> Any:
+        from broker.kafka.groups_admin import describe_consumer_groups
+
+        return await describe_consumer_groups(self, body, version)
 
     # transactions ---------------------------------------------------------------------
 

@@ -1,4 +1,5 @@
-"""Kafka's consumer group coordinator (the classic JoinGroup/SyncGroup protocol).
+"""Kafka's consumer group coordinator (the classic JoinGroup/SyncGroup protocol; the
+consumer protocol of KIP-848 is groups_consumer.py's, one name space with these).
 
 A group's members and their assignments live here, in memory, as soft state that
 clients rebuild by joining again (Kafka keeps them in its offsets topic, so a restart
@@ -38,10 +39,12 @@ from typing import Final
 from broker.core.ownership import check_name
 from broker.errors import BrokerError
 from broker.kafka import wire
+from broker.kafka.groups_consumer import ConsumerGroups
 
 log = logging.getLogger("fencelog.kafka")
 
 EXPIRY_CHECK_S: Final = 0.5
+EXPIRY_MARGIN_S: Final = 0.001  # past a deadline, so that it has passed when checked
 # A new group waits this long for more members before its first generation (Kafka's
 # group.initial.rebalance.delay.ms, shorter: a local broker's consumers start together).
 INITIAL_DELAY_S: Final = 0.3
@@ -112,15 +115,28 @@ class Coordinator:
         self.groups: dict[str, Group] = {}
         self._expiry: asyncio.Task[None] | None = None
         self._completing: set[asyncio.Future[None]] = set()  # rebalances being completed
+        # KIP-848 groups (groups_consumer.py): one name space with the classic ones
+        self.consumer = ConsumerGroups(self._classic_members, self._forget_empty)
+
+    def _classic_members(self, group_id: str) -> int:
+        group = self.groups.get(group_id)
+        return 0 if group is None else len(group.members)
+
+    def _forget_empty(self, group_id: str) -> None:
+        group = self.groups.get(group_id)
+        if group is not None and not group.members:
+            del self.groups[group_id]
 
     def start(self) -> None:
         self._expiry = asyncio.create_task(self._expire_members(), name="kafka-group-expiry")
+        self.consumer.start()
 
     async def stop(self) -> None:
         if self._expiry is not None:
             self._expiry.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._expiry
+        await self.consumer.stop()
         for group in self.groups.values():
             for member in list(group.members.values()):
                 self._fail_waits(member, wire.COORDINATOR_NOT_AVAILABLE)
@@ -193,6 +209,9 @@ class Coordinator:
             return wire.INVALID_GROUP_ID
         if not low <= session_timeout_ms <= high:
             return wire.INVALID_SESSION_TIMEOUT
+        if self.consumer.live(group_id):  # a consumer protocol group (KIP-848)
+            return wire.INCONSISTENT_GROUP_PROTOCOL
+        self.consumer.groups.pop(group_id, None)  # an empty one gives way
         if member_id and _fenced(group, group_instance_id, member_id):
             return wire.FENCED_INSTANCE_ID
         if member_id and (group is None or member_id not in group.members):
@@ -456,37 +475,64 @@ class Coordinator:
     ) -> int:
         """Whether a member may commit offsets now (a Kafka error code; 0: yes). A
         commit without a generation (-1) is a consumer that assigns its own partitions
-        or an admin: accepted while the group has no members, else UNKNOWN_MEMBER_ID, as
-        Kafka answers (no member of that id). A static member's replaced incarnation is
-        fenced."""
+        or an admin: accepted while the group has no members, whatever member id it
+        names (librdkafka's consumer-protocol consumer names its own), else
+        UNKNOWN_MEMBER_ID, as Kafka answers (no member of that id). A static member's
+        replaced incarnation is fenced."""
+        if group_id in self.consumer.groups and group_id not in self.groups:
+            return self.consumer.check_commit(group_id, generation, member_id)
         group = self.groups.get(group_id)
+        if generation < 0 and (group is None or not group.members):
+            return wire.NONE
         if _fenced(group, group_instance_id, member_id):
             return wire.FENCED_INSTANCE_ID
         if generation < 0 and not member_id:
-            if group is None or not group.members:
-                return wire.NONE
             return wire.UNKNOWN_MEMBER_ID
         return self._current_member(group_id, generation, member_id, committing=True)
 
     # expiry ---------------------------------------------------------------------------
 
+    def expire(self, now: float) -> None:
+        """Remove every member whose session has timed out by now (one that waits in
+        JoinGroup or SyncGroup is not: its rebalance bounds the wait), classic and
+        KIP-848 alike. The admin APIs call it before they answer, so a group whose
+        members' sessions have just passed is empty to them, as Kafka's exact timers
+        make it (librdkafka's 0081 deletes such groups six seconds after their static
+        members closed, a session timeout of six seconds)."""
+        for group in list(self.groups.values()):
+            expired = [m for m in group.members.values() if _silent(m, now)]
+            for member in expired:
+                _forget(group, member)
+            if expired:
+                self._after_removal(group)
+        self.consumer.expire(now)
+
     async def _expire_members(self) -> None:
+        """Wake at the next session deadline (at most EXPIRY_CHECK_S later), so that a
+        member is removed when its session ends, not up to a check interval after."""
         loop = asyncio.get_running_loop()
         while True:
-            await asyncio.sleep(EXPIRY_CHECK_S)
             now = loop.time()
-            for group in list(self.groups.values()):
-                expired = [
-                    m
-                    for m in group.members.values()
-                    if (m.joining is None or m.joining.done())
-                    and (m.syncing is None or m.syncing.done())
-                    and now - m.last_seen > m.session_timeout_s
-                ]
-                for member in expired:
-                    _forget(group, member)
-                if expired:
-                    self._after_removal(group)
+            deadlines = [
+                m.last_seen + m.session_timeout_s
+                for group in self.groups.values()
+                for m in group.members.values()
+                if not _waiting(m)
+            ]
+            wait = min(deadlines, default=now + EXPIRY_CHECK_S) - now + EXPIRY_MARGIN_S
+            await asyncio.sleep(min(max(wait, EXPIRY_MARGIN_S), EXPIRY_CHECK_S))
+            self.expire(loop.time())
+
+
+def _waiting(member: Member) -> bool:
+    """Whether member waits for a JoinGroup or SyncGroup answer."""
+    return (member.joining is not None and not member.joining.done()) or (
+        member.syncing is not None and not member.syncing.done()
+    )
+
+
+def _silent(member: Member, now: float) -> bool:
+    return not _waiting(member) and now - member.last_seen > member.session_timeout_s
 
 
 def _valid_group_id(group_id: str) -> bool:

@@ -11,10 +11,15 @@ that only commits offsets (a "simple" consumer group).
   a group with live members is NON_EMPTY_GROUP, an unknown one GROUP_ID_NOT_FOUND.
 - OffsetDelete forgets some partitions' offsets, unless a live member subscribes to the
   topic (GROUP_SUBSCRIBED_TO_TOPIC).
+- KIP-848 consumer groups (groups_consumer.py) are listed with the type `consumer`,
+  described by ConsumerGroupDescribe (a classic or unknown group there is
+  GROUP_ID_NOT_FOUND, and a consumer group is that to DescribeGroups, as Kafka answers:
+  clients ask the other API then), and deleted once empty.
 """
 
 from __future__ import annotations
 
+import asyncio
 import struct
 from typing import TYPE_CHECKING, Any, Final
 
@@ -24,6 +29,7 @@ from broker.errors import BrokerError, ErrorCode
 from broker.kafka import authorized_ops, wire
 from broker.kafka.admin_codes import GROUP_SUBSCRIBED_TO_TOPIC, NON_EMPTY_GROUP, Handler
 from broker.kafka.groups import Coordinator, Group, State
+from broker.kafka.groups_consumer import ConsumerGroup, TopicPartition
 from broker.types import KafkaGroup, KafkaGroupMember
 
 if TYPE_CHECKING:
@@ -31,8 +37,10 @@ if TYPE_CHECKING:
     from broker.kafka.listener import KafkaConnection
 
 CLASSIC: Final = "classic"
+CONSUMER: Final = "consumer"
 DEAD: Final = "Dead"
 NOT_ASKED: Final = None  # authorized operations not asked for (INT32_MIN on the wire)
+INT32_MIN: Final = -(2**31)
 _INT16: Final = struct.Struct(">h")
 _INT32: Final = struct.Struct(">i")
 
@@ -59,34 +67,42 @@ class GroupsAdmin:
     # ListGroups ---------------------------------------------------------------------
 
     async def list_groups(self, connection: KafkaConnection, body: Any, version: int) -> Any:
+        self.coordinator.expire(asyncio.get_running_loop().time())
         states = {s.lower() for s in body.states_filter} if version >= 4 else set()
         types = {t.lower() for t in body.types_filter} if version >= 5 else set()
         live = self.coordinator.groups
-        listed = {name: (g.state.value, g.protocol_type or "") for name, g in live.items()}
+        listed = {name: (g.state.value, g.protocol_type or "", CLASSIC) for name, g in live.items()}
+        for name, group in self.coordinator.consumer.groups.items():
+            listed.setdefault(name, (group.state, CONSUMER, CONSUMER))
         for name in await self._stored_groups():
-            listed.setdefault(name, (State.EMPTY.value, ""))
+            listed.setdefault(name, (State.EMPTY.value, "", CLASSIC))
         response = admin.ListGroupsResponse
         groups = [
             response.ListedGroup(
                 group_id=name,
                 protocol_type=protocol_type,
                 group_state=state,
-                group_type=CLASSIC,
+                group_type=group_type,
             )
-            for name, (state, protocol_type) in sorted(listed.items())
-            if (not states or state.lower() in states) and (not types or CLASSIC in types)
+            for name, (state, protocol_type, group_type) in sorted(listed.items())
+            if (not states or state.lower() in states) and (not types or group_type in types)
         ]
         return response(version=version, throttle_time_ms=0, error_code=wire.NONE, groups=groups)
 
     # DescribeGroups -----------------------------------------------------------------
 
     async def describe_groups(self, connection: KafkaConnection, body: Any, version: int) -> Any:
+        self.coordinator.expire(asyncio.get_running_loop().time())
         stored = await self._stored_groups()
         response = admin.DescribeGroupsResponse
         described = []
         for group_id in body.groups:
             group = self.coordinator.groups.get(group_id)
-            if group is not None:
+            if group is None and self.coordinator.consumer.live(group_id):
+                other = _empty(response, group_id, DEAD, wire.GROUP_ID_NOT_FOUND)
+                other.error_message = f"group {group_id} is a consumer group, not a classic one"
+                described.append(other)
+            elif group is not None:
                 described.append(_described(response, group))
             elif group_id in stored:
                 described.append(_empty(response, group_id, State.EMPTY.value, wire.NONE))
@@ -114,9 +130,11 @@ class GroupsAdmin:
         return response(version=version, throttle_time_ms=0, results=results)
 
     async def _delete(self, group_id: str) -> int:
+        self.coordinator.expire(asyncio.get_running_loop().time())
         group = self.coordinator.groups.get(group_id)
-        if group is not None and group.members:
+        if (group is not None and group.members) or self.coordinator.consumer.live(group_id):
             return NON_EMPTY_GROUP
+        held = self.coordinator.consumer.groups.pop(group_id, None) is not None
         writer = self.backend.writer
         try:
             deleted = await self.backend.write(lambda: writer.delete_group(group_id))
@@ -125,7 +143,7 @@ class GroupsAdmin:
         if group is not None and not group.members:
             self.coordinator.groups.pop(group_id, None)
             return wire.NONE
-        return wire.NONE if deleted else wire.GROUP_ID_NOT_FOUND
+        return wire.NONE if deleted or held else wire.GROUP_ID_NOT_FOUND
 
     # OffsetDelete -------------------------------------------------------------------
 
@@ -133,12 +151,16 @@ class GroupsAdmin:
         response = consumer.OffsetDeleteResponse
         topic_cls = response.OffsetDeleteResponseTopic
         group_id = body.group_id
+        self.coordinator.expire(asyncio.get_running_loop().time())
         group = self.coordinator.groups.get(group_id)
-        if group is None and group_id not in await self._stored_groups():
+        modern = self.coordinator.consumer.groups.get(group_id)
+        if group is None and modern is None and group_id not in await self._stored_groups():
             return response(
                 version=version, throttle_time_ms=0, error_code=wire.GROUP_ID_NOT_FOUND, topics=[]
             )
         subscribed = _subscribed_topics(group) if group is not None else set()
+        if modern is not None and subscribed is not None:
+            subscribed |= _consumer_subscribed(modern)
         topics = []
         for topic in body.topics:
             partitions = [p.partition_index for p in topic.partitions]
@@ -169,8 +191,28 @@ class GroupsAdmin:
 
 def kafka_groups(coordinator: Coordinator) -> list[KafkaGroup]:
     """The coordinator's groups and their live members, each member's assignment as
-    the consumer protocol says it (none when it is not that protocol's)."""
-    return [
+    the consumer protocol says it (none when it is not that protocol's); KIP-848
+    groups with protocol type `consumer`, their assignor as protocol."""
+    modern = [
+        KafkaGroup(
+            group=group.group_id,
+            state=group.state,
+            protocol_type=CONSUMER,
+            protocol=group.assignor,
+            members=tuple(
+                KafkaGroupMember(
+                    member.member_id,
+                    member.instance_id,
+                    member.client_id,
+                    tuple((name, tuple(parts)) for name, parts in _named(group, member.assigned)),
+                )
+                for member in group.members.values()
+            ),
+        )
+        for group in coordinator.consumer.groups.values()
+        if group.group_id not in coordinator.groups
+    ]
+    classic = [
         KafkaGroup(
             group=group.group_id,
             state=group.state.value,
@@ -186,8 +228,100 @@ def kafka_groups(coordinator: Coordinator) -> list[KafkaGroup]:
                 for member in group.members.values()
             ),
         )
-        for group in sorted(coordinator.groups.values(), key=lambda g: g.group_id)
+        for group in coordinator.groups.values()
     ]
+    return sorted(classic + modern, key=lambda g: g.group)
+
+
+def _named(
+    group: ConsumerGroup, partitions: frozenset[TopicPartition]
+) -> list[tuple[str, list[int]]]:
+    """(topic name, partitions) of a consumer group's partitions, by topic name; a
+    topic since deleted is named by its id."""
+    names = group.names()
+    by_topic: dict[str, list[int]] = {}
+    for tid, partition in sorted(partitions):
+        by_topic.setdefault(names.get(tid, str(tid)), []).append(partition)
+    return sorted(by_topic.items())
+
+
+def _consumer_subscribed(group: ConsumerGroup) -> set[str]:
+    names = group.names()
+    found: set[str] = set()
+    for member in group.members.values():
+        found |= {names[tid] for tid in member.subscription.topics(group.topics, group.patterns)}
+    return found
+
+
+async def describe_consumer_groups(api: KafkaApi, body: Any, version: int) -> Any:
+    """ConsumerGroupDescribe: each KIP-848 group asked, its members' assignments and
+    targets; another group is GROUP_ID_NOT_FOUND, as Kafka answers."""
+    from broker.kafka.wire import ConsumerGroupDescribeResponse as response
+
+    group_cls = response.DescribedGroup
+    member_cls = group_cls.Member
+    asked = bool(body.include_authorized_operations)
+    allowed = authorized_ops.authorized(authorized_ops.GROUP, asked)
+    ops = INT32_MIN if allowed is None else sum(1 << op for op in allowed)  # a bit set
+    api.coordinator.expire(asyncio.get_running_loop().time())
+    described = []
+    for group_id in body.group_ids:
+        group = api.coordinator.consumer.groups.get(group_id)
+        if group is None or group_id in api.coordinator.groups:
+            described.append(
+                group_cls(
+                    error_code=wire.GROUP_ID_NOT_FOUND,
+                    error_message=f"group {group_id} is not a consumer group",
+                    group_id=group_id,
+                    group_state=DEAD,
+                    group_epoch=-1,
+                    assignment_epoch=-1,
+                    assignor_name="",
+                    members=[],
+                    authorized_operations=ops,
+                )
+            )
+            continue
+
+        def assignment(partitions: frozenset[TopicPartition], of: ConsumerGroup = group) -> Any:
+            ids = {name: tid for tid, name in of.names().items()}
+            return member_cls.Assignment(
+                topic_partitions=[
+                    member_cls.Assignment.TopicPartitions(
+                        topic_id=ids.get(name), topic_name=name, partitions=parts
+                    )
+                    for name, parts in _named(of, partitions)
+                ]
+            )
+
+        described.append(
+            group_cls(
+                error_code=wire.NONE,
+                error_message=None,
+                group_id=group_id,
+                group_state=group.state,
+                group_epoch=group.epoch,
+                assignment_epoch=group.assignment_epoch,
+                assignor_name=group.assignor,
+                members=[
+                    member_cls(
+                        member_id=m.member_id,
+                        instance_id=m.instance_id,
+                        rack_id=m.rack_id,
+                        member_epoch=m.epoch,
+                        client_id=m.client_id,
+                        client_host=m.client_host,
+                        subscribed_topic_names=list(m.subscription.names),
+                        subscribed_topic_regex=m.subscription.pattern,
+                        assignment=assignment(m.assigned),
+                        target_assignment=assignment(group.target.get(m.member_id, frozenset())),
+                    )
+                    for m in group.members.values()
+                ],
+                authorized_operations=ops,
+            )
+        )
+    return response(version=version, throttle_time_ms=0, groups=described)
 
 
 def _assignment(data: bytes) -> tuple[tuple[str, tuple[int, ...]], ...]:

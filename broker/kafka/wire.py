@@ -20,9 +20,28 @@ import struct
 from typing import Any, Final
 
 from kafka.protocol import admin, consumer, metadata, producer, sasl
+from kafka.protocol.api_message import ApiMessage
 from msgspec import Struct
 
-from broker.kafka import schema
+from broker.kafka import schema, specs
+
+
+# KIP-848's APIs, which kafka-python 3.0 does not ship: built the same way, from specs
+# fencelog keeps (broker/kafka/specs/)
+class ConsumerGroupHeartbeatRequest(ApiMessage, load_json=specs):  # type: ignore[misc,call-arg]
+    pass
+
+
+class ConsumerGroupHeartbeatResponse(ApiMessage, load_json=specs):  # type: ignore[misc,call-arg]
+    pass
+
+
+class ConsumerGroupDescribeRequest(ApiMessage, load_json=specs):  # type: ignore[misc,call-arg]
+    pass
+
+
+class ConsumerGroupDescribeResponse(ApiMessage, load_json=specs):  # type: ignore[misc,call-arg]
+    pass
 
 
 class Api(Struct, frozen=True):
@@ -45,16 +64,18 @@ def _api(request: Any, response: Any, low: int, high: int) -> Api:
 
 # The versions: from the oldest each client still sends to the newest whose meaning
 # fencelog implements in full (the next one adds what it does not: topic ids in Produce
-# v13, Fetch v13 and Metadata v10+, batched groups in OffsetFetch v8, KIP-848 fields...).
+# v13 and Fetch v13, Metadata v13's top-level error...). KIP-848's consumer protocol:
+# ConsumerGroupHeartbeat v0-1 (librdkafka sends v1 only), with topic ids in Metadata
+# v10-12 and member epochs in OffsetCommit v9 and OffsetFetch v9 (v8: batched groups).
 APIS: Final = {
     api.key: api
     for api in (
         _api(producer.ProduceRequest, producer.ProduceResponse, 3, 9),
         _api(consumer.FetchRequest, consumer.FetchResponse, 4, 12),
         _api(consumer.ListOffsetsRequest, consumer.ListOffsetsResponse, 1, 6),
-        _api(metadata.MetadataRequest, metadata.MetadataResponse, 0, 9),
-        _api(consumer.OffsetCommitRequest, consumer.OffsetCommitResponse, 2, 8),
-        _api(consumer.OffsetFetchRequest, consumer.OffsetFetchResponse, 1, 7),
+        _api(metadata.MetadataRequest, metadata.MetadataResponse, 0, 12),
+        _api(consumer.OffsetCommitRequest, consumer.OffsetCommitResponse, 2, 9),
+        _api(consumer.OffsetFetchRequest, consumer.OffsetFetchResponse, 1, 9),
         _api(metadata.FindCoordinatorRequest, metadata.FindCoordinatorResponse, 0, 4),
         _api(consumer.JoinGroupRequest, consumer.JoinGroupResponse, 0, 7),
         _api(consumer.HeartbeatRequest, consumer.HeartbeatResponse, 0, 4),
@@ -95,6 +116,9 @@ APIS: Final = {
             0,
         ),
         _api(admin.AlterUserScramCredentialsRequest, admin.AlterUserScramCredentialsResponse, 0, 0),
+        # KIP-848 (broker/kafka/groups_consumer.py)
+        _api(ConsumerGroupHeartbeatRequest, ConsumerGroupHeartbeatResponse, 0, 1),
+        _api(ConsumerGroupDescribeRequest, ConsumerGroupDescribeResponse, 0, 0),
     )
 }
 API_VERSIONS_KEY: Final = metadata.ApiVersionsRequest.API_KEY
@@ -286,6 +310,7 @@ SASL_AUTHENTICATION_FAILED: Final = 58
 UNKNOWN_PRODUCER_ID: Final = 59
 KAFKA_STORAGE_ERROR: Final = 56
 GROUP_ID_NOT_FOUND: Final = 69
+UNKNOWN_TOPIC_ID: Final = 100
 FENCED_INSTANCE_ID: Final = 82
 UNKNOWN_SERVER_ERROR: Final = -1
 INVALID_RECORD: Final = 87

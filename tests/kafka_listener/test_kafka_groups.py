@@ -7,9 +7,11 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import logging
+import time
 from typing import Any
 
 import pytest
+from kafka.protocol.admin import DeleteGroupsRequest
 from kafka.protocol.consumer import (
     HeartbeatRequest,
     JoinGroupRequest,
@@ -21,6 +23,7 @@ from kafka.protocol.consumer import (
 from broker.client.client import connect
 from broker.errors import BrokerError, ErrorCode
 from broker.kafka import wire
+from broker.kafka.admin_codes import NON_EMPTY_GROUP
 from broker.kafka.groups import Coordinator
 from support.kafka_raw import STEP_TIMEOUT_S, RawKafka
 from support.servers import ServeProcess
@@ -240,3 +243,51 @@ def test_a_generation_that_cannot_be_claimed_is_coordinator_not_available_and_a_
     assert [r.levelname for r in warned] == ["WARNING"]
     assert "next generation could not be claimed (database or disk is full)" in warned[0].message
     assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
+
+
+def test_a_static_member_that_goes_silent_is_gone_once_its_session_ends(
+    kafka_server: ServeProcess, kafka: str
+) -> None:
+    """A static member leaves no LeaveGroup (KIP-345): it is removed when its session
+    timeout has passed since its last request, as Kafka's timer removes it, so that a
+    DeleteGroups just after that finds the group empty (librdkafka's 0081 deletes its
+    groups six seconds after their static members, of a six-second session, closed;
+    a check every half second had left them there)."""
+    member = RawKafka(kafka)
+    try:
+        protocol = JoinGroupRequest.JoinGroupRequestProtocol(name="range", metadata=b"m")
+        joined = member.call(
+            JoinGroupRequest(
+                group_id="silent",
+                session_timeout_ms=1_000,
+                rebalance_timeout_ms=1_000,
+                member_id="",
+                group_instance_id="only",
+                protocol_type="consumer",
+                protocols=[protocol],
+            ),
+            5,
+        )
+        assert joined.error_code == wire.NONE
+        synced = member.call(
+            SyncGroupRequest(
+                group_id="silent",
+                generation_id=joined.generation_id,
+                member_id=joined.member_id,
+                group_instance_id="only",
+                assignments=[
+                    SyncGroupRequest.SyncGroupRequestAssignment(
+                        member_id=joined.member_id, assignment=b"a"
+                    )
+                ],
+            ),
+            3,
+        )
+        last_request = time.monotonic()  # the server saw it before this answer came
+        assert synced.error_code == wire.NONE
+        delete = DeleteGroupsRequest(groups_names=["silent"])
+        assert member.call(delete, 2).results[0].error_code == NON_EMPTY_GROUP
+        time.sleep(max(0.0, last_request + 1.0 + 0.02 - time.monotonic()))
+        assert member.call(delete, 2).results[0].error_code == wire.NONE
+    finally:
+        member.close()
