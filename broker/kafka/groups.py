@@ -36,10 +36,8 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Final
 
-from broker.core.ownership import check_name
-from broker.errors import BrokerError
 from broker.kafka import wire
-from broker.kafka.groups_consumer import ConsumerGroups
+from broker.kafka.groups_consumer import ConsumerGroups, valid_group_id
 
 log = logging.getLogger("fencelog.kafka")
 
@@ -205,7 +203,7 @@ class Coordinator:
         """The Kafka error a JoinGroup gets before its protocols are looked at, or None."""
         low, high = SESSION_TIMEOUT_MS_RANGE
         group = self.groups.get(group_id)
-        if not _valid_group_id(group_id):
+        if not valid_group_id(group_id):
             return wire.INVALID_GROUP_ID
         if not low <= session_timeout_ms <= high:
             return wire.INVALID_SESSION_TIMEOUT
@@ -533,17 +531,6 @@ def _waiting(member: Member) -> bool:
 
 def _silent(member: Member, now: float) -> bool:
     return not _waiting(member) and now - member.last_seen > member.session_timeout_s
-
-
-def _valid_group_id(group_id: str) -> bool:
-    """Whether group_id can name a group: its generations are ownership generations of
-    the resource `<group>`, named as ownership names are (a Kafka group id of another
-    character, such as a NUL, would fail the claim of its first generation)."""
-    try:
-        check_name("consumer group", group_id)
-    except BrokerError:
-        return False
-    return True
 
 
 def _fenced(group: Group | None, group_instance_id: str | None, member_id: str) -> bool:

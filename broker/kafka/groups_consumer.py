@@ -50,6 +50,8 @@ from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Final
 
+from broker.core.ownership import check_name
+from broker.errors import BrokerError
 from broker.kafka import wire
 
 # Kafka's broker defaults are 5 s and 45 s (group.consumer.heartbeat.interval.ms,
@@ -246,9 +248,8 @@ class ConsumerGroups:
         )
 
     def _refused(self, request: Heartbeat) -> HeartbeatResult | None:  # noqa: PLR0911
-        from broker.kafka.groups import _valid_group_id  # one rule for both protocols
 
-        if not _valid_group_id(request.group_id):
+        if not valid_group_id(request.group_id):  # one rule for both protocols
             return HeartbeatResult(wire.INVALID_GROUP_ID, f"{request.group_id!r} names no group")
         if self._classic_members(request.group_id):
             return HeartbeatResult(
@@ -588,3 +589,14 @@ def _range(
             target[member] |= {(tid, p) for p in range(start, start + size)}
             start += size
     return {m: frozenset(parts) for m, parts in target.items()}
+
+
+def valid_group_id(group_id: str) -> bool:
+    """Whether group_id can name a group: its generations are ownership generations of
+    the resource `<group>`, named as ownership names are (a Kafka group id of another
+    character, such as a NUL, would fail the claim of its first generation)."""
+    try:
+        check_name("consumer group", group_id)
+    except BrokerError:
+        return False
+    return True
