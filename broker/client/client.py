@@ -16,9 +16,11 @@ operations (`_Transport`).
 
 from __future__ import annotations
 
+import bisect
 import collections
 import contextlib
 import importlib
+import operator
 import os
 import re
 import time
@@ -555,8 +557,7 @@ class Client:
             if watch is not None:
                 positions.update(watch.added(batch=bool(batch)))
             taken = _within_ends(batch, stop_at)[:remaining]
-            for record in taken:
-                positions[record.partition] = record.offset + 1
+            _advance(positions, taken)
             if stop_at is not None:
                 positions = {p: o for p, o in positions.items() if o < stop_at[p]}
             if remaining is not None:
@@ -1018,9 +1019,27 @@ class _Followed:
 
 
 def _within_ends(batch: list[Record], stop_at: list[int] | None) -> list[Record]:
-    if stop_at is None:
+    if stop_at is None or not batch:
         return batch
+    first, last = batch[0], batch[-1]
+    if first.partition == last.partition:  # one partition's records, offsets ascending
+        if last.offset < stop_at[last.partition]:
+            return batch
+        stop = stop_at[last.partition]
+        return batch[: bisect.bisect_left(batch, stop, key=_OFFSET)]
     return [r for r in batch if r.offset < stop_at[r.partition]]
+
+
+def _advance(positions: dict[int, int], taken: list[Record]) -> None:
+    """Each partition's position past its last record taken."""
+    if taken and taken[0].partition == taken[-1].partition:
+        positions[taken[-1].partition] = taken[-1].offset + 1
+        return
+    for record in taken:
+        positions[record.partition] = record.offset + 1
+
+
+_OFFSET = operator.itemgetter(2)  # a Record's offset
 
 
 def _wait_ms(follow: bool, poll_ms: int, idle_deadline: float | None) -> int:
