@@ -1,8 +1,8 @@
-"""A partition's records as Arrow record batches, built by SQLite, never row by row.
+"""A partition's records as Arrow record batches, never built row by row.
 
-For bulk readers (the Spark connector). broker/storage/pages.py reads a page as a few
-values SQLite builds (the values concatenated, a column that varies as text, one
-number a line); here they become Arrow arrays: buffers wrapped as they are, the text
+For bulk readers (the Spark connector). broker/storage/pages.py reads a page as its
+stored batches' columns joined (the values concatenated, a column that varies as text,
+one number a line); here they become Arrow arrays: buffers wrapped as they are, the text
 parsed in C by Arrow's CSV reader, headers (msgpack) decoded in Python only for the
 records that have some. Columns and types are ARROW_SCHEMA, as rows_to_arrow makes
 them from rows, and a page has the rows of logs.read_rows (pages.py keeps the rules).
