@@ -114,12 +114,12 @@ def _decompressed(data: memoryview, codec: int) -> bytes:
     return bytes(decode(data.tobytes()))
 
 
-def _read_records(  # noqa: PLR0912 - a branch per field read inline is the point
+def _read_records(  # noqa: PLR0912, PLR0915 - a branch per field read inline is the point
     body: bytes, count: int, base_timestamp: int, partition: int
 ) -> list[NewRecord]:
     """count records of a v2 batch body. Each is Length, Attributes, TimestampDelta,
-    OffsetDelta, Key, Value and Headers, every number a zigzag varint: the one-byte
-    ones (almost all) are read inline, the others by _varint."""
+    OffsetDelta, Key, Value and Headers, every number a zigzag varint: the one- and
+    two-byte ones (almost all) are read inline, the others by _varint."""
     records: list[NewRecord] = []
     append = records.append
     pos = 0
@@ -127,6 +127,9 @@ def _read_records(  # noqa: PLR0912 - a branch per field read inline is the poin
         byte = body[pos]
         if byte < 0x80:
             length, pos = (byte >> 1) ^ -(byte & 1), pos + 1
+        elif body[pos + 1] < 0x80:  # two bytes: a record of 64 to 8191 bytes
+            length = (byte & 0x7F) | (body[pos + 1] << 7)
+            length, pos = (length >> 1) ^ -(length & 1), pos + 2
         else:
             length, pos = _varint(body, pos)
         end = pos + length
@@ -134,6 +137,9 @@ def _read_records(  # noqa: PLR0912 - a branch per field read inline is the poin
         byte = body[pos]
         if byte < 0x80:
             delta, pos = (byte >> 1) ^ -(byte & 1), pos + 1
+        elif body[pos + 1] < 0x80:
+            delta = (byte & 0x7F) | (body[pos + 1] << 7)
+            delta, pos = (delta >> 1) ^ -(delta & 1), pos + 2
         else:
             delta, pos = _varint(body, pos)
         byte = body[pos]
@@ -149,6 +155,9 @@ def _read_records(  # noqa: PLR0912 - a branch per field read inline is the poin
         byte = body[pos]
         if byte < 0x80:
             size, pos = (byte >> 1) ^ -(byte & 1), pos + 1
+        elif body[pos + 1] < 0x80:
+            size = (byte & 0x7F) | (body[pos + 1] << 7)
+            size, pos = (size >> 1) ^ -(size & 1), pos + 2
         else:
             size, pos = _varint(body, pos)
         value = b""
