@@ -221,8 +221,8 @@ def new_records_from_columns(columns: object) -> RecordColumns:
     if not (isinstance(columns, tuple | list) and len(columns) == 3):
         raise ProtocolError("field 'columns' must be [values, keys or nil, partitions or nil]")
     values, keys, partitions = columns
-    if not isinstance(values, tuple | list) or not {*map(type, values)} <= {bytes}:
-        raise ProtocolError("the values column must be an array of binary values")
+    if not isinstance(values, tuple | list) or not {*map(type, values)} <= _KEY_TYPES:
+        raise ProtocolError("the values column must be an array of binary values or nil")
     count = len(values)
     return RecordColumns(
         values,
@@ -249,7 +249,7 @@ def new_records_from_wire(rows: object) -> list[NewRecord]:
         if (
             type(row) is tuple
             and len(row) == 5
-            and type(row[0]) is bytes
+            and (type(row[0]) is bytes or row[0] is None)
             and (row[1] is None or type(row[1]) is bytes)
             and row[2] == ()
             and (row[3] is None or type(row[3]) is int)
@@ -271,7 +271,7 @@ def _plain(rows: tuple[Any, ...] | list[Any]) -> bool:
         return False
     values, keys, headers, partitions, stamps = _FIELDS
     return (
-        {*map(type, map(values, rows))} == {bytes}
+        {*map(type, map(values, rows))} <= _KEY_TYPES
         and {*map(type, map(keys, rows))} <= _KEY_TYPES
         and list(map(headers, rows)).count(()) == len(rows)
         and {*map(type, map(partitions, rows))} <= _INT_TYPES
@@ -287,8 +287,10 @@ def _new_record(index: int, row: object) -> NewRecord:
     if not (isinstance(row, tuple | list) and len(row) == 5):
         raise ProtocolError(f"record {index} is not [value, key, headers, partition, timestamp]")
     value, key, headers, partition, timestamp_ms = row
-    if not isinstance(value, bytes) or not (key is None or isinstance(key, bytes)):
-        raise ProtocolError(f"record {index}: value and key must be binary")
+    if not (value is None or isinstance(value, bytes)) or not (
+        key is None or isinstance(key, bytes)
+    ):
+        raise ProtocolError(f"record {index}: value and key must be binary or nil")
     for optional_int in (partition, timestamp_ms):
         if optional_int is not None and (
             not isinstance(optional_int, int) or isinstance(optional_int, bool)

@@ -66,7 +66,7 @@ from broker.protocol.messages import (
     Reply,
     Request,
 )
-from broker.rows import Page
+from broker.rows import Page, row_without_null, without_nulls
 from broker.server.connection import (
     Answer,
     Connection,
@@ -720,6 +720,7 @@ class Server:
         positions = codec.positions_from_wire(args.get("positions"))
         max_records, wait_ms = self._fetch_bounds(args)
         fences = codec.fences_from_wire(args.get("fences"))
+        nulls = bool(codec.field(args, "nulls", bool, optional=True))  # a client before nulls
         if not codec.field(args, "pages", bool, optional=True):  # a client before pages
             rows = await self._long_poll(
                 topic,
@@ -727,7 +728,9 @@ class Server:
                 lambda engine: engine.fetch_rows(topic, positions, max_records, fences),
                 bool,
             )
-            self.metrics.fetched(topic, len(rows), sum(len(row[4]) for row in rows))
+            if not nulls:
+                rows = [row_without_null(row) for row in rows]
+            self.metrics.fetched(topic, len(rows), sum(len(row[4] or b"") for row in rows))
             return {"rows": rows}
         chunks = await self._long_poll(
             topic,
@@ -739,7 +742,14 @@ class Server:
             if isinstance(chunk, Page):
                 self.metrics.fetched(topic, chunk.record_count, len(chunk.values))
             else:
-                self.metrics.fetched(topic, len(chunk), sum(len(row[4]) for row in chunk))
+                self.metrics.fetched(topic, len(chunk), sum(len(row[4] or b"") for row in chunk))
+        if not nulls:
+            chunks = [
+                without_nulls(chunk)
+                if isinstance(chunk, Page)
+                else [row_without_null(row) for row in chunk]
+                for chunk in chunks
+            ]
         runs = bool(codec.field(args, "runs", bool, optional=True))  # a client before runs
         return {"pages": codec.chunks_to_wire(chunks, runs)}
 
@@ -757,11 +767,14 @@ class Server:
         offset = codec.field(args, "offset", int)
         max_records, wait_ms = self._fetch_bounds(args)
         fences = codec.fences_from_wire(args.get("fences"))
+        nulls = bool(codec.field(args, "nulls", bool, optional=True))  # a client before nulls
 
         def page(reader: Engine) -> tuple[int, bytes]:
             from broker import columnar  # pyarrow: only for columnar readers
 
             batch = reader.fetch_arrow(topic, partition, offset, max_records, fences)
+            if not nulls:
+                batch = columnar.without_nulls(batch)
             return batch.num_rows, columnar.batch_to_ipc(batch)
 
         _, ipc = await self._long_poll(topic, wait_ms, page, operator.itemgetter(0))

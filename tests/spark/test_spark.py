@@ -62,6 +62,7 @@ from support.spark_jobs import (
     values,
     write,
 )
+from support.values import present
 from support.waiting import wait_until
 
 DRIVER_TIMEOUT_S = 240.0  # one run of the subprocess driver (session start included)
@@ -120,8 +121,10 @@ def test_batch_round_trip(spark: SparkSession, any_broker: Broker) -> None:
         rows = df.selectExpr("*", "unix_millis(timestamp) as ts").collect()
         got = sorted((row_record(r) for r in rows), key=lambda r: (r.partition, r.offset))
         assert got == [r for p in (0, 1) for r in expected[p]]
-        assert not any(r.value.startswith(b"pending") for r in got)
-        assert {r.txn_id for r in got if r.value.startswith(b"committed")} == {committed_id}
+        assert not any(present(r.value).startswith(b"pending") for r in got)
+        assert {r.txn_id for r in got if present(r.value).startswith(b"committed")} == {
+            committed_id
+        }
 
         write(
             df.selectExpr("key", "upper(cast(value as string)) as value", "partition", "headers"),
@@ -130,7 +133,7 @@ def test_batch_round_trip(spark: SparkSession, any_broker: Broker) -> None:
         )
         output = by_partition(client, "orders_upper")
         for p in (0, 1):
-            assert [(r.key, r.value.upper(), r.headers) for r in expected[p]] == [
+            assert [(r.key, present(r.value).upper(), r.headers) for r in expected[p]] == [
                 (r.key, r.value, r.headers) for r in output[p]
             ]
         jobs = txns_of(client, "spark-orders_upper")
@@ -639,7 +642,7 @@ def test_batch_write_of_large_records(spark: SparkSession, embedded: Broker) -> 
     )
     write(df, embedded.url, "big")
     with embedded.client() as client:
-        found = [r.value[:5] for r in client.consume("big")]
+        found = [present(r.value)[:5] for r in client.consume("big")]
         assert found == [f"{i:05}".encode() for i in range(10_000)]
         assert client.txn_list() == []
 

@@ -1,0 +1,88 @@
+"""A null record value (Kafka's tombstone) kept distinct from an empty one, end to end:
+produced and read back as None embedded and served, from any offset inside a batch, in
+a transaction, as Arrow columns, and removed by compaction as the tombstone it is; a
+served client that did not say it reads nulls gets them as empty values, as before.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+
+from broker.client.client import Client, connect
+from broker.client.remote import fetch_args
+from broker.protocol import codec
+from broker.protocol.messages import Op
+from broker.types import NewRecord
+from support.servers import served
+
+VALUES: list[bytes | None] = [b"a", None, b"", None, b"bb", None]
+
+
+@pytest.fixture(params=["embedded", "served"])
+def client(data_dir: Path, request: pytest.FixtureRequest) -> Iterator[Client]:
+    with contextlib.ExitStack() as stack:
+        if request.param == "served":
+            server = stack.enter_context(served(data_dir))
+            opened = stack.enter_context(connect(server.address))
+        else:
+            opened = stack.enter_context(connect(data_dir))
+        opened.create_topic("t", 1)
+        yield opened
+
+
+def values(client: Client, start: int = 0) -> list[bytes | None]:
+    return [r.value for r in client.consume("t", start=start, max_records=1000)]
+
+
+def test_null_values_read_back_as_none_and_empty_values_as_empty(client: Client) -> None:
+    client.produce("t", VALUES)  # one batch: its value lengths hold -1s
+    client.produce("t", [None])  # the one-record produce
+    client.produce("t", [NewRecord(None, b"k"), NewRecord(b"v", b"k")])
+    client.produce("t", [None] * 20)  # every value null: never a uniform length
+    assert values(client) == [*VALUES, None, None, b"v", *[None] * 20]
+    assert values(client, start=3) == [*VALUES[3:], None, None, b"v", *[None] * 20]
+    keyed = client.fetch("t", {0: 7}, max_records=2)
+    assert [(r.key, r.value) for r in keyed] == [(b"k", None), (b"k", b"v")]
+
+
+def test_a_transactions_null_values_land_null_at_commit(client: Client) -> None:
+    with client.transaction("g") as txn:
+        txn.produce("t", [None, b"x", b""])
+    assert values(client) == [None, b"x", b""]
+
+
+def test_arrow_columns_keep_null_values(client: Client) -> None:
+    client.produce_arrow("t", pa.table({"value": [b"a", None, b""]}))
+    client.produce_arrow("t", pa.table({"value": pa.nulls(2)}))  # a column of nulls only
+    assert values(client) == [b"a", None, b"", None, None]
+    fetched = client.fetch_arrow("t", 0, 1)
+    assert fetched.column("value").to_pylist() == [None, b"", None, None]
+    assert fetched.schema.field("value").nullable
+
+
+def test_a_served_client_before_nulls_reads_them_as_empty(data_dir: Path) -> None:
+    """An older client sends FETCH without "nulls": it gets the page it can read, each
+    null value given as an empty one (what it got before nulls were kept)."""
+    with served(data_dir) as server, connect(server.address) as client:
+        client.create_topic("t", 1)
+        client.produce("t", VALUES)
+        transport = client._transport
+        old = fetch_args("t", {0: 0}, 100, 0, (), pages=True)
+        del old["nulls"]
+        reply = transport._request(Op.FETCH, old)  # type: ignore[attr-defined]
+        assert [r.value for r in codec.records_from_chunks("t", reply["pages"])] == [
+            b"a",
+            b"",
+            b"",
+            b"",
+            b"bb",
+            b"",
+        ]
+        rows_only = {**old, "pages": False}
+        reply = transport._request(Op.FETCH, rows_only)  # type: ignore[attr-defined]
+        assert [row[4] for row in reply["rows"]] == [b"a", b"", b"", b"", b"bb", b""]
