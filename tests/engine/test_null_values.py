@@ -9,14 +9,17 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any, cast
 
 import pyarrow as pa
 import pytest
 
+from broker import rows
 from broker.client.client import Client, connect
 from broker.client.remote import fetch_args
 from broker.protocol import codec
 from broker.protocol.messages import Op
+from broker.storage import batches
 from broker.types import NewRecord
 from support.servers import served
 
@@ -86,3 +89,31 @@ def test_a_served_client_before_nulls_reads_them_as_empty(data_dir: Path) -> Non
         rows_only = {**old, "pages": False}
         reply = transport._request(Op.FETCH, rows_only)  # type: ignore[attr-defined]
         assert [row[4] for row in reply["rows"]] == [b"a", b"", b"", b"", b"bb", b""]
+
+
+NOBODY: batches.Producer = (0, 0, 0, 0, None)
+
+
+def stored_of(row: tuple[object, ...]) -> batches.Stored:
+    return batches.Stored(*cast(Any, row))
+
+
+def test_a_packed_batch_keeps_nulls_as_minus_one_and_checks_clean() -> None:
+    """storage/batches.py, pure: the stored columns of a batch with null values, read
+    back whole and from inside it, sized without bytes for a null, and found sound; a
+    uniform length of -1 (which pack never writes) is damage."""
+    given = [b"ab", None, b"", None, b"c"]
+    stored = stored_of(batches.pack((1, 0, 10), given, None, None, 5, NOBODY))
+    assert (stored.value_lengths, stored.vals, stored.size) == (b"2\n-1\n0\n-1\n1", b"abc", 3)
+    whole = batches.Part(stored, 0, 5)
+    assert batches.values(whole) == [b"ab", None, b"", None, b"c"]
+    assert batches.values(batches.Part(stored, 1, 4)) == [None, b"", None]
+    assert batches.sizes(whole) == [2, 0, 0, 0, 1]
+    assert batches.damage(stored) is None and batches.unreadable(stored) is None
+    page = batches.page(0, 11, [batches.Part(stored, 1, 5)])
+    assert [r.value for r in rows.records_of_page("t", page)] == [None, b"", None, b"c"]
+    one = stored_of(batches.pack_one((1, 0, 0), None, 5, NOBODY))
+    assert batches.values(batches.Part(one, 0, 1)) == [None]
+    every_null = stored_of(batches.pack((1, 0, 0), [None] * 3, None, None, 5, NOBODY))
+    assert every_null.value_lengths == b"-1\n-1\n-1"
+    assert batches.damage(every_null._replace(value_lengths=-1)) is not None
