@@ -6,6 +6,7 @@ served client that did not say it reads nulls gets them as empty values, as befo
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from collections.abc import Iterator
 from pathlib import Path
@@ -14,14 +15,16 @@ from typing import Any, cast
 import pyarrow as pa
 import pytest
 
-from broker import rows
+from broker import columnar, rows
+from broker.client.async_client import AsyncClient
 from broker.client.client import Client, connect
 from broker.client.remote import fetch_args
+from broker.client.served import Address
 from broker.protocol import codec
 from broker.protocol.messages import Op
 from broker.storage import batches
 from broker.types import NewRecord
-from support.servers import served
+from support.servers import HOST, served
 
 VALUES: list[bytes | None] = [b"a", None, b"", None, b"bb", None]
 
@@ -117,3 +120,29 @@ def test_a_packed_batch_keeps_nulls_as_minus_one_and_checks_clean() -> None:
     every_null = stored_of(batches.pack((1, 0, 0), [None] * 3, None, None, 5, NOBODY))
     assert every_null.value_lengths == b"-1\n-1\n-1"
     assert batches.damage(every_null._replace(value_lengths=-1)) is not None
+
+
+def test_fetch_arrow_gives_nulls_to_a_client_that_reads_them_and_empty_to_one_before(
+    data_dir: Path,
+) -> None:
+    """FETCH_ARROW (the server builds the Arrow batch): null where the request says it
+    reads nulls, as AsyncClient's does; empty in a request without "nulls"."""
+    with served(data_dir) as server, connect(server.address) as client:
+        client.create_topic("t", 1)
+        client.produce("t", VALUES)
+
+        async def both() -> tuple[bytes | None, Any]:
+            reader = AsyncClient(Address("tcp", HOST, server.port))
+            try:
+                ipc = await reader.fetch_arrow("t", 0, 0, 100)
+                old = {"topic": "t", "partition": 0, "offset": 0, "max_records": 100}
+                reply = await reader.request(Op.FETCH_ARROW, {**old, "wait_ms": 0, "fences": []})
+                return ipc, reply["arrow"]
+            finally:
+                await reader.close()
+
+        ipc, before = asyncio.run(both())
+    assert ipc is not None
+    assert columnar.batch_from_ipc(ipc).column("value").to_pylist() == VALUES
+    empty = [b"" if value is None else value for value in VALUES]
+    assert columnar.batch_from_ipc(before).column("value").to_pylist() == empty
