@@ -16,8 +16,9 @@ import msgpack
 import msgspec
 
 from broker.core.txn import parse_txn_id
+from broker.errors import BrokerError, ErrorCode
 from broker.protocol.frames import ProtocolError
-from broker.protocol.messages import COLUMNS_FEATURE
+from broker.protocol.messages import COLUMNS_FEATURE, NULL_VALUES_FEATURE
 from broker.rows import (
     ROW_FIELDS,
     AuditRow,
@@ -58,6 +59,7 @@ from broker.types import (
     TxnMember,
     TxnPartition,
     collector_paused,
+    values_of,
 )
 
 T = TypeVar("T")
@@ -194,6 +196,8 @@ def with_columns(args: dict[str, Any], features: frozenset[str]) -> dict[str, An
     them (COLUMNS_FEATURE in what its HELLO announced) and the batch allows; else as
     they were."""
     records = args.get("records")
+    if NULL_VALUES_FEATURE not in features and isinstance(records, list | tuple | RecordColumns):
+        _refuse_nulls(records)
     if isinstance(records, RecordColumns) and COLUMNS_FEATURE not in features:
         return {**args, "records": records.records()}  # a server before columns: rows
     if COLUMNS_FEATURE not in features or not isinstance(records, list | tuple | RecordColumns):
@@ -205,6 +209,20 @@ def with_columns(args: dict[str, Any], features: frozenset[str]) -> dict[str, An
     del changed["records"]
     changed["columns"] = columns
     return changed
+
+
+def _refuse_nulls(records: Sequence[NewRecord]) -> None:
+    """A server before null values (no NULL_VALUES_FEATURE) would refuse the request as
+    malformed: say which record, before anything is sent."""
+    values = values_of(records)
+    if any(value is None for value in values):
+        index = next(i for i, value in enumerate(values) if value is None)
+        raise BrokerError(
+            ErrorCode.INVALID_ARGUMENT,
+            f"record {index} has a null value, which this server cannot store",
+            index=index,
+            hint="upgrade the server to one that keeps null values, or send b''",
+        )
 
 
 def records_from_args(args: dict[str, Any]) -> Sequence[NewRecord]:

@@ -59,6 +59,7 @@ from broker.protocol.messages import (
     CHECKSUM_FEATURE,
     COLUMNS_FEATURE,
     KAFKA_GROUPS_FEATURE,
+    NULL_VALUES_FEATURE,
     PROTOCOL_VERSION,
     ErrorReply,
     Op,
@@ -1037,7 +1038,9 @@ def _features() -> frozenset[str]:
     columns; KAFKA_GROUPS; FETCH_ARROW, which needs pyarrow (the spark extra): a server without it
     does not announce it."""
     arrow = {ARROW_FEATURE} if importlib.util.find_spec("pyarrow") else set()
-    return frozenset({COLUMNS_FEATURE, CHECKSUM_FEATURE, KAFKA_GROUPS_FEATURE, *arrow})
+    return frozenset(
+        {COLUMNS_FEATURE, CHECKSUM_FEATURE, KAFKA_GROUPS_FEATURE, NULL_VALUES_FEATURE, *arrow}
+    )
 
 
 def _is_loopback(host: str) -> bool:

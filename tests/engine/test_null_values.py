@@ -20,8 +20,10 @@ from broker.client.async_client import AsyncClient
 from broker.client.client import Client, connect
 from broker.client.remote import fetch_args
 from broker.client.served import Address
+from broker.errors import BrokerError, ErrorCode
 from broker.protocol import codec
 from broker.protocol.messages import Op
+from broker.server import server as server_module
 from broker.storage import batches
 from broker.types import NewRecord
 from support.servers import HOST, served
@@ -146,3 +148,21 @@ def test_fetch_arrow_gives_nulls_to_a_client_that_reads_them_and_empty_to_one_be
     assert columnar.batch_from_ipc(ipc).column("value").to_pylist() == VALUES
     empty = [b"" if value is None else value for value in VALUES]
     assert columnar.batch_from_ipc(before).column("value").to_pylist() == empty
+
+
+def test_a_server_before_null_values_is_not_sent_one(
+    data_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A server whose HELLO does not announce null values would refuse the request as
+    malformed: the client names the record instead, and sends nothing."""
+    monkeypatch.setattr(server_module, "_features", frozenset)
+    with served(data_dir) as server, connect(server.address) as client:
+        client.create_topic("t", 1)
+        with pytest.raises(BrokerError) as refused:
+            client.produce("t", [b"a", None])
+        assert refused.value.code is ErrorCode.INVALID_ARGUMENT
+        assert "record 1 has a null value, which this server cannot store" in str(refused.value)
+        with pytest.raises(BrokerError, match="record 0 has a null value"):
+            client.produce_arrow("t", pa.table({"value": pa.nulls(20, pa.binary())}))
+        client.produce("t", [b"a", b""])
+        assert values(client) == [b"a", b""]
