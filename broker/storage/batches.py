@@ -71,9 +71,9 @@ def pack(
     producer: Producer,
 ) -> tuple[object, ...]:
     """The `log` row of a batch at `where` (topic id, partition, first offset): its
-    values (bytes-like), keys (None: none has one), headers as stored (EMPTY_HEADERS for
-    a record without; None: none has any), timestamps (one int: every record's), and
-    producer fields."""
+    values (bytes-like, or None: a null value, -1 in the text of value lengths), keys
+    (None: none has one), headers as stored (EMPTY_HEADERS for a record without; None:
+    none has any), timestamps (one int: every record's), and producer fields."""
     count = len(values)
     nulls = False
     try:
@@ -196,7 +196,9 @@ def key_lengths(batch: Stored) -> list[int] | None:
 def sizes(part: Part) -> list[int]:
     """Bytes of key and value of each record of the part."""
     batch, low, high = part
-    found = [max(0, size) for size in value_lengths(batch)[low:high]]
+    found = value_lengths(batch)[low:high]
+    if isinstance(batch.value_lengths, bytes) and b"-" in batch.value_lengths:
+        found = [max(0, size) for size in found]  # a null value has no bytes
     keyed = key_lengths(batch)
     if keyed is not None:
         found = [size + max(0, key) for size, key in zip(found, keyed[low:high], strict=True)]
