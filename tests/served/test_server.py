@@ -902,7 +902,7 @@ def test_a_second_server_on_the_same_directory_is_refused(server: ServerThread) 
     ("field", "wire", "message"),
     [
         ("records", "not records", "field 'records' must be an array"),
-        ("records", [[1, None, [], 0, None]], "record 0: value and key must be binary"),
+        ("records", [[1, None, [], 0, None]], "record 0: value and key must be binary or nil"),
         ("producer", [1, 2], "field 'producer' is not [pid, generation, sequence, epoch, txn]"),
         ("producer", [1, 2, 3, 4, "x"], "producer txn must be an integer or nil"),
     ],
