@@ -179,7 +179,9 @@ def _served(work_dir: Path, sizes: IdempotenceSizes) -> tuple[Overhead, Overhead
     """Batches of 1000 (IN_FLIGHT outstanding) and one-record requests (WINDOW in flight)
     over TCP, with fields and without, round by round in turns."""
     batches = _batches(_records(sizes.served_batch_records, seed=53), BATCH_RECORDS)
-    singles = [r.value for r in _records(sizes.served_single_records, seed=59)]
+    singles = [
+        r.value for r in _records(sizes.served_single_records, seed=59) if r.value is not None
+    ]
     topics = (f"t{number}" for number in itertools.count(1))
     with (
         fencelog_server(work_dir, "idem-serve", "normal") as server,

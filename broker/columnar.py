@@ -16,7 +16,7 @@ section 2.2.1): a writer in the same process, or a WAL another process deletes.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Final, cast
+from typing import Final
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -74,7 +74,7 @@ def page_to_arrow(topic: str, page: rows.Page) -> pa.RecordBatch:
     count = page.record_count
     if count == 0:
         return empty_batch()
-    values = _binary(_ints(page.value_lengths, count), page.values, count)
+    values = _nullable_binary(page.value_lengths, page.values, count)
     if page.key_lengths == -1:
         keys = pa.nulls(count, pa.binary())
     else:
@@ -141,6 +141,29 @@ def _runs(runs: rows.Runs, count: int) -> pa.Array:
         for records, first, step in runs
     ]
     return pa.concat_arrays(parts) if len(parts) > 1 else parts[0]
+
+
+def _nullable_binary(lengths: rows.Column, data: bytes, count: int) -> pa.Array:
+    """The values of a page: null where the text of lengths says -1 (a null value)."""
+    numbers = _ints(lengths, count)
+    if not (isinstance(lengths, bytes) and b"-" in lengths):
+        return _binary(numbers, data, count)
+    present = pc.greater_equal(numbers, 0)
+    return pc.if_else(
+        present,
+        _binary(pc.max_element_wise(numbers, 0), data, count),
+        pa.scalar(None, pa.binary()),
+    )
+
+
+def without_nulls(batch: pa.RecordBatch) -> pa.RecordBatch:
+    """The batch with null values given as empty, for a reader that did not say it
+    reads nulls (FETCH_ARROW's "nulls"; rows.without_nulls)."""
+    index = ARROW_SCHEMA.get_field_index("value")
+    column = batch.column(index)
+    if column.null_count == 0:
+        return batch
+    return batch.set_column(index, ARROW_SCHEMA.field(index), column.fill_null(b""))
 
 
 def _binary(lengths: pa.Array, data: bytes, count: int) -> pa.Array:
@@ -225,8 +248,10 @@ def record_columns(batch: pa.RecordBatch | pa.Table) -> RecordColumns:
     """A batch's rows as records to append: its `value` column (binary or string, no
     nulls), and `key` (binary or string, null: no key) and `partition` (integers, null:
     the broker chooses) where it has them; each column converted in C (dictionary and
-    view columns decoded first; a column of nulls only, as pyarrow types one, is one
-    the batch does not have). Anything else is INVALID_ARGUMENT, saying what is wrong."""
+    view columns decoded first; a key or partition column of nulls only, as pyarrow
+    types one, is one the batch does not have). A null value is a null record value
+    (Kafka's tombstone), kept distinct from an empty one. Anything else is
+    INVALID_ARGUMENT, saying what is wrong."""
     names = batch.schema.names
     unknown = [name for name in names if name not in PRODUCE_COLUMNS]
     if unknown or "value" not in names:
@@ -238,12 +263,11 @@ def record_columns(batch: pa.RecordBatch | pa.Table) -> RecordColumns:
         twice = sorted({name for name in names if names.count(name) > 1})
         raise _refused(f"a batch to produce has each column once: {', '.join(twice)} twice")
     values = _bytes_column(batch, "value")
-    if values is None or None in values:
-        nulls = len(batch) if values is None else values.count(None)
-        raise _refused(f"the value column has {nulls} nulls; every record needs one")
+    if values is None:  # a column of nulls only: every value null
+        values = [None] * len(batch)
     keys = _bytes_column(batch, "key") if "key" in names else None
     partitions = _partition_column(batch) if "partition" in names else None
-    return RecordColumns(cast(list[bytes], values), keys, partitions)
+    return RecordColumns(values, keys, partitions)
 
 
 def _bytes_column(batch: pa.RecordBatch | pa.Table, name: str) -> list[bytes | None] | None:

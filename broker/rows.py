@@ -35,13 +35,13 @@ EMPTY_HEADERS: Final = encode_headers(())
 # timestamp_ms, key, value, headers, producer_id, generation, sequence, epoch, txn_id).
 # What the server sends and the Spark reader turns into columns; records_of() makes
 # Records of them.
-Row = tuple[int, int, int, bytes | None, bytes, bytes, int, int, int, int, int | None]
+Row = tuple[int, int, int, bytes | None, bytes | None, bytes, int, int, int, int, int | None]
 
 
 ROW_KEY, ROW_VALUE, ROW_HEADERS, ROW_FIELDS = 3, 4, 5, 11
 # What a Kafka record batch holds of a stored record: (offset, timestamp_ms, key, value,
 # headers as stored).
-KafkaRow = tuple[int, int, bytes | None, bytes, bytes]
+KafkaRow = tuple[int, int, bytes | None, bytes | None, bytes]
 
 
 def records_of(topic: str, rows: Sequence[Row]) -> list[Record]:
@@ -74,7 +74,7 @@ class Page(NamedTuple):
     offset: int
     record_count: int
     values: bytes  # every value, concatenated in offset order
-    value_lengths: Column
+    value_lengths: Column  # in text, -1: a null value (no bytes); never as a number or runs
     timestamps: Column  # timestamp_ms
     keys: bytes  # every key, concatenated (b"" when no record has one)
     key_lengths: int | bytes  # -1: no key
@@ -196,16 +196,44 @@ def _column(column: Column | None, count: int, what: str) -> Iterable[int | None
     return numbers
 
 
-def _split(data: bytes, lengths: Column, count: int, what: str) -> list[bytes]:
+def _split(data: bytes, lengths: Column, count: int, what: str) -> Sequence[bytes | None]:
     if isinstance(lengths, list):
         return _slices(data, expand_runs(lengths, count, what), count, what)
     if isinstance(lengths, bytes):
-        return _slices(data, list(map(int, lengths.split())), count, what)
+        sizes = list(map(int, lengths.split()))
+        if b"-" not in lengths:
+            return _slices(data, sizes, count, what)
+        return _split_nullable(data, sizes, count, what)
     if lengths * count != len(data):
         raise ValueError(f"{count} {what}s of {lengths} bytes in {len(data)} bytes")
     if lengths == 0:
         return [b""] * count
     return [data[start : start + lengths] for start in range(0, len(data), lengths)]
+
+
+def _split_nullable(data: bytes, sizes: list[int], count: int, what: str) -> list[bytes | None]:
+    """Values of a text column holding -1s: None for each (a null, no bytes)."""
+    if min(sizes) < -1:
+        raise ValueError(f"a {what} length of {min(sizes)}")
+    found: list[bytes | None] = list(_slices(data, [max(0, n) for n in sizes], count, what))
+    return [None if size < 0 else value for size, value in zip(sizes, found, strict=True)]
+
+
+def without_nulls(page: Page) -> Page:
+    """The page with every null value given as empty: for a reader that did not say it
+    reads nulls (a client before them; FETCH's "nulls"), which got b"" for a null then."""
+    lengths = page.value_lengths
+    if isinstance(lengths, bytes) and b"-" in lengths:
+        return page._replace(value_lengths=lengths.replace(b"-1", b"0"))
+    return page
+
+
+def row_without_null(row: Row) -> Row:
+    """The row with a null value given as empty (without_nulls, for rows)."""
+    if row[ROW_VALUE] is not None:
+        return row
+    partition, offset, stamp, key, _, headers, pid, generation, sequence, epoch, txn = row
+    return (partition, offset, stamp, key, b"", headers, pid, generation, sequence, epoch, txn)
 
 
 def _slices(data: bytes, sizes: list[int], count: int, what: str) -> list[bytes]:

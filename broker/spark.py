@@ -1012,13 +1012,11 @@ def records_of(batch: pa.RecordBatch, default_topic: str | None) -> dict[str, li
     for value, key, partition, header, topic in zip(
         values, keys, partitions, headers, topics, strict=True
     ):
-        if value is None:
-            raise _option_error("a row has a null value; fencelog records need one")
         if topic is None:
             raise _option_error("a row has no topic: set .option('topic', ...) or a topic column")
         by_topic.setdefault(topic, []).append(
             NewRecord(
-                _bytes(value),
+                None if value is None else _bytes(value),  # null: a tombstone, as Kafka's sink
                 None if key is None else _bytes(key),
                 tuple(_header(h) for h in header or ()),
                 partition,
@@ -1054,8 +1052,6 @@ def journal_rows(
                 joined.produce(name, records)
                 count += len(records)
             continue
-        if batch.column("value").null_count:
-            raise _option_error("a row has a null value; fencelog records need one")
         chosen = [name for name in columnar.PRODUCE_COLUMNS if name in names]
         for name, rows in by_topic(batch, topic):
             joined.produce_arrow(name, rows.select(chosen))

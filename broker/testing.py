@@ -172,8 +172,10 @@ def _item(value: Value, by: By) -> bytes:
     if isinstance(value, NewRecord):
         item = value.value if by == "value" else value.key
         if item is None:
-            raise ValueError(f"an expected record without a key, checked by key: {value!r}")
+            raise ValueError(f"an expected record without a {by}, checked by {by}: {value!r}")
         return item
+    if value is None:
+        raise ValueError("an expected null value: records are checked by their value or key")
     return value.encode() if isinstance(value, str) else value
 
 

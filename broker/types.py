@@ -15,7 +15,7 @@ import operator
 from collections.abc import Callable, Iterator, Sequence
 from itertools import repeat
 from pathlib import Path
-from typing import Final, Literal, NamedTuple, get_args, overload
+from typing import Final, Literal, NamedTuple, cast, get_args, overload
 
 from msgspec import Struct, field
 
@@ -33,7 +33,7 @@ class Record(NamedTuple):
     offset: int
     timestamp_ms: int
     key: bytes | None
-    value: bytes
+    value: bytes | None  # None: Kafka's null (a tombstone), distinct from b""
     headers: Headers
     producer_id: int
     generation: int
@@ -63,7 +63,7 @@ class NewRecord(NamedTuple):
     A NamedTuple like Record: one is built per appended row (by the CLI, the wire codec,
     the Spark writer), and it travels on the wire as the array it already is."""
 
-    value: bytes
+    value: bytes | None  # None: a null value (Kafka's tombstone), distinct from b""
     key: bytes | None = None
     headers: Headers = ()
     partition: int | None = None
@@ -81,7 +81,7 @@ class RecordColumns(Sequence[NewRecord]):
 
     def __init__(
         self,
-        values: Sequence[bytes],
+        values: Sequence[bytes | None],
         keys: Sequence[bytes | None] | None = None,
         partitions: Sequence[int | None] | None = None,
     ) -> None:
@@ -148,11 +148,25 @@ class RecordColumns(Sequence[NewRecord]):
         )
 
 
-def values_of(records: Sequence[NewRecord]) -> Sequence[bytes]:
+def values_of(records: Sequence[NewRecord]) -> Sequence[bytes | None]:
     """A batch's values as a column (a RecordColumns' own)."""
     if isinstance(records, RecordColumns):
         return records.values
     return list(map(_VALUE, records))
+
+
+def value_sizes(values: Sequence[bytes | None]) -> list[int]:
+    """Each value's bytes, a null value's 0 (it has none): counted in C while no value
+    is null, the usual batch."""
+    try:
+        return list(map(len, cast(Sequence[bytes], values)))
+    except TypeError:  # a null among them
+        return [0 if value is None else len(value) for value in values]
+
+
+def value_size(value: bytes | None) -> int:
+    """A value's bytes; a null value has none."""
+    return 0 if value is None else len(value)
 
 
 def keys_of(records: Sequence[NewRecord]) -> Sequence[bytes | None] | None:

@@ -35,6 +35,7 @@ from cli.template import Template, TemplateError, is_template
 # The columns of consume's text output (tab-separated when piped; a stable contract).
 TEXT_COLUMNS: Final = ("partition", "offset", "key", "value")
 _TABLE_ROWS: Final = 1000
+NULL_SHOWN: Final = "(null)"  # a null value (Kafka's tombstone) in text output; --json: null
 
 
 def _check_formats(values: list[str] | None) -> list[str] | None:
@@ -146,9 +147,10 @@ def consume(
     """Print a topic's records: up to the end offsets, or (--follow) as they arrive.
 
     With --json, one object per record: topic, partition, offset, timestamp_ms, key, value,
-    headers, epoch (the exclusive-producer epoch it was written under). Text values that
-    are not valid UTF-8 are shown with U+FFFD; use --format base64 to see their exact
-    bytes. --compacted prints the newest record of every key (the compacted view).
+    headers, epoch (the exclusive-producer epoch it was written under); a null value
+    (Kafka's tombstone) is "value": null there, and (null) in text output. Text values
+    that are not valid UTF-8 are shown with U+FFFD; use --format base64 to see their
+    exact bytes. --compacted prints the newest record of every key (the compacted view).
     --group G resumes from G's committed offsets and commits as it goes, after the
     records are written out; with --txn ID into that transaction.
     """
@@ -348,7 +350,7 @@ class _Shown:
             return
         key = self.rendering.show(record.key)
         row = (record.partition, record.offset, "" if key is None else key)
-        value = self.rendering.show(record.value) or ""
+        value = NULL_SHOWN if record.value is None else self.rendering.show(record.value) or ""
         if self.table:
             self.rows.append((*row, value))
             if len(self.rows) >= _TABLE_ROWS:

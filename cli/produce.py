@@ -50,6 +50,15 @@ def produce(
         ),
     ] = None,
     key: Annotated[str | None, typer.Option("--key", "-k", help="Key for every record.")] = None,
+    null_value: Annotated[
+        str | None,
+        typer.Option(
+            "--null-value",
+            help="A value (a --value, or a stdin line's value) that is exactly MARKER is "
+            "sent as a null value: Kafka's tombstone, distinct from an empty value.",
+            metavar="MARKER",
+        ),
+    ] = None,
     key_separator: Annotated[
         str | None,
         typer.Option(
@@ -160,7 +169,11 @@ def produce(
     With --txn the records wait in the transaction's journal: offset is null, and they
     get their offsets when the transaction commits.
     With --arrow the records are the rows of a file, appended column by column, batch
-    by batch, each cut into atomic appends as stdin lines are.
+    by batch, each cut into atomic appends as stdin lines are (a null in its value
+    column: a null value).
+    With --null-value MARKER a value that is exactly MARKER (before --format decodes
+    it) is a null value, which `consume --json` prints as null and compaction removes
+    with its key; its value_sha256 is null.
     """
     _arrow_options(
         arrow,
@@ -168,6 +181,7 @@ def produce(
             "--value": values or None,
             "--key": key,
             "--key-separator": key_separator,
+            "--null-value": null_value,
             "--partition": partition,
             "--header": headers or None,
             "--idempotent": idempotent or None,
@@ -181,6 +195,7 @@ def produce(
         },
     )
     record_key = _key(key, key_separator, fmt)
+    null_marker = None if null_value is None else null_value.encode("utf-8", "surrogateescape")
     parsed = _headers(headers or [], fmt)
     fences = fences_from(fence or [])
     txn_id = _txn_options(txn, member, idempotent, pid, access)
@@ -196,7 +211,9 @@ def produce(
         records = []
         for index, line in enumerate(lines):
             try:
-                records.append(_record(line, record_key, key_separator, parsed, partition, fmt))
+                records.append(
+                    _record(line, record_key, key_separator, parsed, partition, fmt, null_marker)
+                )
             except BrokerError as error:  # numbered as the broker numbers a batch's records
                 raise BrokerError(
                     error.code,
@@ -507,7 +524,10 @@ def _record(
     headers: Headers,
     partition: int | None,
     fmt: Format,
+    null_marker: bytes | None = None,
 ) -> NewRecord:
+    """A line's record; a value that is exactly null_marker (before --format decodes
+    it) is a null value."""
     if separator is not None:
         raw_key, found, raw_value = line.partition(separator.encode("utf-8"))
         if not found:
@@ -517,7 +537,8 @@ def _record(
             )
         key = decode_input(raw_key, fmt, "key")
         line = raw_value
-    return NewRecord(decode_input(line, fmt, "value"), key, headers, partition)
+    value = None if line == null_marker else decode_input(line, fmt, "value")
+    return NewRecord(value, key, headers, partition)
 
 
 def _headers(pairs: Sequence[str], fmt: Format) -> Headers:
@@ -595,7 +616,7 @@ def _emit(
     idempotent: bool,
 ) -> None:
     if out.as_json:
-        from broker.core.verify import sha256  # --json only: a plain produce skips it
+        from broker.core.verify import value_sha256  # --json only: a plain produce skips it
     for record, result in zip(records, results, strict=True):
         summary.add(result)
         if out.as_json:
@@ -603,7 +624,7 @@ def _emit(
                 "topic": result.topic,
                 "partition": result.partition,
                 "offset": result.offset if result.offset >= 0 else None,
-                "value_sha256": sha256(record.value),  # what `fencelog verify --acks` checks
+                "value_sha256": value_sha256(record.value),  # what `fencelog verify --acks` checks
             }
             if summary.txn_id is not None:
                 fields["txn_id"] = summary.txn_id

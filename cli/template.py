@@ -49,7 +49,7 @@ _FIELDS: Final[dict[str, Part]] = {
     "k": lambda r, rendering: rendering.show(r.key) or "",
     "s": lambda r, rendering: rendering.show(r.value) or "",
     "K": lambda r, _: str(-1 if r.key is None else len(r.key)),
-    "S": lambda r, _: str(len(r.value)),
+    "S": lambda r, _: str(-1 if r.value is None else len(r.value)),  # -1: null, as kcat
     "h": _headers,
     "%": _text("%"),
 }

@@ -57,7 +57,8 @@ def values_iterable(values: object) -> Iterable[Any]:
     """produce()'s values: an iterable of values, never one value on its own."""
     if isinstance(values, bytes | str | bytearray | NewRecord) or values is None:
         raise refused(
-            f"values is a list of values (bytes, str or NewRecord), not {type(values).__name__}",
+            "values is a list of values (bytes, str, None or NewRecord), "
+            f"not {type(values).__name__}",
             hint="to send one value, give a list of one: [value]",
         )
     if not isinstance(values, Iterable):
@@ -122,8 +123,8 @@ def bad_record(records: Sequence[NewRecord]) -> BrokerError | None:
             return refused(f"record {index} is a {type(record).__name__}, not a NewRecord")
         value, key, headers, partition, timestamp = record
         problem = None
-        if not isinstance(value, _BYTES):
-            problem = f"value is bytes, not {type(value).__name__}"
+        if value is not None and not isinstance(value, _BYTES):
+            problem = f"value is bytes or None, not {type(value).__name__}"
         elif key is not None and not isinstance(key, _BYTES):
             problem = f"key is bytes or None, not {type(key).__name__}"
         elif partition is not None and not is_int(partition):

@@ -481,6 +481,7 @@ class AsyncClient:
             "max_records": max_records,
             "wait_ms": wait_ms,
             "fences": codec.fences_to_wire(fences),
+            "nulls": True,  # a null value may come as a null
         }
         ipc = (await self.request(Op.FETCH_ARROW, args)).get("arrow")
         if not isinstance(ipc, bytes):

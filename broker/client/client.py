@@ -78,7 +78,7 @@ DEFAULT_BROKER: Final = "./.fencelog"
 # Where a read starts: every chosen partition at the beginning, the end or an offset, or a
 # next offset per partition (every chosen partition must have one).
 Start = int | Literal["beginning", "end"] | Mapping[int, int]
-Value = bytes | str | NewRecord
+Value = bytes | str | NewRecord | None  # None: a null value (Kafka's tombstone)
 P = ParamSpec("P")
 R = TypeVar("R")
 
@@ -243,7 +243,8 @@ class Client:
         fences: Sequence[Fence] = (),
         txn: int | None = None,
     ) -> list[AppendResult]:
-        """Append values (bytes, str, or NewRecord for per-record keys and partitions).
+        """Append values (bytes, str, None for a null value, or NewRecord for per-record
+        keys and partitions).
 
         `key`, `partition` and `headers` apply to every value given as bytes or str.
         Each batch of up to append_records_max records and append_bytes_max bytes is one
@@ -324,7 +325,10 @@ class Client:
                 value
                 if isinstance(value, NewRecord)
                 else NewRecord(
-                    arguments.as_bytes(value, "a value"), default_key, headers, partition
+                    None if value is None else arguments.as_bytes(value, "a value"),
+                    default_key,
+                    headers,
+                    partition,
                 )
                 for value in values
             ]

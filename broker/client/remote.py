@@ -248,6 +248,7 @@ def fetch_args(
         "fences": codec.fences_to_wire(fences),
         "pages": pages,  # a page per partition, not a row per record (pages.py)
         "runs": pages,  # page columns may come as runs (rows.Runs)
+        "nulls": True,  # a null value may come as a null (-1 in a page's value lengths)
     }
 
 

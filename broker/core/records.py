@@ -24,7 +24,15 @@ from collections.abc import Sequence
 from broker.core.values import check_integer, check_string
 from broker.errors import BrokerError, ErrorCode
 from broker.limits import INT64_MAX, INT64_MIN, Limits
-from broker.types import CLEANUP_POLICIES, NewRecord, RecordColumns, TopicConfig, values_of
+from broker.types import (
+    CLEANUP_POLICIES,
+    NewRecord,
+    RecordColumns,
+    TopicConfig,
+    value_size,
+    value_sizes,
+    values_of,
+)
 
 _VALUE, _KEY, _HEADERS = (operator.itemgetter(i) for i in range(3))
 _TIMESTAMP = operator.itemgetter(4)
@@ -134,13 +142,14 @@ def check_records(records: Sequence[NewRecord], limits: Limits, *, kafka: bool =
             f"a batch holds at most {most} records, not {len(records)}",
             hint="split the batch",
         )
-    values = list(map(len, values_of(records))) if len(records) > 1 else None
+    values = value_sizes(values_of(records)) if len(records) > 1 else None
     if kafka:
         total = _kafka_bytes(records, values)
     elif values is None:  # one record: the usual test below, unrolled
         value, key, headers = records[0][:3]
-        if not key and not headers and len(value) <= limits.record_value_bytes_max:
-            total = len(value)
+        size = value_size(value)
+        if not key and not headers and size <= limits.record_value_bytes_max:
+            total = size
         else:
             total = _check_record(0, records[0], limits)
     elif _values_only(records) and max(values) <= limits.record_value_bytes_max:
@@ -213,7 +222,7 @@ def _check_record(index: int, record: NewRecord, limits: Limits) -> int:
             limit=limit,
         )
 
-    size = len(record.value)
+    size = value_size(record.value)
     if size > limits.record_value_bytes_max:
         raise too_large("value", size, limits.record_value_bytes_max)
     if record.key is None and not record.headers:
@@ -267,9 +276,9 @@ def split_batches(records: Sequence[NewRecord], limits: Limits) -> list[Sequence
     (as check_records counts them); a record too large on its own is its own batch, for
     check_records to refuse."""
     if _values_only(records):
-        sizes = list(map(len, values_of(records)))  # the usual batch
+        sizes = value_sizes(values_of(records))  # the usual batch
     elif (keyed := _key_lengths(records)) is not None:
-        sizes = list(map(operator.add, map(len, values_of(records)), keyed))
+        sizes = list(map(operator.add, value_sizes(values_of(records)), keyed))
     else:
         sizes = list(map(_stored_size, records))
     if 0 < len(records) <= limits.append_records_max and sum(sizes) <= limits.append_bytes_max:
@@ -311,7 +320,7 @@ def _kafka_bytes(records: Sequence[NewRecord], values: list[int] | None) -> int:
 
 
 def _stored_size(record: NewRecord) -> int:
-    size = len(record.value) + (len(record.key) if record.key is not None else 0)
+    size = value_size(record.value) + (len(record.key) if record.key is not None else 0)
     return size + sum(_header_bytes(name, value) for name, value in record.headers)
 
 

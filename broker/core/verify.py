@@ -66,6 +66,11 @@ def sha256(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
+def value_sha256(value: bytes | None) -> str | None:
+    """A record value's digest; a null value has none (value_sha256 null)."""
+    return None if value is None else sha256(value)
+
+
 class Ack(Struct, frozen=True):
     """One acknowledged record: where it landed and, when known, its value's digest.
 
@@ -248,7 +253,7 @@ class Checker:
         self._gap(p, self._next_offset.get(p, self.infos[p].start_offset), offset)
         self._next_offset[p] = offset + 1
         for ack in self._acked.pop((p, offset), ()):
-            if ack.value_sha256 is not None and ack.value_sha256 != sha256(record.value):
+            if ack.value_sha256 is not None and ack.value_sha256 != value_sha256(record.value):
                 self._add(
                     "lost",
                     p,
@@ -284,7 +289,7 @@ class Checker:
         p, offset = record.partition, record.offset
         if self.expected is not None:
             if item is None or item not in self._expected_at:
-                shown = "no key" if item is None else _show(item)
+                shown = _show(item) if item is not None else f"no {self.by}"
                 self._add(
                     "unexpected",
                     p,
@@ -298,7 +303,7 @@ class Checker:
         elif (
             self.by == "value"
             and self._acked_digests
-            and sha256(record.value) not in self._acked_digests
+            and value_sha256(record.value) not in self._acked_digests
         ):
             return  # with acks, only the acknowledged values are counted
         if item is not None:

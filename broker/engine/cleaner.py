@@ -8,8 +8,10 @@ records of one partition, so a writer never waits long behind it:
   the front is cut, never a batch behind a newer one);
 - compaction (cleanup compact): in a window that walks from the log start to the end and
   starts again, keyed records that a later record of the same key supersedes are deleted,
-  and so is a tombstone (a key with an empty value) that has been the newest of its key
-  for tombstone_retention_ms: each batch holding one is rewritten without it (a batch
+  and so is a tombstone (a key with a null value, Kafka's; or with an empty one, which
+  fencelog took for a tombstone before it had nulls, when Kafka's were stored empty,
+  and still does) that has been the newest of its key for tombstone_retention_ms:
+  each batch holding one is rewritten without it (a batch
   left with none goes). Offsets stay as they were: the log has gaps. Which record is a
   key's newest the cleaner learns by reading the partition's keys once and then only
   what was appended since (a map of key to offset in memory, per partition compacted):
@@ -205,7 +207,7 @@ def _kept(
     for index, (offset, key) in enumerate(zip(at, found_keys, strict=True)):
         if key is not None and offset >= start:
             latest = newest.get(key, offset)
-            if latest > offset or (lengths[index] == 0 and stamps[index] < tombstone_before):
+            if latest > offset or (lengths[index] <= 0 and stamps[index] < tombstone_before):
                 continue
         keep.append(index)
     return keep

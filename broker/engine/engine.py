@@ -65,6 +65,8 @@ from broker.types import (
     collector_paused,
     keys_of,
     partitions_of,
+    value_size,
+    value_sizes,
 )
 
 if TYPE_CHECKING:  # pyarrow comes with the spark extra; fetch_arrow imports it
@@ -1093,14 +1095,14 @@ def _below_start(topic: str, partition: int, offset: int, start: int) -> BrokerE
 
 def _within_bytes(found: list[rows.Row], bytes_max: int) -> list[rows.Row]:
     """The first rows within bytes_max of keys and values (at least one)."""
-    size = sum(map(len, map(_ROW_VALUE, found)))
+    size = sum(value_sizes(list(map(_ROW_VALUE, found))))
     if any(map(_ROW_KEY, found)):
         size += sum(len(key) for key in map(_ROW_KEY, found) if key)
     if size <= bytes_max:
         return found
     total = 0
     for index, (_, _, _, key, value, *_) in enumerate(found):
-        total += len(value) + (len(key) if key else 0)
+        total += value_size(value) + (len(key) if key else 0)
         if total > bytes_max and index > 0:
             return found[:index]
     return found

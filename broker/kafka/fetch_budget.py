@@ -33,7 +33,7 @@ def record_bytes_max(row: KafkaRow) -> int:
     """An upper bound of the bytes row takes in a Kafka record batch."""
     key = row[2]
     return (
-        len(row[3])
+        len(row[3] or b"")
         + (len(key) if key is not None else 0)
         + len(row[4])
         + (RECORD_OVERHEAD_BYTES_MAX)
@@ -71,7 +71,7 @@ class FetchBudget:
         size = BATCH_HEADER_BYTES
         count = 0
         for _, _, key, value, headers in stored:
-            next_size = size + len(value) + len(headers) + RECORD_OVERHEAD_BYTES_MAX
+            next_size = size + len(value or b"") + len(headers) + RECORD_OVERHEAD_BYTES_MAX
             if key is not None:
                 next_size += len(key)
             if next_size > limit and (count > 0 or self.answered):

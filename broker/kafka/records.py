@@ -10,8 +10,9 @@ built here without a Python object per record beyond the row itself (a fetch of 
 records is this module's loop, so it is kept tight). Offsets inside a batch are deltas
 from its first, so a gap (none today) would cost nothing.
 
-Kafka's null value (a tombstone) is stored as an empty value: fencelog's records always
-have a value. A null header value is kept null, distinct from an empty one.
+Kafka's null value (a tombstone: value length -1) is stored as a null value and fetched
+as one, distinct from an empty value; a null header value likewise. A page holding a
+null is never uniform (its value lengths are text), so encode_batch writes it.
 """
 
 from __future__ import annotations
@@ -160,7 +161,7 @@ def _read_records(  # noqa: PLR0912, PLR0915 - a branch per field read inline is
             size, pos = (size >> 1) ^ -(size & 1), pos + 2
         else:
             size, pos = _varint(body, pos)
-        value = b""
+        value = None  # Kafka's null value, kept null
         if size >= 0:
             value, pos = body[pos : pos + size], pos + size
         headers: tuple[tuple[str, bytes | None], ...] = ()
@@ -256,7 +257,7 @@ def encode_batch(stored: Sequence[rows.KafkaRow]) -> bytes:
     table, limit, empty_headers = _VARINTS, _TABLE_SIZE, rows.EMPTY_HEADERS
     parts: list[bytes] = []
     extend = parts.extend
-    for offset, timestamp, key, value, headers in stored:
+    for offset, timestamp, key, stored_value, headers in stored:
         delta = timestamp - base_ts
         stamp = table[delta] if 0 <= delta < limit else _zigzag(delta)
         delta = offset - base_offset
@@ -265,8 +266,12 @@ def encode_batch(stored: Sequence[rows.KafkaRow]) -> bytes:
             key_size, key_bytes = _NULL, b""
         else:
             key_size, key_bytes = (table[len(key)] if len(key) < limit else _zigzag(len(key))), key
+        value = b"" if stored_value is None else stored_value
         size = len(value)
-        value_size = table[size] if size < limit else _zigzag(size)
+        if stored_value is None:
+            value_size = _NULL
+        else:
+            value_size = table[size] if size < limit else _zigzag(size)
         tail = _NO_HEADERS if headers == empty_headers else _encode_headers(headers)
         size += 1 + len(stamp) + len(place) + len(key_size) + len(key_bytes) + len(value_size)
         size += len(tail)

@@ -6,8 +6,8 @@ A start aborts what a killed mirror left open in that transaction group, and cla
 resource <group> in the ownership group `fencelog-mirror`, so that a second mirror of
 the same group is refused while the first is live.
 
-fencelog keeps a null value, and a null header value, as empty (the Kafka listener does
-the same): a record read from fencelog carries what was stored.
+A null value (Kafka's tombstone) and a null header value are kept null both ways,
+distinct from empty ones, as fencelog stores them.
 """
 
 from __future__ import annotations
@@ -40,9 +40,9 @@ def _mirror_record(record: Record) -> MirrorRecord:
 
 
 def _new_record(record: MirrorRecord) -> NewRecord:
-    headers = tuple((name, b"" if value is None else value) for name, value in record.headers)
-    value = b"" if record.value is None else record.value
-    return NewRecord(value, record.key, headers, record.partition, record.timestamp_ms)
+    return NewRecord(
+        record.value, record.key, tuple(record.headers), record.partition, record.timestamp_ms
+    )
 
 
 class _Reading:

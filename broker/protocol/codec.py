@@ -16,8 +16,9 @@ import msgpack
 import msgspec
 
 from broker.core.txn import parse_txn_id
+from broker.errors import BrokerError, ErrorCode
 from broker.protocol.frames import ProtocolError
-from broker.protocol.messages import COLUMNS_FEATURE
+from broker.protocol.messages import COLUMNS_FEATURE, NULL_VALUES_FEATURE
 from broker.rows import (
     ROW_FIELDS,
     AuditRow,
@@ -58,6 +59,7 @@ from broker.types import (
     TxnMember,
     TxnPartition,
     collector_paused,
+    values_of,
 )
 
 T = TypeVar("T")
@@ -194,6 +196,8 @@ def with_columns(args: dict[str, Any], features: frozenset[str]) -> dict[str, An
     them (COLUMNS_FEATURE in what its HELLO announced) and the batch allows; else as
     they were."""
     records = args.get("records")
+    if NULL_VALUES_FEATURE not in features and isinstance(records, list | tuple | RecordColumns):
+        _refuse_nulls(records)
     if isinstance(records, RecordColumns) and COLUMNS_FEATURE not in features:
         return {**args, "records": records.records()}  # a server before columns: rows
     if COLUMNS_FEATURE not in features or not isinstance(records, list | tuple | RecordColumns):
@@ -205,6 +209,20 @@ def with_columns(args: dict[str, Any], features: frozenset[str]) -> dict[str, An
     del changed["records"]
     changed["columns"] = columns
     return changed
+
+
+def _refuse_nulls(records: Sequence[NewRecord]) -> None:
+    """A server before null values (no NULL_VALUES_FEATURE) would refuse the request as
+    malformed: say which record, before anything is sent."""
+    values = values_of(records)
+    if any(value is None for value in values):
+        index = next(i for i, value in enumerate(values) if value is None)
+        raise BrokerError(
+            ErrorCode.INVALID_ARGUMENT,
+            f"record {index} has a null value, which this server cannot store",
+            index=index,
+            hint="upgrade the server to one that keeps null values, or send b''",
+        )
 
 
 def records_from_args(args: dict[str, Any]) -> Sequence[NewRecord]:
@@ -221,8 +239,8 @@ def new_records_from_columns(columns: object) -> RecordColumns:
     if not (isinstance(columns, tuple | list) and len(columns) == 3):
         raise ProtocolError("field 'columns' must be [values, keys or nil, partitions or nil]")
     values, keys, partitions = columns
-    if not isinstance(values, tuple | list) or not {*map(type, values)} <= {bytes}:
-        raise ProtocolError("the values column must be an array of binary values")
+    if not isinstance(values, tuple | list) or not {*map(type, values)} <= _KEY_TYPES:
+        raise ProtocolError("the values column must be an array of binary values or nil")
     count = len(values)
     return RecordColumns(
         values,
@@ -249,7 +267,7 @@ def new_records_from_wire(rows: object) -> list[NewRecord]:
         if (
             type(row) is tuple
             and len(row) == 5
-            and type(row[0]) is bytes
+            and (type(row[0]) is bytes or row[0] is None)
             and (row[1] is None or type(row[1]) is bytes)
             and row[2] == ()
             and (row[3] is None or type(row[3]) is int)
@@ -271,7 +289,7 @@ def _plain(rows: tuple[Any, ...] | list[Any]) -> bool:
         return False
     values, keys, headers, partitions, stamps = _FIELDS
     return (
-        {*map(type, map(values, rows))} == {bytes}
+        {*map(type, map(values, rows))} <= _KEY_TYPES
         and {*map(type, map(keys, rows))} <= _KEY_TYPES
         and list(map(headers, rows)).count(()) == len(rows)
         and {*map(type, map(partitions, rows))} <= _INT_TYPES
@@ -287,8 +305,10 @@ def _new_record(index: int, row: object) -> NewRecord:
     if not (isinstance(row, tuple | list) and len(row) == 5):
         raise ProtocolError(f"record {index} is not [value, key, headers, partition, timestamp]")
     value, key, headers, partition, timestamp_ms = row
-    if not isinstance(value, bytes) or not (key is None or isinstance(key, bytes)):
-        raise ProtocolError(f"record {index}: value and key must be binary")
+    if not (value is None or isinstance(value, bytes)) or not (
+        key is None or isinstance(key, bytes)
+    ):
+        raise ProtocolError(f"record {index}: value and key must be binary or nil")
     for optional_int in (partition, timestamp_ms):
         if optional_int is not None and (
             not isinstance(optional_int, int) or isinstance(optional_int, bool)

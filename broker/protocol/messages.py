@@ -40,6 +40,7 @@ ARROW_FEATURE: Final = "fetch_arrow"  # FETCH_ARROW (the server has pyarrow)
 COLUMNS_FEATURE: Final = "produce_columns"  # PRODUCE's records as columns
 CHECKSUM_FEATURE: Final = "frame_crc"  # frames carry a CRC-32 of their body (frames.py)
 KAFKA_GROUPS_FEATURE: Final = "kafka_groups"  # KAFKA_GROUPS
+NULL_VALUES_FEATURE: Final = "null_values"  # PRODUCE takes null values (FETCH: its "nulls")
 
 
 class Kind(enum.IntEnum):

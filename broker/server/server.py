@@ -59,6 +59,7 @@ from broker.protocol.messages import (
     CHECKSUM_FEATURE,
     COLUMNS_FEATURE,
     KAFKA_GROUPS_FEATURE,
+    NULL_VALUES_FEATURE,
     PROTOCOL_VERSION,
     ErrorReply,
     Op,
@@ -66,7 +67,7 @@ from broker.protocol.messages import (
     Reply,
     Request,
 )
-from broker.rows import Page
+from broker.rows import Page, row_without_null, without_nulls
 from broker.server.connection import (
     Answer,
     Connection,
@@ -720,6 +721,7 @@ class Server:
         positions = codec.positions_from_wire(args.get("positions"))
         max_records, wait_ms = self._fetch_bounds(args)
         fences = codec.fences_from_wire(args.get("fences"))
+        nulls = bool(codec.field(args, "nulls", bool, optional=True))  # a client before nulls
         if not codec.field(args, "pages", bool, optional=True):  # a client before pages
             rows = await self._long_poll(
                 topic,
@@ -727,7 +729,9 @@ class Server:
                 lambda engine: engine.fetch_rows(topic, positions, max_records, fences),
                 bool,
             )
-            self.metrics.fetched(topic, len(rows), sum(len(row[4]) for row in rows))
+            if not nulls:
+                rows = [row_without_null(row) for row in rows]
+            self.metrics.fetched(topic, len(rows), sum(len(row[4] or b"") for row in rows))
             return {"rows": rows}
         chunks = await self._long_poll(
             topic,
@@ -739,7 +743,14 @@ class Server:
             if isinstance(chunk, Page):
                 self.metrics.fetched(topic, chunk.record_count, len(chunk.values))
             else:
-                self.metrics.fetched(topic, len(chunk), sum(len(row[4]) for row in chunk))
+                self.metrics.fetched(topic, len(chunk), sum(len(row[4] or b"") for row in chunk))
+        if not nulls:
+            chunks = [
+                without_nulls(chunk)
+                if isinstance(chunk, Page)
+                else [row_without_null(row) for row in chunk]
+                for chunk in chunks
+            ]
         runs = bool(codec.field(args, "runs", bool, optional=True))  # a client before runs
         return {"pages": codec.chunks_to_wire(chunks, runs)}
 
@@ -757,11 +768,14 @@ class Server:
         offset = codec.field(args, "offset", int)
         max_records, wait_ms = self._fetch_bounds(args)
         fences = codec.fences_from_wire(args.get("fences"))
+        nulls = bool(codec.field(args, "nulls", bool, optional=True))  # a client before nulls
 
         def page(reader: Engine) -> tuple[int, bytes]:
             from broker import columnar  # pyarrow: only for columnar readers
 
             batch = reader.fetch_arrow(topic, partition, offset, max_records, fences)
+            if not nulls:
+                batch = columnar.without_nulls(batch)
             return batch.num_rows, columnar.batch_to_ipc(batch)
 
         _, ipc = await self._long_poll(topic, wait_ms, page, operator.itemgetter(0))
@@ -1024,7 +1038,9 @@ def _features() -> frozenset[str]:
     columns; KAFKA_GROUPS; FETCH_ARROW, which needs pyarrow (the spark extra): a server without it
     does not announce it."""
     arrow = {ARROW_FEATURE} if importlib.util.find_spec("pyarrow") else set()
-    return frozenset({COLUMNS_FEATURE, CHECKSUM_FEATURE, KAFKA_GROUPS_FEATURE, *arrow})
+    return frozenset(
+        {COLUMNS_FEATURE, CHECKSUM_FEATURE, KAFKA_GROUPS_FEATURE, NULL_VALUES_FEATURE, *arrow}
+    )
 
 
 def _is_loopback(host: str) -> bool:

@@ -71,15 +71,21 @@ def pack(
     producer: Producer,
 ) -> tuple[object, ...]:
     """The `log` row of a batch at `where` (topic id, partition, first offset): its
-    values (bytes-like), keys (None: none has one), headers as stored (EMPTY_HEADERS for
-    a record without; None: none has any), timestamps (one int: every record's), and
-    producer fields."""
+    values (bytes-like, or None: a null value, -1 in the text of value lengths), keys
+    (None: none has one), headers as stored (EMPTY_HEADERS for a record without; None:
+    none has any), timestamps (one int: every record's), and producer fields."""
     count = len(values)
-    vals = b"".join(values)
+    nulls = False
+    try:
+        vals = b"".join(values)
+        lengths = list(map(len, values))
+    except TypeError:  # a null value: -1 in the text column, no bytes (never a number)
+        nulls = True
+        vals = b"".join(value for value in values if value is not None)
+        lengths = [-1 if value is None else len(value) for value in values]
     size = len(vals)
-    lengths = list(map(len, values))
     value_lengths: int | bytes = lengths[0]
-    if lengths.count(lengths[0]) != count:
+    if nulls or lengths.count(lengths[0]) != count:
         value_lengths = text(lengths)
     timestamps: bytes | None = None
     if isinstance(stamps, int):
@@ -124,7 +130,7 @@ def pack_one(
 ) -> tuple[object, ...]:
     """pack() of one record without key or headers: the one-record produce's row."""
     topic_id, partition, first_offset = where
-    vals = bytes(value)
+    vals = b"" if value is None else bytes(value)
     return (
         topic_id,
         partition,
@@ -135,7 +141,7 @@ def pack_one(
         stamp,
         stamp,
         *producer,
-        len(vals),
+        b"-1" if value is None else len(vals),
         None,
         None,
         None,
@@ -191,6 +197,8 @@ def sizes(part: Part) -> list[int]:
     """Bytes of key and value of each record of the part."""
     batch, low, high = part
     found = value_lengths(batch)[low:high]
+    if isinstance(batch.value_lengths, bytes) and b"-" in batch.value_lengths:
+        found = [max(0, size) for size in found]  # a null value has no bytes
     keyed = key_lengths(batch)
     if keyed is not None:
         found = [size + max(0, key) for size, key in zip(found, keyed[low:high], strict=True)]
@@ -211,7 +219,7 @@ def _slices(data: bytes, lengths: list[int], low: int, high: int) -> list[bytes]
     return list(map(data.__getitem__, map(slice, ends[low:high], ends[low + 1 : high + 1])))
 
 
-def values(part: Part) -> list[bytes]:
+def values(part: Part) -> Sequence[bytes | None]:
     batch, low, high = part
     length = batch.value_lengths
     if isinstance(length, int):
@@ -221,7 +229,11 @@ def values(part: Part) -> list[bytes]:
         return [
             data[start : start + length] for start in range(low * length, high * length, length)
         ]
-    return _slices(batch.vals, numbers(length), low, high)
+    lengths = numbers(length)
+    if b"-" not in length:
+        return _slices(batch.vals, lengths, low, high)
+    present = _slices(batch.vals, [max(0, n) for n in lengths], low, high)
+    return [None if n < 0 else value for n, value in zip(lengths[low:high], present, strict=True)]
 
 
 def keys(part: Part) -> Sequence[bytes | None]:
@@ -322,6 +334,12 @@ def _lines_hold(column: bytes | None, count: int) -> bool:
     return column is None or column.count(b"\n") + 1 == count
 
 
+def _bytes_of(lengths: bytes) -> int:
+    """The bytes a text column of value lengths adds up to (-1, a null: none)."""
+    found = numbers(lengths)
+    return sum(found) if b"-" not in lengths else sum(max(0, n) for n in found)
+
+
 def unreadable(batch: Stored) -> str | None:
     """What a read finds wrong with a batch's columns before it uses them (cheaper than
     damage(): line counts, and the values' total length), or None."""
@@ -330,7 +348,7 @@ def unreadable(batch: Stored) -> str | None:
     if isinstance(lengths, int):
         values_fit = count * lengths == len(batch.vals)
     else:
-        values_fit = _lines_hold(lengths, count) and sum(numbers(lengths)) == len(batch.vals)
+        values_fit = _lines_hold(lengths, count) and _bytes_of(lengths) == len(batch.vals)
     if not values_fit:
         return f"its values do not hold its {count} records"
     if not (
@@ -357,7 +375,9 @@ def _damage(batch: Stored) -> str | None:
     lengths = value_lengths(batch)
     keyed = key_lengths(batch)
     problems = {
-        "values": len(lengths) != count or sum(lengths) != len(batch.vals) or min(lengths) < 0,
+        "values": len(lengths) != count
+        or sum(max(0, n) for n in lengths) != len(batch.vals)
+        or min(lengths) < (0 if isinstance(batch.value_lengths, int) else -1),
         "timestamps": batch.timestamps is not None and len(numbers(batch.timestamps)) != count,
         "keys": keyed is not None
         and (len(keyed) != count or sum(max(0, n) for n in keyed) != len(batch.keys or b"")),
@@ -431,7 +451,10 @@ def _values_bytes(part: Part) -> bytes:
     length = batch.value_lengths
     if isinstance(length, int):
         return batch.vals[low * length : high * length]
-    ends = list(accumulate(numbers(length)[:high], initial=0))
+    lengths = numbers(length)[:high]
+    if b"-" in length:
+        lengths = [max(0, n) for n in lengths]
+    ends = list(accumulate(lengths, initial=0))
     return batch.vals[ends[low] : ends[high]]
 
 

@@ -21,7 +21,14 @@ from broker.rows import EMPTY_HEADERS, decode_headers, encode_headers
 from broker.storage import batches
 from broker.storage.logs import plain_records
 from broker.storage.queries import Q
-from broker.types import NO_OFFSET_METADATA, NewRecord, OffsetMetadata, Record, values_of
+from broker.types import (
+    NO_OFFSET_METADATA,
+    NewRecord,
+    OffsetMetadata,
+    Record,
+    value_sizes,
+    values_of,
+)
 
 TXN_COUNTER = "next_txn_id"
 
@@ -162,7 +169,7 @@ def set_first_sequence(
 
 # A batch's body: values, then keys, encoded headers and timestamps, each None when no
 # record of the batch has one of its own.
-Body = tuple[list[bytes], list[bytes | None] | None, list[bytes] | None, list[int] | None]
+Body = tuple[list[bytes | None], list[bytes | None] | None, list[bytes] | None, list[int] | None]
 _encode_body = msgspec.msgpack.Encoder().encode
 _BODY = msgspec.msgpack.Decoder(Body)
 
@@ -205,7 +212,7 @@ def journal_records(
     start = _journal_end(conn, txn_id, topic_id, partition)
     count = len(records)
     values = values_of(records)
-    size = sum(map(len, values))
+    size = sum(value_sizes(values))
     if plain_records(records):
         body = _encode_body((values, None, None, None))
     else:

@@ -36,6 +36,7 @@ from broker.limits import DEFAULT_LIMITS
 from support.exclusive import STEP_S, access_view, assert_never_interleaved, segments
 from support.helpers import Process
 from support.owning import resumed_and_killed, serving
+from support.values import present
 from support.waiting import wait_until
 
 TOPIC = "control"
@@ -230,7 +231,7 @@ def check_log(client: Client, writers: list[Writer]) -> None:
     assert_never_interleaved(log)
     for writer in writers:
         for offset, value in writer.acked.items():
-            assert log[offset].value.decode() == value, (writer.name, offset, log[offset])
+            assert present(log[offset].value).decode() == value, (writer.name, offset, log[offset])
     epochs = {w.name: w.epoch for w in writers}
     assert all(epochs[writer] == epoch for epoch, writer in segments(log)), segments(log)
 
@@ -310,7 +311,9 @@ def test_a_paused_holder_is_fenced_after_a_new_exclusive_producer_took_over(
         log = list(client.consume(TOPIC))
     assert_never_interleaved(log)
     assert [writer for _, writer in segments(log)] == ["old", "new"]
-    assert all(log[offset].value.decode() == value for offset, value in holder.acked.items())
+    assert all(
+        present(log[offset].value).decode() == value for offset, value in holder.acked.items()
+    )
 
 
 def take_exclusive(client: Client, holder: Writer) -> Producer:

@@ -32,6 +32,7 @@ from broker.errors import BrokerError, ErrorCode
 from broker.types import Fence
 from support.helpers import Process
 from support.owning import broker_target, python_process, resumed_and_killed
+from support.values import present
 
 ITERATIONS = 10
 GROUP = "journal"
@@ -145,7 +146,7 @@ def one_zombie_round(target: str, topic: str) -> None:
             assert status == STOPPED_EXIT, (status, a.said, writer.stderr_text())
         assert {"FENCED\n", "SEVERED\n"} & set(a.said), a.said
         assert any(line.startswith("severed ") for line in a.said), a.said
-        values = [r.value.decode() for r in b.consume(topic)]
+        values = [present(r.value).decode() for r in b.consume(topic)]
     first_b = written[0].offset
     assert values[first_b:] == [f"B:{claimed.generation}:{n}" for n in range(3)]
     assert all(v.startswith(f"A:{a.generation}:") for v in values[:first_b]), values

@@ -44,6 +44,7 @@ from support.producing import (
     states_from_records,
 )
 from support.servers import ServeProcess, served, serving
+from support.values import present
 from support.waiting import wait_until
 
 TOPIC = "orders"
@@ -55,7 +56,7 @@ def all_records(client: Client, topic: str = TOPIC) -> list[Record]:
 
 
 def values_of(records: list[Record], partition: int = 0) -> list[bytes]:
-    return [r.value for r in records if r.partition == partition]
+    return [present(r.value) for r in records if r.partition == partition]
 
 
 def wait_done(futures: list[Any], timeout_s: float) -> list[list[AppendResult]]:
@@ -510,7 +511,7 @@ class Copier:
 
 def output_of(data_dir: Path) -> list[bytes]:
     with connect(data_dir, durability="normal") as client:
-        return [r.value for r in client.consume("output")]
+        return [present(r.value) for r in client.consume("output")]
 
 
 def expected_output() -> list[bytes]:

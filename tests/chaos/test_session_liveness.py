@@ -18,6 +18,7 @@ from pathlib import Path
 from broker.client.client import connect
 from support import REPO_ROOT
 from support.helpers import Process, Processes, user_env
+from support.values import present
 from support.waiting import wait_until
 
 TOPIC = "control"
@@ -69,6 +70,6 @@ def test_a_live_waiter_outlives_a_producer_stopped_inside_a_write(
     assert next_line(first, "fenced") == "fenced", first.stderr_text()
     assert first.wait(STEP_S) == 3
     with connect(data_dir) as client:
-        values = [r.value.decode() for r in client.consume(TOPIC, start="beginning")]
+        values = [present(r.value).decode() for r in client.consume(TOPIC, start="beginning")]
     writers = [v.split(":")[0] for v in values]
     assert writers == sorted(writers), f"a's records after b's first: {values}"

@@ -92,9 +92,9 @@ def test_round_trip_through_kafka_is_equal_record_for_record(
     week = TopicConfig(retention_ms=7 * 86_400_000, cleanup="delete")
     records = [
         NewRecord(
-            f"value-{i}".encode() if i % 5 else b"",
+            f"value-{i}".encode() if i % 5 else None if i % 10 else b"",  # null and empty
             None if i % 4 == 0 else f"key-{i % 7}".encode(),
-            (("trace", f"t{i}".encode()), ("empty", b"")) if i % 3 == 0 else (),
+            (("trace", f"t{i}".encode()), ("empty", b""), ("null", None)) if i % 3 == 0 else (),
             i % 3,
             1_700_000_000_000 + i * 1_000,
         )

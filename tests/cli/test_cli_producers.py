@@ -21,6 +21,7 @@ from broker.types import NewRecord, ProducerFields
 from cli.main import command
 from support.helpers import Invoke, expect, json_error, json_lines
 from support.servers import ServerThread, served
+from support.values import present
 
 DAY_MS = 24 * 3600 * 1000
 
@@ -293,7 +294,7 @@ def test_idempotent_produce_from_stdin_numbers_each_partitions_records(
     assert len(landed) == 10
     assert all(r["duplicate"] is False for r in landed)
     by_partition: dict[int, list[broker.Record]] = {p: stored(data_dir, p) for p in (0, 1)}
-    assert sorted(r.value for p in (0, 1) for r in by_partition[p]) == sorted(
+    assert sorted(present(r.value) for p in (0, 1) for r in by_partition[p]) == sorted(
         line.encode() for line in lines
     )
     for records in by_partition.values():

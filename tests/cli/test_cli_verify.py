@@ -163,6 +163,23 @@ def test_an_acked_offset_missing_or_holding_other_bytes_is_lost(
     assert anomalies(cli("verify", "in", "--acks", str(acks), "--json")) == {"lost": 2}
 
 
+def test_null_values_verify_clean_and_a_null_where_bytes_were_acked_is_lost(
+    cli: Invoke, tmp_path: Path
+) -> None:
+    """A null value has no bytes to compare: its ack (value_sha256 null) holds its
+    place, it is never a duplicate of another null; an ack of bytes where the log holds
+    a null is lost."""
+    values = ["a", "-", "b", "-"]
+    acks = tmp_path / "acks.ndjson"
+    produce_acks(cli, acks, "-p", "0", "--null-value", "-", values=values)
+    assert [a["value_sha256"] is None for a in json_lines(acks.read_text())] == [0, 1, 0, 1]
+    clean = cli("verify", "in", "--acks", str(acks))
+    assert expect(clean, 0).stdout.splitlines()[-1] == "verify in: 4 records, 4 acks: clean"
+    bytes_acked = acks.read_text().replace('"value_sha256":null', f'"value_sha256":"{"0" * 64}"', 1)
+    acks.write_text(bytes_acked)
+    assert anomalies(cli("verify", "in", "--acks", str(acks), "--json")) == {"lost": 1}
+
+
 def test_an_expected_value_missing_from_the_log_is_lost(
     cli: Invoke, expected: Path, data_dir: Path
 ) -> None:

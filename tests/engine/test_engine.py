@@ -16,7 +16,7 @@ from broker.types import DURABILITIES, NewRecord, ProducerFields, check_durabili
 from support.stored import stored_records
 
 
-def values(records: list[broker.Record]) -> list[bytes]:
+def values(records: list[broker.Record]) -> list[bytes | None]:
     return [r.value for r in records]
 
 

@@ -50,6 +50,7 @@ from support.exclusive import (
 )
 from support.owning import RawSession
 from support.servers import ServerThread, served
+from support.values import present
 
 TOPIC = "control"
 PAST_TIMEOUT_MS = DEFAULT_LIMITS.session_timeout_ms + 60_000
@@ -127,7 +128,7 @@ def exclusive(client: Client, name: str, epoch: int | None = None) -> Producer:
 
 def log(client: Client, topic: str = TOPIC) -> list[tuple[str, int]]:
     """(value, epoch) of every record, in offset order (one partition)."""
-    return [(r.value.decode(), r.epoch) for r in client.consume(topic)]
+    return [(present(r.value).decode(), r.epoch) for r in client.consume(topic)]
 
 
 def waiting_count(count: int) -> Callable[[AccessView], bool]:

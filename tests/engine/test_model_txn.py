@@ -60,6 +60,7 @@ from broker.types import NewRecord, TxnInfo
 from support.models import MODEL_SETTINGS
 from support.producing import FakeClock
 from support.servers import ServerThread
+from support.values import present
 
 TOPICS = {"invoices": 1, "ledger": 3}  # created in this order: the broker lists by it
 TOPIC_ORDER = list(TOPICS)
@@ -251,7 +252,9 @@ class TxnMachine(RuleBasedStateMachine):
             assert [(r.topic, r.partition, r.offset) for r in results] == [
                 (topic, p, -1) for p in partitions
             ], "journaled: no offset until the commit"
-            txn.records += [(topic, p, r.value) for r, p in zip(records, partitions, strict=True)]
+            txn.records += [
+                (topic, p, present(r.value)) for r, p in zip(records, partitions, strict=True)
+            ]
         event(f"produce into a transaction: {txn.state}")
 
     def open_txns(self) -> list[ModelTxn]:
@@ -281,7 +284,7 @@ class TxnMachine(RuleBasedStateMachine):
         for record, partition in zip(records, partitions, strict=True):
             log = self.logs[topic, partition]
             expected.append((topic, partition, len(log)))
-            log.append((record.value, None))
+            log.append((present(record.value), None))
         assert [(r.topic, r.partition, r.offset) for r in results] == expected
 
     def naming(self, txn: ModelTxn, choice: str) -> str | None:

@@ -58,7 +58,7 @@ def plain(engine: Engine, value: str) -> int:
     return result.offset
 
 
-def values(engine: Engine) -> list[bytes]:
+def values(engine: Engine) -> list[bytes | None]:
     return [r.value for r in engine.read(TOPIC, 0, 0)]
 
 

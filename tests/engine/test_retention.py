@@ -118,6 +118,29 @@ def test_a_tombstone_goes_once_it_is_old_enough(engine: Engine, clock: Clock) ->
     assert [r.key for r in engine.fetch("state", {0: 0}, None)] == [b"kept"]
 
 
+def test_a_null_value_is_the_tombstone_and_goes_once_old_enough_with_its_batch_kept(
+    engine: Engine, clock: Clock
+) -> None:
+    """Kafka's tombstone, a null value: kept as null (not empty) while it is young,
+    removed from inside its batch once old enough; an empty value beside it stays a
+    tombstone too (fencelog's rule before nulls); a null that a later record of its key
+    supersedes goes at once, as any superseded record does."""
+    engine.create_topic("state", config=TopicConfig(cleanup="compact"))
+    engine.produce("state", [NewRecord(b"v", b"gone"), NewRecord(b"w", b"kept")])
+    engine.produce("state", [NewRecord(None, b"back"), NewRecord(b"x", b"back")])
+    engine.produce(
+        "state",
+        [NewRecord(None, b"gone"), NewRecord(b"y", b"live"), NewRecord(b"", b"kept")],
+    )
+    assert engine.clean_topic("state") == 3  # superseded: gone's v, kept's w, back's null
+    young = [(r.offset, r.key, r.value) for r in engine.fetch("state", {0: 0}, None)]
+    assert young == [(3, b"back", b"x"), (4, b"gone", None), (5, b"live", b"y"), (6, b"kept", b"")]
+    clock.now_ms += DAY_MS + 1
+    assert engine.clean_topic("state") == 2
+    old = [(r.offset, r.key, r.value) for r in engine.fetch("state", {0: 0}, None)]
+    assert old == [(3, b"back", b"x"), (5, b"live", b"y")]
+
+
 def test_a_compacted_topic_refuses_records_without_a_key(engine: Engine) -> None:
     engine.create_topic("state", config=TopicConfig(cleanup="compact"))
     with pytest.raises(BrokerError, match="every record needs a key") as refused:

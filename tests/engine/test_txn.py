@@ -36,6 +36,7 @@ from broker.server.server import Server
 from broker.types import NewRecord, ProducerFields, Record, TxnInfo
 from support.producing import FakeClock, open_engine
 from support.servers import ServerThread
+from support.values import present
 from support.waiting import wait_until
 
 TIMEOUT_MS = DEFAULT_LIMITS.txn_timeout_ms
@@ -111,13 +112,13 @@ def refused(code: ErrorCode, call: Callable[[], object]) -> BrokerError:
 def log(client: Client, topic: str, partition: int | None = None) -> list[tuple[int, int, str]]:
     """(partition, offset, value) of every record a consumer reads."""
     return [
-        (r.partition, r.offset, r.value.decode())
+        (r.partition, r.offset, present(r.value).decode())
         for r in client.consume(topic, partition=partition)
     ]
 
 
 def values(client: Client, topic: str) -> list[str]:
-    return [r.value.decode() for r in client.consume(topic)]
+    return [present(r.value).decode() for r in client.consume(topic)]
 
 
 def parts(info: TxnInfo) -> list[tuple[str | None, int, int, int | None]]:
@@ -199,7 +200,7 @@ def test_keys_headers_and_timestamps_survive_the_journal(client: Client, clock: 
     journaled_at = clock.now_ms
     clock.advance(1_000)
     client.txn_commit(txn.txn_id)
-    found = sorted(client.consume("ledger"), key=lambda r: r.value)
+    found = sorted(client.consume("ledger"), key=lambda r: present(r.value))
     assert [(r.key, r.value, r.headers) for r in found] == [
         (b"acct-9", b"a", (("trace", b"\x00t"),)),
         (b"acct-9", b"b", (("trace", b"\x00t"),)),
@@ -320,7 +321,7 @@ def test_concurrent_commits_and_plain_produces_keep_each_transaction_adjacent(
     assert errors == []
     found = list(client.consume("invoices"))
     assert [r.offset for r in found] == list(range(rounds * 2 * 3 + rounds * 2))
-    stored = [r.value.decode() for r in found]
+    stored = [present(r.value).decode() for r in found]
     for name in "xy":
         for n in range(rounds):
             start = stored.index(f"{name}{n}-a")
@@ -764,7 +765,7 @@ def test_transaction_commit_offsets_travel_with_the_records(client: Client) -> N
     client.produce("ledger", ["in-0", "in-1", "in-2"], partition=0)
     with client.transaction("copier-txns") as txn:
         for record in client.consume("ledger", partition=0):
-            txn.produce("invoices", [record.value.upper()])
+            txn.produce("invoices", [present(record.value).upper()])
         txn.commit_offsets("copier", "ledger", {0: 3})
         assert client.committed_offsets("copier", "ledger") == ({}, None)
         assert values(client, "invoices") == []
@@ -964,7 +965,7 @@ def journal_into(
     )
 
 
-def stored(engine: Engine, topic: str) -> list[tuple[int, int, bytes, int | None]]:
+def stored(engine: Engine, topic: str) -> list[tuple[int, int, bytes | None, int | None]]:
     partitions = engine.describe_topic(topic).partitions
     return [
         (r.partition, r.offset, r.value, r.txn_id)

@@ -27,6 +27,7 @@ from broker.limits import DEFAULT_LIMITS
 from broker.storage import logs
 from broker.types import Access, AppendResult, Lease, Mode, NewRecord, ProducerFields
 from support.producing import FakeClock, open_engine
+from support.values import present
 
 TOPIC = "t"
 
@@ -66,7 +67,7 @@ def put(engine: Engine, *values: str, partition: int = 0, topic: str = TOPIC) ->
 
 def log(engine: Engine, partition: int = 0, topic: str = TOPIC) -> list[tuple[int, str]]:
     """(offset, value) of every record of one partition, as a reader sees them."""
-    return [(r.offset, r.value.decode()) for r in engine.read(topic, partition, 0)]
+    return [(r.offset, present(r.value).decode()) for r in engine.read(topic, partition, 0)]
 
 
 def in_order(*values: str) -> list[tuple[int, str]]:

@@ -153,6 +153,68 @@ def test_records_written_by_either_protocol_read_back_identically(
     ]
 
 
+# null values: Kafka's tombstone ------------------------------------------------------------
+
+
+def test_a_null_value_reads_back_null_and_an_empty_value_empty(
+    kafka_server: ServeProcess, kafka: str, kcat: str
+) -> None:
+    producer = Producer({"bootstrap.servers": kafka})
+    producer.produce("tombs", value=None, key=b"gone")
+    producer.produce("tombs", value=b"", key=b"empty")
+    producer.produce("tombs", value=b"v", key=b"kept")
+    assert producer.flush(STEP_S) == 0
+    with connect(kafka_server.address) as client:
+        client.produce("tombs", [NewRecord(None, b"native")])  # a native null, read by Kafka
+        assert [r.value for r in client.fetch("tombs", {0: 0})] == [None, b"", b"v", None]
+    subprocess.run(  # kcat -Z: an empty message is sent as a null one
+        [kcat, "-b", kafka, "-P", "-t", "tombs", "-K:", "-Z"],
+        input="kcat:\n",
+        capture_output=True,
+        text=True,
+        timeout=STEP_S,
+        check=True,
+    )
+
+    reader = consumer(kafka, "tombs")
+    reader.subscribe(["tombs"])
+    try:
+        seen = poll_values(reader, 5)
+    finally:
+        reader.close()
+    assert [(m.key(), m.value()) for m in seen] == [
+        (b"gone", None),
+        (b"empty", b""),
+        (b"kept", b"v"),
+        (b"native", None),
+        (b"kcat", None),
+    ]
+
+    completed = subprocess.run(
+        [kcat, "-b", kafka, "-C", "-t", "tombs", "-o", "beginning", "-e", "-f", "%k=%s|%S\\n"],
+        capture_output=True,
+        text=True,
+        timeout=STEP_S,
+        check=True,
+    )
+    # kcat's %S: a value's length, -1 for a null one
+    assert completed.stdout.splitlines() == [
+        "gone=|-1",
+        "empty=|0",
+        "kept=v|1",
+        "native=|-1",
+        "kcat=|-1",
+    ]
+    native = native_records(kafka_server, "tombs")
+    assert [(r["key"], r["value"]) for r in native] == [
+        ("gone", None),
+        ("empty", ""),
+        ("kept", "v"),
+        ("native", None),
+        ("kcat", None),
+    ]
+
+
 # the idempotent producer -------------------------------------------------------------------
 
 

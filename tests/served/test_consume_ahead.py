@@ -28,6 +28,7 @@ from broker.client.client import Client, connect
 from broker.limits import DEFAULT_LIMITS
 from broker.types import Record
 from support.servers import served
+from support.values import present
 from support.waiting import within
 
 PAGE = 50  # read_records_max: records in one fetch
@@ -89,7 +90,7 @@ def fill(
 
 
 def seen(records: Iterable[Record]) -> list[tuple[int, int, bytes]]:
-    return [(r.partition, r.offset, r.value) for r in records]
+    return [(r.partition, r.offset, present(r.value)) for r in records]
 
 
 def per_partition(records: list[tuple[int, int, bytes]]) -> dict[int, list[int]]:

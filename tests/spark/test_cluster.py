@@ -26,6 +26,7 @@ from support import EXAMPLES
 from support.helpers import user_env
 from support.producing import free_port
 from support.servers import ServeProcess, serving
+from support.values import present
 from support.waiting import wait_until
 
 SPARK_HOME = Path(pyspark.__file__).parent
@@ -179,8 +180,8 @@ def test_readme_cluster_pipeline_survives_a_worker_killed_mid_batch(tmp_path: Pa
                 assert output() < RECORDS, "the pipeline ended before a worker could be killed"
                 workers[0].kill()
                 assert driver.wait(timeout=PIPELINE_S) == 0, log.read_text(errors="replace")[-4000:]
-                values = [r.value for r in client.consume("orders_upper")]
-                inputs = [r.value for r in client.consume("orders")]
+                values = [present(r.value) for r in client.consume("orders_upper")]
+                inputs = [present(r.value) for r in client.consume("orders")]
         finally:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(driver.pid, signal.SIGKILL)

@@ -102,6 +102,20 @@ def test_the_topic_option_overrides_a_topic_column(spark: SparkSession, embedded
         assert sorted(values(client, "other")[0]) == [b"a", b"b"]
 
 
+def test_a_null_value_is_written_and_read_null(spark: SparkSession, embedded: Broker) -> None:
+    """As Kafka's sink and source: a row whose value is null is a null record value
+    (a tombstone), distinct from an empty one, both ways."""
+    with embedded.client() as client:
+        client.create_topic("nulls")
+    df = spark.createDataFrame([("k1", None), ("k2", "")], "key string, value string")
+    write(df, embedded.url, "nulls")
+    with embedded.client() as client:
+        stored = sorted((r.key, r.value) for r in client.consume("nulls") if r.key is not None)
+    assert stored == [(b"k1", None), (b"k2", b"")]
+    rows = read(spark, embedded.url, "nulls").select("key", "value").collect()
+    assert sorted((bytes(r.key), r.value) for r in rows) == [(b"k1", None), (b"k2", b"")]
+
+
 # options ------------------------------------------------------------------------------------
 
 

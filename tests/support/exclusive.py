@@ -15,6 +15,7 @@ from broker.client.client import Client
 from broker.client.producer import Producer
 from broker.errors import BrokerError
 from broker.types import Record
+from support.values import present
 from support.waiting import wait_until
 
 STEP_S = 15.0  # a bound on every single wait (support.waiting)
@@ -129,7 +130,7 @@ def segments(records: Sequence[Record]) -> list[tuple[int, str]]:
     """(epoch, writer) runs in offset order; a record's writer is its value up to ':'."""
     runs: list[tuple[int, str]] = []
     for record in records:
-        run = (record.epoch, record.value.decode().partition(":")[0])
+        run = (record.epoch, present(record.value).decode().partition(":")[0])
         if not runs or runs[-1] != run:
             runs.append(run)
     return runs

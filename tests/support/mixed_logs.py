@@ -1,5 +1,5 @@
 """A partition log with every kind of record, for tests that read it back: plain and
-keyed records, empty values and keys, headers, explicit timestamps, an idempotent
+keyed records, empty and null values, empty keys, headers, explicit timestamps, an idempotent
 producer's batches, committed and aborted transactions, over two partitions.
 
 `OPERATIONS` is a hypothesis strategy of produce operations; `apply` runs them;
@@ -43,7 +43,8 @@ def new_records(kind: str, partition: int, count: int, rng: random.Random) -> li
         key = rng.choice([None, b"", rng.randbytes(rng.randint(1, 9))])
         headers = rng.choice([(), (("h", rng.randbytes(3)),), (("a", b""), ("b", b"\x00"))])
         timestamp = rng.choice([None, rng.randint(0, 2**41)])
-        records.append(NewRecord(value, key, headers, partition, timestamp))
+        null = rng.random() < 0.2  # a null value (Kafka's tombstone), in any batch
+        records.append(NewRecord(None if null else value, key, headers, partition, timestamp))
     return records
 
 

@@ -16,6 +16,7 @@ from pyspark.sql.streaming.readwriter import DataStreamWriter
 
 from broker.client.client import Client, connect
 from broker.types import NewRecord, Record, TxnInfo
+from support.values import present
 
 ACTION_TIMEOUT_S = 120  # one streaming run; a batch action has pytest's timeout
 
@@ -118,7 +119,9 @@ def by_partition(client: Client, topic: str) -> dict[int, list[Record]]:
 
 
 def values(client: Client, topic: str) -> dict[int, list[bytes]]:
-    return {p: [r.value for r in records] for p, records in by_partition(client, topic).items()}
+    return {
+        p: [present(r.value) for r in records] for p, records in by_partition(client, topic).items()
+    }
 
 
 def upper_values(client: Client, topic: str) -> dict[int, list[bytes]]:

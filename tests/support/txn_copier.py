@@ -28,6 +28,7 @@ from typing import Any
 
 from broker.client.client import Client, connect
 from broker.errors import BrokerError, ErrorCode
+from support.values import present
 
 INPUT = "input"
 OUTPUT = "output"
@@ -83,7 +84,9 @@ def copy(client: Client, group: str, chunk: int, pause_s: float, rng: random.Ran
             batches[partition] = records
         with client.transaction(group, timeout_ms=TXN_TIMEOUT_MS) as txn:
             for partition, records in batches.items():
-                txn.produce(OUTPUT, [transform(r.value) for r in records], partition=partition)
+                txn.produce(
+                    OUTPUT, [transform(present(r.value)) for r in records], partition=partition
+                )
                 pause()
             after = {p: records[-1].offset + 1 for p, records in batches.items()}
             txn.commit_offsets(group, INPUT, after)

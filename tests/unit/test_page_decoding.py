@@ -97,7 +97,42 @@ def test_a_malformed_page_is_a_protocol_error(chunk: object, message: str) -> No
 def test_anything_a_server_might_send_is_records_or_a_protocol_error(chunk: object) -> None:
     with contextlib.suppress(ProtocolError):
         records = codec.records_from_chunks(TOPIC, [chunk])
-        assert all(isinstance(r, Record) and isinstance(r.value, bytes) for r in records)
+        assert all(isinstance(r, Record) for r in records)
+        assert all(r.value is None or isinstance(r.value, bytes) for r in records)
+
+
+# null values --------------------------------------------------------------------------------
+
+
+def test_a_value_length_of_minus_one_in_text_is_a_null_value() -> None:
+    nulls = with_field(4, b"2\n-1\n4")  # "aa", null, "bbbc"
+    values = [r.value for r in codec.records_from_chunks(TOPIC, [nulls])]
+    assert values == [b"aa", None, b"bbbc"]
+    every = {"page": [3, 10, 2, b"", b"-1\n-1", 1_000, b"", -1, [], [0, 0, 0, 0, None]]}
+    assert [r.value for r in codec.records_from_chunks(TOPIC, [every])] == [None, None]
+
+
+@pytest.mark.parametrize(
+    ("lengths", "message"),
+    [
+        (-1, "values of -1 bytes"),  # a length given as one number never means null
+        (b"2\n-2\n4", "a value length of -2"),
+        (b"3\n-1\n4", "do not add up to 6 bytes"),
+    ],
+)
+def test_a_null_only_as_minus_one_in_text(lengths: object, message: str) -> None:
+    with pytest.raises(ProtocolError, match=message):
+        codec.records_from_chunks(TOPIC, [with_field(4, lengths)])
+
+
+def test_a_page_without_nulls_gives_each_as_empty() -> None:
+    """What a served reader that did not say it reads nulls gets (rows.without_nulls)."""
+    page = rows.Page(0, 5, 3, b"ab", b"1\n-1\n1", 7, b"", -1, [], (0, 0, 0, 0, None))
+    assert [r.value for r in rows.records_of_page(TOPIC, page)] == [b"a", None, b"b"]
+    plain = rows.without_nulls(page)
+    assert [r.value for r in rows.records_of_page(TOPIC, plain)] == [b"a", b"", b"b"]
+    row = (0, 5, 7, None, None, rows.EMPTY_HEADERS, 0, 0, 0, 0, None)
+    assert rows.row_without_null(row)[rows.ROW_VALUE] == b""
 
 
 # the cycle collector ----------------------------------------------------------------------
