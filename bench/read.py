@@ -71,7 +71,7 @@ def raw_copy(engine: Engine, conn: sqlite3.Connection, records: int) -> int:
     offset = 0
     while offset < records:
         page = engine.read(TOPIC, PARTITION, offset, 1000)
-        raw.insert_batch(conn, raw.record_rows(1, offset, [r.value for r in page]))
+        raw.insert_batch(conn, raw.record_rows(1, offset, [r.value or b"" for r in page]))
         offset = page[-1].offset + 1
     conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
     return 1
