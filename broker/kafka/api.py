@@ -24,7 +24,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from functools import partial
 from typing import TYPE_CHECKING, Any, Final, Protocol, TypeVar
 
@@ -721,22 +721,7 @@ class KafkaApi:
             version=version,
             throttle_time_ms=0,
             error_code=error,
-            topics=[
-                topic_cls(
-                    name=topic,
-                    partitions=[
-                        topic_cls.OffsetFetchResponsePartition(
-                            partition_index=c.partition,
-                            committed_offset=c.offset,
-                            committed_leader_epoch=c.leader_epoch,
-                            metadata=c.metadata,
-                            error_code=c.error,
-                        )
-                        for c in parts
-                    ],
-                )
-                for topic, parts in found
-            ],
+            topics=_fetched_topics(topic_cls, topic_cls.OffsetFetchResponsePartition, found),
         )
 
     async def _committed(
@@ -776,22 +761,9 @@ class KafkaApi:
                 group_cls(
                     group_id=asked_group.group_id,
                     error_code=error,
-                    topics=[
-                        topic_cls(
-                            name=topic,
-                            partitions=[
-                                topic_cls.OffsetFetchResponsePartitions(
-                                    partition_index=c.partition,
-                                    committed_offset=c.offset,
-                                    committed_leader_epoch=c.leader_epoch,
-                                    metadata=c.metadata,
-                                    error_code=c.error,
-                                )
-                                for c in parts
-                            ],
-                        )
-                        for topic, parts in found
-                    ],
+                    topics=_fetched_topics(
+                        topic_cls, topic_cls.OffsetFetchResponsePartitions, found
+                    ),
                 )
             )
         return response(version=version, throttle_time_ms=0, groups=groups)
@@ -1163,3 +1135,28 @@ def _txn_error(error: BrokerError) -> int:
 
 def _group_error(error: BrokerError) -> int:
     return _GROUP_ERRORS.get(error.code, wire.UNKNOWN_SERVER_ERROR)
+
+
+def _fetched_topics(
+    topic_cls: Any,
+    partition_cls: Any,
+    found: Sequence[tuple[str, Sequence[kafka_offsets.Committed]]],
+) -> list[Any]:
+    """OffsetFetch's topics of committed offsets, in the classes of the version asked
+    (v8 and later name the partition class in the plural)."""
+    return [
+        topic_cls(
+            name=topic,
+            partitions=[
+                partition_cls(
+                    partition_index=c.partition,
+                    committed_offset=c.offset,
+                    committed_leader_epoch=c.leader_epoch,
+                    metadata=c.metadata,
+                    error_code=c.error,
+                )
+                for c in parts
+            ],
+        )
+        for topic, parts in found
+    ]
