@@ -1034,7 +1034,9 @@ def _read_fetch(
                 page = reader.fetch_kafka_page(topic, partition, offset, records, limit)
                 if page is not None and kafka_records.uniform(page):
                     assert isinstance(page.value_lengths, int)
-                    count = budget.take_uniform(page.record_count, page.value_lengths, limit)
+                    count = budget.take_uniform(
+                        kafka_records.uniform_batches(page), page.value_lengths, limit
+                    )
                     if count:
                         batch = kafka_records.encode_uniform(page, count)
                         end = max(end, page.offset + count)

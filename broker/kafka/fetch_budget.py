@@ -50,17 +50,27 @@ class FetchBudget:
     def exhausted(self) -> bool:
         return self.answered and self.left_bytes < BATCH_HEADER_BYTES + RECORD_OVERHEAD_BYTES_MAX
 
-    def take_uniform(self, count: int, value_bytes: int, partition_max_bytes: int) -> int:
-        """take() of `count` records alike (no key, no headers, values of value_bytes
-        each: a uniform page, broker/kafka/records.py encode_uniform): how many."""
+    def take_uniform(
+        self, batches: Sequence[int], value_bytes: int, partition_max_bytes: int
+    ) -> int:
+        """take() of records alike (no key, no headers, values of value_bytes each: a
+        uniform page, broker/kafka/records.py encode_uniform), encoded as batches of
+        these many records each: how many records."""
         limit = min(self.left_bytes, max(0, partition_max_bytes))
         each = value_bytes + _EMPTY_HEADERS_BYTES + RECORD_OVERHEAD_BYTES_MAX
-        taken = min(count, max(0, limit - BATCH_HEADER_BYTES) // each)
-        if taken == 0 and count and not self.answered:
-            taken = 1
+        size = taken = 0
+        for records in batches:
+            fit = min(records, max(0, limit - size - BATCH_HEADER_BYTES) // each)
+            if fit:
+                size += BATCH_HEADER_BYTES + fit * each
+                taken += fit
+            if fit < records:
+                break
+        if taken == 0 and batches and not self.answered:
+            taken, size = 1, BATCH_HEADER_BYTES + each
         if taken:
             self.answered = True
-            self.left_bytes = max(0, self.left_bytes - BATCH_HEADER_BYTES - taken * each)
+            self.left_bytes = max(0, self.left_bytes - size)
         return taken
 
     def take(self, stored: Sequence[KafkaRow], partition_max_bytes: int) -> Sequence[KafkaRow]:

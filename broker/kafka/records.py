@@ -294,23 +294,55 @@ def encode_batch(stored: Sequence[rows.KafkaRow]) -> bytes:
 
 
 def uniform(page: rows.Page) -> bool:
-    """A page encode_uniform takes: one value size, one timestamp, no keys or headers."""
+    """A page encode_uniform takes: one value size, no keys or headers, and one timestamp
+    for each stored batch (a number, or runs of them: a page across batches)."""
+    stamps = page.timestamps
     return (
         isinstance(page.value_lengths, int)
-        and isinstance(page.timestamps, int)
+        and (isinstance(stamps, int) or (isinstance(stamps, list) and _steady(stamps)))
         and page.key_lengths == -1
         and not page.headers
     )
 
 
+def uniform_batches(page: rows.Page) -> list[int]:
+    """The records of each v2 batch encode_uniform makes of a uniform page."""
+    stamps = page.timestamps
+    if isinstance(stamps, int):
+        return [page.record_count] if page.record_count else []
+    assert isinstance(stamps, list)
+    return [records for records, _, _ in stamps]
+
+
+def _steady(runs: rows.Runs) -> bool:
+    return all(step == 0 for _, _, step in runs)
+
+
 def encode_uniform(page: rows.Page, count: int) -> bytes:
-    """encode_batch() of a uniform page's first `count` records, from its columns: the
-    records differ only in their offset delta and value, so each is a prefix made once
-    per value size and delta (_prefixes), its value, and the empty header count, joined
-    once. No Python work per record beyond a slice of the values."""
-    assert isinstance(page.value_lengths, int) and isinstance(page.timestamps, int)
-    size, timestamp = page.value_lengths, page.timestamps
-    values = page.values
+    """encode_batch() of a uniform page's first `count` records, from its columns, a v2
+    batch for each run of one timestamp (each stored batch): the records differ only in
+    their offset delta and value, so each is a prefix made once per value size and delta
+    (_prefixes), its value, and the empty header count, joined once. No Python work per
+    record beyond a slice of the values."""
+    assert isinstance(page.value_lengths, int)
+    stamps = page.timestamps
+    runs = [(page.record_count, stamps, 0)] if isinstance(stamps, int) else stamps
+    assert isinstance(runs, list)
+    size, values = page.value_lengths, page.values
+    out: list[bytes] = []
+    first = 0
+    for records, timestamp, _ in runs:
+        taken = min(records, count - first)
+        if taken <= 0:
+            break
+        body = _uniform_body(values[first * size : (first + taken) * size], size, taken)
+        offset = page.offset + first
+        out.append(_batch(offset, offset + taken - 1, timestamp, timestamp, taken, body))
+        first += taken
+    return b"".join(out)
+
+
+def _uniform_body(values: bytes, size: int, count: int) -> bytes:
     parts: list[bytes] = [_NO_HEADERS] * (3 * count)
     parts[0::3] = _prefixes(size, count)
     parts[1::3] = (
@@ -318,8 +350,7 @@ def encode_uniform(page: rows.Page, count: int) -> bytes:
         if size
         else [b""] * count
     )
-    body = b"".join(parts)
-    return _batch(page.offset, page.offset + count - 1, timestamp, timestamp, count, body)
+    return b"".join(parts)
 
 
 def _prefixes(value_size: int, count: int) -> list[bytes]:

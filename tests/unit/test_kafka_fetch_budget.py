@@ -87,5 +87,41 @@ def test_a_uniform_page_encodes_as_its_rows_do(
     ]
     assert encode_uniform(page, taken) == encode_batch(stored[:taken])
     limit = BATCH_HEADER_BYTES + sum(map(record_bytes_max, stored[:taken]))
-    assert FetchBudget(limit).take_uniform(count, size, limit) == taken
+    assert FetchBudget(limit).take_uniform([count], size, limit) == taken
     assert len(FetchBudget(limit).take(stored, limit)) == taken
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    st.lists(st.tuples(st.integers(1, 40), st.integers(0, 1 << 40)), min_size=1, max_size=8),
+    st.integers(0, 120),
+    st.integers(100, 20_000),
+)
+def test_a_page_across_batches_encodes_a_batch_each_within_its_budget(
+    runs: list[tuple[int, int]], size: int, limit: int
+) -> None:
+    """A uniform page across stored batches (a timestamp each: runs) is a v2 batch per
+    run, the records as encode_batch gives them, never past the budget that took them
+    (but for the first record of a fetch)."""
+    count = sum(records for records, _ in runs)
+    values = b"".join(bytes([index % 251]) * size for index in range(count))
+    stamps = [(records, stamp, 0) for records, stamp in runs]
+    page = Page(0, 7, count, values, size, stamps, b"", -1, [], (0, 0, 0, 0, None))
+    assert uniform(page)
+    budget = FetchBudget(limit)
+    taken = budget.take_uniform([records for records, _ in runs], size, limit)
+    encoded = encode_uniform(page, taken)
+    assert taken >= 1 and (len(encoded) <= limit or taken == 1)
+    expected, first = b"", 0
+    for records, stamp in runs:
+        part = min(records, taken - first)
+        if part <= 0:
+            break
+        expected += encode_batch(
+            [
+                (7 + i, stamp, None, values[i * size : (i + 1) * size], EMPTY_HEADERS)
+                for i in range(first, first + part)
+            ]
+        )
+        first += part
+    assert encoded == expected
