@@ -10,7 +10,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping, Sequence
 from typing import NamedTuple
 
 from broker.errors import BrokerError, ErrorCode
@@ -59,6 +59,31 @@ def offset_cut(front: list[Front], start: int, before: int, more: bool) -> Cut |
         return None
     freed = sum(size for _, size, _ in below)
     return Cut(new_start, freed, sum(records for _, _, records in below))
+
+
+def compaction_keeps(
+    offsets: Sequence[int],
+    keys: Sequence[bytes | None],
+    value_lengths: Sequence[int],
+    timestamps: Sequence[int],
+    newest: Mapping[bytes, int],
+    start: int,
+    tombstone_before_ms: int,
+) -> list[int]:
+    """The indexes of one batch's records compaction keeps, the records given column by
+    column: all but a keyed record a later record of its key supersedes (newest: each
+    key's newest offset) and a tombstone (a null or empty value: length -1 or 0) older
+    than tombstone_before_ms. Records below the log start are retention's."""
+    keep = []
+    for index, (offset, key) in enumerate(zip(offsets, keys, strict=True)):
+        if key is None or offset < start:  # keyless, or retention's
+            keep.append(index)
+            continue
+        superseded = newest.get(key, offset) > offset
+        old_tombstone = value_lengths[index] <= 0 and timestamps[index] < tombstone_before_ms
+        if not (superseded or old_tombstone):
+            keep.append(index)
+    return keep
 
 
 def check_epoch(

@@ -198,16 +198,14 @@ class Cleaner:
 def _kept(
     batch: batches.Stored, newest: dict[bytes, int], start: int, tombstone_before: int
 ) -> list[int]:
-    """The indexes of the batch's records compaction keeps: all but those a later
-    record of their key supersedes and old tombstones (below the log start: all)."""
+    """The indexes of the batch's records compaction keeps (broker/core/retention.py)."""
     whole = batches.Part(batch, 0, batch.records)
-    at, found_keys = batches.offsets(whole), batches.keys(whole)
-    lengths, stamps = batches.value_lengths(batch), batches.timestamps(whole)
-    keep = []
-    for index, (offset, key) in enumerate(zip(at, found_keys, strict=True)):
-        if key is not None and offset >= start:
-            latest = newest.get(key, offset)
-            if latest > offset or (lengths[index] <= 0 and stamps[index] < tombstone_before):
-                continue
-        keep.append(index)
-    return keep
+    return rules.compaction_keeps(
+        batches.offsets(whole),
+        batches.keys(whole),
+        batches.value_lengths(batch),
+        batches.timestamps(whole),
+        newest,
+        start,
+        tombstone_before,
+    )

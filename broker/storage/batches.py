@@ -18,7 +18,7 @@ from typing import Any, NamedTuple
 import msgspec
 
 from broker.rows import EMPTY_HEADERS, NO_TXN, Column, Page, Row, Runs
-from broker.types import Record, collector_paused
+from broker.types import collector_paused
 
 _encode = msgspec.msgpack.Encoder().encode
 _HEADERS = msgspec.msgpack.Decoder(list[tuple[int, bytes]])
@@ -297,14 +297,6 @@ def rows(part: Part) -> list[Row]:
                 strict=True,
             )
         )
-
-
-def records(topic: str, part: Part, decode: Any) -> list[Record]:
-    """The part's records as Records, headers decoded by `decode`."""
-    return [
-        Record(topic, p, o, t, k, v, () if h == EMPTY_HEADERS else decode(h), pid, g, s, e, x)
-        for p, o, t, k, v, h, pid, g, s, e, x in rows(part)
-    ]
 
 
 def repack(batch: Stored, keep: Sequence[int]) -> tuple[Any, ...]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from broker.core.retention import Cut, check_epoch, front_cut, offset_cut
+from broker.core.retention import Cut, check_epoch, compaction_keeps, front_cut, offset_cut
 from broker.errors import BrokerError, ErrorCode
 
 
@@ -59,3 +59,19 @@ def test_an_epoch_not_the_current_one_is_refused(
         check_epoch("copier", stored, pid, epoch)
     assert refused.value.code is code
     check_epoch("copier", (7, 3), 7, 3)  # the current one passes
+
+
+def test_compaction_keeps_the_newest_of_each_key_and_young_tombstones() -> None:
+    # offsets 10-14: a superseded record, the newest of k, an old and a young tombstone,
+    # a keyless record; the log start is 10
+    keeps = compaction_keeps(
+        [10, 11, 12, 13, 14],
+        [b"k", b"k", b"old", b"young", None],
+        [1, 1, -1, 0, 5],
+        [0, 0, 50, 500, 0],
+        {b"k": 11, b"old": 12, b"young": 13},
+        10,
+        100,
+    )
+    assert keeps == [1, 3, 4]
+    assert compaction_keeps([5], [b"k"], [1], [0], {b"k": 9}, 10, 100) == [0]  # below start
