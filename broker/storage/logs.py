@@ -15,6 +15,7 @@ from typing import Any
 from msgspec import Struct
 
 from broker.errors import BrokerError, ErrorCode
+from broker.limits import INT64_MAX
 from broker.rows import (
     EMPTY_HEADERS,
     KafkaRow,
@@ -401,8 +402,7 @@ def read_compacted(
     """The newest record of every key in a partition from its log start, in offset
     order (keyless: none)."""
     newest: dict[bytes, Row] = {}
-    for row in conn.execute(Q["log_keyed"], (topic.topic_id, partition, start)):
-        batch = batch_of(row)
+    for batch in keyed_batches(conn, topic, partition, start, INT64_MAX):
         part = batches.Part(batch, batches.index_at(batch, start), batch.records)
         for found in batches.rows(part):
             if found[3] is not None:

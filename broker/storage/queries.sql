@@ -81,21 +81,9 @@ DELETE FROM log WHERE topic_id = ?;
 -- name: log_delete_batch
 DELETE FROM log WHERE topic_id = ? AND partition = ? AND first_offset = ?;
 
--- name: log_keyed
--- The batches holding keyed records, from the one holding offset ?3 on.
-SELECT topic_id, partition, first_offset, last_offset, records, bytes, timestamp_ms, max_timestamp_ms,
-       producer_id, generation, first_sequence, epoch, txn_id, value_lengths, timestamps,
-       key_lengths, headers, offset_deltas, keys, vals
-FROM log
-WHERE topic_id = ?1 AND partition = ?2
-  AND first_offset >= coalesce((SELECT first_offset FROM log
-                                WHERE topic_id = ?1 AND partition = ?2 AND first_offset <= ?3
-                                ORDER BY first_offset DESC LIMIT 1), ?3)
-  AND key_lengths IS NOT NULL
-ORDER BY first_offset;
-
 -- name: log_keyed_between
--- log_keyed up to the batches starting before ?4 (compaction's window).
+-- The batches holding keyed records, from the one holding offset ?3 to those starting
+-- before ?4 (compaction's window; ?4 past the end: all).
 SELECT topic_id, partition, first_offset, last_offset, records, bytes, timestamp_ms, max_timestamp_ms,
        producer_id, generation, first_sequence, epoch, txn_id, value_lengths, timestamps,
        key_lengths, headers, offset_deltas, keys, vals
