@@ -6,9 +6,11 @@ embedded (sessions are processes, judged by their heartbeats) and served
 (`fencelog serve --session-timeout 1s`: sessions are connections).
 
 Embedded, a writer paused while it holds SQLite's write lock blocks everyone else until
-it runs again, so the waiter cannot be promoted: then the writer is resumed for one more
-record and paused again. A writer may also lose its session before it is paused (a late
-heartbeat on a busy machine): the takeover then happens early, which the rules allow; the
+it runs again, so the waiter cannot be promoted: the test sees the lock taken (it cannot
+take it itself), resumes the writer for one more record and pauses it again. Paused
+outside a write, the waiter must take over within the session timeout. A writer may also
+lose its session before it is paused (a late heartbeat on a busy machine): the takeover
+then happens early, which the rules allow; the
 log must hold the same guarantees either way.
 
 Also: a holder killed with SIGKILL is detached at once (no session timeout to wait for),
@@ -20,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import signal
+import sqlite3
 import sys
 import time
 from collections.abc import Iterator
@@ -33,6 +36,7 @@ from broker.client.client import Client, connect
 from broker.client.producer import Producer
 from broker.errors import BrokerError, ErrorCode
 from broker.limits import DEFAULT_LIMITS
+from broker.storage.database import DataDir
 from support.exclusive import STEP_S, access_view, assert_never_interleaved, segments
 from support.helpers import Process
 from support.owning import resumed_and_killed, serving
@@ -43,7 +47,8 @@ TOPIC = "control"
 TAKEOVERS = 3
 SESSION_TIMEOUT_MS = {"embedded": 1500, "served": 1000}
 FENCED_EXIT = 3
-PAUSE_ATTEMPTS = 4  # embedded: a writer paused holding the write lock is paused again
+PAUSE_ATTEMPTS = 20  # embedded: a writer paused holding the write lock is paused again
+LOCK_PROBE_S = 0.5  # a write of the others (the waiter's poll, a heartbeat) is shorter
 
 WRITER = """
 import msgspec.structs, sys, threading, time
@@ -183,24 +188,29 @@ class Chain:
                 return
             holder.pause()
             try:
-                elected = self.elected(waiter)
-                if elected:
-                    assert waiter.acks(3), f"{waiter.name} fenced while its rival was paused"
+                if self.kind == "embedded" and self.write_locked():
+                    continue  # paused inside a write: everyone waits for it; again
+                timeout_s = SESSION_TIMEOUT_MS[self.kind] / 1000 + 4.0
+                assert waiter.until("elected", timeout_s), f"{waiter.name} fenced"
+                assert waiter.acks(3), f"{waiter.name} fenced while its rival was paused"
+                return
             finally:
                 holder.resume()
-            if elected:
-                return
-        raise AssertionError(f"{waiter.name} never took over from paused {holder.name}")
+        raise AssertionError(f"{holder.name} was paused inside a write {PAUSE_ATTEMPTS} times")
 
-    def elected(self, waiter: Writer) -> bool:
-        """Did the waiter take over within the session timeout and some slack?"""
-        timeout_s = SESSION_TIMEOUT_MS[self.kind] / 1000 + 4.0
+    def write_locked(self) -> bool:
+        """Embedded: does someone (the paused holder) hold the database's write lock?"""
+        conn = sqlite3.connect(DataDir(Path(self.url)).db_path, timeout=LOCK_PROBE_S)
         try:
-            return waiter.until("elected", timeout_s)
-        except AssertionError:
-            if self.kind == "served":
-                raise  # nothing but the session timeout stands in a served waiter's way
-            return False  # embedded: the paused holder may hold the write lock
+            conn.execute("BEGIN IMMEDIATE")
+            conn.rollback()
+            return False
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc):
+                raise
+            return True
+        finally:
+            conn.close()
 
     def close(self) -> None:
         self.stack.close()

@@ -377,8 +377,15 @@ def test_metadata_committed_by_either_protocol_reads_back_through_the_other(
             client.commit_offsets("both", "kept", {1: 1}, metadata="from fencelog")
             assert client.committed_metadata("both", "kept") == {0: sent, 1: "from fencelog"}
             assert client.committed_offsets("both", "kept")[0] == {0: 1, 1: 1}
+        # read back on the wire: confluent-kafka turns committed metadata into a str as a C
+        # string, so metadata committed without a NUL (every other client's) reads past its
+        # end there (seen as "from fencelogU" once)
+        assert raw_committed(kafka, "both", [0, 1]) == {
+            0: (1, sent, 0),
+            1: (1, "from fencelog", -1),
+        }
         (found,) = reader.committed([TopicPartition("kept", 1)], timeout=STEP_S)
-        assert (found.offset, found.metadata) == (1, "from fencelog")
+        assert found.offset == 1
     finally:
         reader.close()
 
