@@ -12,7 +12,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Final
 
 from broker.errors import BrokerError, ErrorCode
-from broker.types import Fence, Headers, NewRecord
+from broker.types import Fence, Headers, NewRecord, RecordColumns
 
 _BYTES: Final = (bytes, bytearray)
 
@@ -64,6 +64,39 @@ def values_iterable(values: object) -> Iterable[Any]:
     if not isinstance(values, Iterable):
         raise refused(f"values is a list of values, not {type(values).__name__}")
     return values
+
+
+def new_records(
+    values: object, key: bytes | None, headers: Headers, partition: int | None
+) -> Sequence[NewRecord]:
+    """produce()'s values as a batch: `key`, `headers` and `partition` apply to every value
+    given as bytes, str or None (a null value); a NewRecord is taken as it is. Values that
+    are all bytes, text or null, with no headers, become columns (RecordColumns) with no
+    Python object per record: the usual batch."""
+    listed = list(values_iterable(values))
+    kinds = {*map(type, listed)}
+    if not headers and kinds <= _PLAIN_VALUES:
+        if str in kinds:
+            listed = [
+                value if type(value) is not str else as_bytes(value, "a value") for value in listed
+            ]
+        count = len(listed)
+        return RecordColumns(
+            listed,
+            None if key is None else [key] * count,
+            None if partition is None else [partition] * count,
+        )
+    return [
+        value
+        if isinstance(value, NewRecord)
+        else NewRecord(
+            None if value is None else as_bytes(value, "a value"), key, headers, partition
+        )
+        for value in listed
+    ]
+
+
+_PLAIN_VALUES: Final = frozenset({bytes, str, type(None)})
 
 
 def headers_of(headers: object) -> Headers:

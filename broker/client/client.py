@@ -317,21 +317,11 @@ class Client:
         if isinstance(values, RecordColumns):
             records = values
         else:
-            values = arguments.values_iterable(values)
             default_key = None if key is None else arguments.as_bytes(key, "key")
-            headers = arguments.headers_of(headers)
             arguments.integer("partition", partition, optional=True)
-            records = [
-                value
-                if isinstance(value, NewRecord)
-                else NewRecord(
-                    None if value is None else arguments.as_bytes(value, "a value"),
-                    default_key,
-                    headers,
-                    partition,
-                )
-                for value in values
-            ]
+            records = arguments.new_records(
+                values, default_key, arguments.headers_of(headers), partition
+            )
         try:
             batches = record_rules.split_batches(records, self.limits)
         except (TypeError, ValueError, AttributeError) as exc:
