@@ -180,8 +180,9 @@ def test_processes_opening_a_new_directory_at_once_never_see_it_as_foreign(
     """Round after round of four processes on one new directory: each opens it, and
     exactly one creates the topic. Two reads of the first open once saw another
     process's schema commit in between (FOREIGN_DATA_DIR), and a switch to WAL could
-    meet SQLite's deadlock refusal (a traceback): each in about one round of thirty."""
-    rounds = 150
+    meet SQLite's deadlock refusal (a traceback): each in about one round of thirty, so
+    100 rounds find either one back in 29 runs of 30."""
+    rounds = 100
     openers = processes.python(FIRST_OPENERS, tmp_path, str(rounds))
     assert openers.wait(timeout_s=240) == 0, openers.stderr_text()
     outcomes = Counter(openers.remaining_lines())
