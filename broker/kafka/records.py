@@ -122,7 +122,7 @@ def _read_records(  # noqa: PLR0912, PLR0915 - a branch per field read inline is
     OffsetDelta, Key, Value and Headers, every number a zigzag varint: the one- and
     two-byte ones (almost all) are read inline, the others by _varint."""
     records: list[NewRecord] = []
-    append = records.append
+    append, new = records.append, tuple.__new__
     pos = 0
     for _ in range(count):
         byte = body[pos]
@@ -143,8 +143,13 @@ def _read_records(  # noqa: PLR0912, PLR0915 - a branch per field read inline is
             delta, pos = (delta >> 1) ^ -(delta & 1), pos + 2
         else:
             delta, pos = _varint(body, pos)
-        byte = body[pos]
-        pos = pos + 1 if byte < 0x80 else _varint(body, pos)[1]  # offset delta: unused
+        byte = body[pos]  # offset delta: unused (past 63 it takes two bytes)
+        if byte < 0x80:
+            pos += 1
+        elif body[pos + 1] < 0x80:
+            pos += 2
+        else:
+            pos = _varint(body, pos)[1]
         byte = body[pos]
         if byte < 0x80:
             size, pos = (byte >> 1) ^ -(byte & 1), pos + 1
@@ -171,7 +176,8 @@ def _read_records(  # noqa: PLR0912, PLR0915 - a branch per field read inline is
             headers, pos = _headers(body, pos)
         if pos != end:
             raise CorruptRecordError(f"a record's length says {length}, its fields differ")
-        append(NewRecord(value, key, headers, partition, base_timestamp + delta))
+        # tuple.__new__: a NamedTuple's own __new__ is a Python function, a call more
+        append(new(NewRecord, (value, key, headers, partition, base_timestamp + delta)))
     if pos != len(body):
         raise CorruptRecordError(f"{len(body) - pos} bytes after the batch's last record")
     return records

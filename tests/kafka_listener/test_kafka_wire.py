@@ -151,6 +151,22 @@ def test_batches_of_every_codec_clients_use_are_read(codec: int) -> None:
     ]
 
 
+def test_a_batch_of_ten_thousand_records_reads_back_whatever_its_varints_take() -> None:
+    """Offset deltas of one, two and three bytes (past 63 and 8191), timestamp deltas
+    of as many, null and empty keys and values, a header: each read as it was built."""
+    builder = DefaultRecordBatchBuilder(2, 0, False, 7, 0, 0, batch_size=1 << 24)
+    sent = []
+    for i in range(10_000):
+        key = None if i % 3 else b"k%d" % i
+        value = None if i % 1000 == 1 else b"" if i % 1000 == 2 else b"v" * (i % 300)
+        headers = [("h", None)] if i == 9_999 else []
+        builder.append(i, timestamp=1_000 + i * i, key=key, value=value, headers=headers)
+        sent.append((value, key, tuple(headers), 4, 1_000 + i * i))
+    (batch,) = records.read_batches(bytes(builder.build()), 4)
+    assert (batch.producer_id, batch.base_sequence) == (7, 0)
+    assert [tuple(record) for record in batch.records] == sent
+
+
 def test_a_damaged_batch_is_refused_as_corrupt() -> None:
     data = bytearray(built())
     data[-1] ^= 0xFF
