@@ -21,6 +21,7 @@ BOUND_S = 110  # the suite bounds each of its waits; this bounds the whole run
 
 
 @pytest.mark.slow
+@pytest.mark.alone  # under a second test's load its producers met its first cuts starting
 @pytest.mark.timeout(BOUND_S + 10)
 def test_a_small_seed_of_the_fault_suite_finds_no_anomaly() -> None:
     env = os.environ | {"PYTHONPATH": os.pathsep.join([str(REPO_ROOT), str(REPO_ROOT / "tests")])}
