@@ -45,7 +45,7 @@ typecheck: $(STAMP)
 # of them overlap on two cores (a run of one process: 21 min; of two: 13 min). Tests
 # marked `alone` (the chaos suite's seed) run after, in one process.
 unit: $(STAMP) bytecode kcat kafkajs
-	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/pytest -q -n 2 -m "not alone"
+	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/pytest -q -n 2 -m "not alone" --durations=10
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/pytest -q -m alone
 
 # kcat, Debian's Kafka command-line client, for tests/kafka_listener; without it those
