@@ -10,8 +10,8 @@ it runs again, so the waiter cannot be promoted: the test sees the lock taken (i
 take it itself), resumes the writer for one more record and pauses it again. Paused
 outside a write, the waiter must take over within the session timeout. A writer may also
 lose its session before it is paused (a late heartbeat on a busy machine): the takeover
-then happens early, which the rules allow; the
-log must hold the same guarantees either way.
+then happens early, which the rules allow; the log must hold the same guarantees either
+way.
 
 Also: a holder killed with SIGKILL is detached at once (no session timeout to wait for),
 and a paused holder whose session ended is fenced when a new producer took plain
