@@ -18,6 +18,33 @@ from support.servers import ServeProcess, serving
 from support.waiting import wait_until
 
 
+# The layers in the order they run: the longest first (Spark, then the fault
+# injection), so that `make test`'s two workers start the long tests early instead of
+# ending the run on them. A layer not named here runs after these.
+LONGEST_FIRST = (
+    "spark",
+    "chaos",
+    "storage",
+    "cli",
+    "kafka_listener",
+    "served",
+    "engine",
+    "plugin",
+    "unit",
+)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Every test in its layer's place in LONGEST_FIRST, in collection order within it."""
+    here = Path(__file__).parent
+
+    def place(item: pytest.Item) -> int:
+        layer = item.path.relative_to(here).parts[0] if here in item.path.parents else ""
+        return LONGEST_FIRST.index(layer) if layer in LONGEST_FIRST else len(LONGEST_FIRST)
+
+    items.sort(key=place)
+
+
 @pytest.fixture
 def data_dir(tmp_path: Path) -> Path:
     """An empty data directory, as `mkdir` leaves it (reading commands refuse one that
