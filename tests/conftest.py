@@ -17,7 +17,6 @@ from support.helpers import Invoke, Processes
 from support.servers import ServeProcess, serving
 from support.waiting import wait_until
 
-
 # The layers in the order they run: the longest first (Spark, then the fault
 # injection), so that `make test`'s two workers start the long tests early instead of
 # ending the run on them. A layer not named here runs after these.
