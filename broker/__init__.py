@@ -21,12 +21,13 @@ __version__ = "0.1.0"
 if TYPE_CHECKING:
     from broker.engine.engine import Engine
     from broker.errors import BrokerError, ErrorCode
-    from broker.types import AppendResult, NewRecord, Record, TopicInfo
+    from broker.types import AppendResult, AppendResults, NewRecord, Record, TopicInfo
 
     open = Engine.open  # broker.open(path) is the documented entry point
 
 _LAZY = {
     "AppendResult": "broker.types",
+    "AppendResults": "broker.types",
     "BrokerError": "broker.errors",
     "Engine": "broker.engine.engine",
     "ErrorCode": "broker.errors",
@@ -47,6 +48,7 @@ def __getattr__(name: str) -> Any:
 
 __all__ = [
     "AppendResult",
+    "AppendResults",
     "BrokerError",
     "Engine",
     "ErrorCode",

@@ -327,6 +327,6 @@ def results_to_arrow(parts: Sequence[ResultColumns]) -> pa.RecordBatch:
 
 
 def _result_array(count: int, column: object, kind: pa.DataType) -> pa.Array:
-    if isinstance(column, list | tuple):
+    if isinstance(column, list | tuple | range):
         return pa.array(column, kind)
     return pa.repeat(pa.scalar(column, kind), count)

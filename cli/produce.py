@@ -443,7 +443,7 @@ def _stopped_by_signals(stop: _Stop) -> Iterator[None]:
             signal.signal(signum, handler)
 
 
-Send = Callable[[list[NewRecord]], list[AppendResult]]
+Send = Callable[[list[NewRecord]], Sequence[AppendResult]]
 
 
 def _attach(
@@ -508,7 +508,7 @@ def _sender(
         )
     next_sequence = [first]
 
-    def send(records: list[NewRecord]) -> list[AppendResult]:
+    def send(records: list[NewRecord]) -> Sequence[AppendResult]:
         fields = ProducerFields(pid, generation, next_sequence[0])
         results = client.produce(topic, records, producer=fields, fences=fences)
         next_sequence[0] += len(records)
@@ -611,7 +611,7 @@ def _emit(
     out: Output,
     summary: _Summary,
     records: Sequence[NewRecord],
-    results: list[AppendResult],
+    results: Sequence[AppendResult],
     *,
     idempotent: bool,
 ) -> None:

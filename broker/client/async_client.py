@@ -433,7 +433,7 @@ class AsyncClient:
         producer: ProducerFields = NO_PRODUCER,
         fences: Sequence[Fence] = (),
         attachment: int | None = None,
-    ) -> list[AppendResult]:
+    ) -> Sequence[AppendResult]:
         features = (await self.connection()).features
         args = produce_args(topic, records, producer, fences, attachment, features)
         reply = await self.request(Op.PRODUCE, args)
@@ -578,7 +578,7 @@ class LoopTransport:
         producer: ProducerFields,
         fences: Sequence[Fence],
         attachment: int | None = None,
-    ) -> list[AppendResult]:
+    ) -> Sequence[AppendResult]:
         return self._call(
             self.client.produce(
                 topic, records, producer=producer, fences=fences, attachment=attachment

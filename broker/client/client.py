@@ -41,6 +41,7 @@ from broker.types import (
     NO_PRODUCER,
     AccessInfo,
     AppendResult,
+    AppendResults,
     Attachment,
     BrokerStatus,
     Claimed,
@@ -96,7 +97,7 @@ class _Transport(Protocol):
         producer: ProducerFields,
         fences: Sequence[Fence],
         attachment: int | None = None,
-    ) -> list[AppendResult]: ...
+    ) -> Sequence[AppendResult]: ...
     def produce_columns(
         self,
         topic: str,
@@ -242,7 +243,7 @@ class Client:
         producer: ProducerFields = NO_PRODUCER,
         fences: Sequence[Fence] = (),
         txn: int | None = None,
-    ) -> list[AppendResult]:
+    ) -> AppendResults:
         """Append values (bytes, str, None for a null value, or NewRecord for per-record
         keys and partitions).
 
@@ -256,10 +257,12 @@ class Client:
         if txn is not None:
             producer = producer._replace(txn_id=txn)
         fences = arguments.fences_of(fences)
-        results: list[AppendResult] = []
+        parts: list[Sequence[AppendResult]] = []
         for batch in self._batches(values, key, partition, headers):
             try:
-                results += self._transport.produce(topic, batch, producer=producer, fences=fences)
+                parts.append(
+                    self._transport.produce(topic, batch, producer=producer, fences=fences)
+                )
             except (TypeError, ValueError, AttributeError) as exc:  # embedded
                 raise arguments.bad_record(batch) or exc from None
             except BrokerError as error:  # served: the server found a field's type wrong
@@ -267,7 +270,7 @@ class Client:
                     raise
                 raise arguments.bad_record(batch) or error from None
             producer = _numbered_on(producer, len(batch))
-        return results
+        return AppendResults.joined(topic, parts)
 
     def produce_arrow(
         self,
@@ -758,7 +761,7 @@ class Client:
         headers: Headers = (),
         fences: Sequence[Fence] = (),
         timeout_ms: int | None = None,
-    ) -> tuple[TxnInfo, list[AppendResult]]:
+    ) -> tuple[TxnInfo, AppendResults]:
         """Begin a transaction of group with these records as its first: the BEGIN and
         the first batch are one request and one write, so a failed first batch begins
         nothing. The new transaction and the records' results (offsets -1), as
@@ -766,14 +769,15 @@ class Client:
         batches = self._batches(values, key, partition, headers)
         first = next(batches, ())
         if not first:
-            return self.txn_begin(group, timeout_ms=timeout_ms), []
+            return self.txn_begin(group, timeout_ms=timeout_ms), AppendResults(topic)
         info, results = self._transport.call(
             ops.TXN_BEGIN_PRODUCE, group, topic, first, timeout_ms, fences
         )
         producer = ProducerFields(txn_id=info.txn_id)
+        parts = [results]
         for batch in batches:
-            results += self._transport.produce(topic, batch, producer=producer, fences=fences)
-        return info, results
+            parts.append(self._transport.produce(topic, batch, producer=producer, fences=fences))
+        return info, AppendResults.joined(topic, parts)
 
     def txn_begin_produce_arrow(
         self,

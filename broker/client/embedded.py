@@ -195,7 +195,7 @@ class EmbeddedTransport:
         producer: ProducerFields,
         fences: Sequence[Fence],
         attachment: int | None = None,
-    ) -> list[AppendResult]:
+    ) -> Sequence[AppendResult]:
         with self._engine() as engine:
             return engine.produce(
                 topic, records, producer=producer, fences=fences, attachment=attachment

@@ -144,10 +144,10 @@ class _Partition:
 @dataclass
 class _Batch:
     records: list[NewRecord]
-    done: concurrent.futures.Future[list[AppendResult]]
+    done: concurrent.futures.Future[Sequence[AppendResult]]
     deadline: float  # time.monotonic() by which it is acknowledged, or failed
     fields: ProducerFields = NO_PRODUCER
-    attempt: asyncio.Future[list[AppendResult]] | None = None
+    attempt: asyncio.Future[Sequence[AppendResult]] | None = None
 
     def remaining_s(self) -> float:
         return max(0.0, self.deadline - time.monotonic())
@@ -163,7 +163,7 @@ def _undelivered(batch: _Batch, timeout_s: float) -> BrokerError:
     )
 
 
-Send = Callable[[list[NewRecord], ProducerFields], Awaitable[list[AppendResult]]]
+Send = Callable[[list[NewRecord], ProducerFields], Awaitable[Sequence[AppendResult]]]
 
 
 class Producer:
@@ -244,12 +244,10 @@ class Producer:
     ) -> list[AppendResult]:
         """Send and wait: results in the order of `values`."""
         futures = self._submit(values, partition, key, headers)
-        results: dict[int, list[AppendResult]] = {}
-        for target, (indexes, future) in futures.items():
-            for index, result in zip(indexes, future.result(), strict=True):
-                results[index] = [result]
-            del target
-        return [results[i][0] for i in sorted(results)]
+        results: dict[int, AppendResult] = {}
+        for indexes, future in futures.values():
+            results.update(zip(indexes, future.result(), strict=True))
+        return [results[i] for i in sorted(results)]
 
     def send_async(
         self,
@@ -258,7 +256,7 @@ class Producer:
         partition: int,
         key: bytes | str | None = None,
         headers: Headers = (),
-    ) -> concurrent.futures.Future[list[AppendResult]]:
+    ) -> concurrent.futures.Future[Sequence[AppendResult]]:
         """Queue one batch for one partition; keeps up to max_in_flight in flight."""
         futures = self._submit(values, partition, key, headers)
         ((_, future),) = futures.values()
@@ -302,7 +300,7 @@ class Producer:
         partition: int | None,
         key: bytes | str | None,
         headers: Headers,
-    ) -> dict[int, tuple[list[int], concurrent.futures.Future[list[AppendResult]]]]:
+    ) -> dict[int, tuple[list[int], concurrent.futures.Future[Sequence[AppendResult]]]]:
         if self._fenced is not None:
             raise self._fenced
         if self._closed:
@@ -317,7 +315,7 @@ class Producer:
         for target, items in by_partition.items():
             records = [record for _, record in items]
             record_rules.check_records(records, self.client.limits)
-            done: concurrent.futures.Future[list[AppendResult]] = concurrent.futures.Future()
+            done: concurrent.futures.Future[Sequence[AppendResult]] = concurrent.futures.Future()
             self._enqueue(target, _Batch(records, done, time.monotonic() + self.delivery_timeout_s))
             submitted[target] = ([index for index, _ in items], done)
         return submitted
@@ -410,7 +408,7 @@ class Producer:
             if not each.done.done():
                 each.done.set_exception(failed)
 
-    def _retry_sync(self, batch: _Batch) -> list[AppendResult]:
+    def _retry_sync(self, batch: _Batch) -> Sequence[AppendResult]:
         deadline = batch.deadline
         delay = _BACKOFF_FIRST_S
         while True:
@@ -520,8 +518,8 @@ class Producer:
             self._acknowledge(partition, batch, results)
 
     async def _within_deadline(
-        self, batch: _Batch, attempt: asyncio.Future[list[AppendResult]]
-    ) -> list[AppendResult]:
+        self, batch: _Batch, attempt: asyncio.Future[Sequence[AppendResult]]
+    ) -> Sequence[AppendResult]:
         """The attempt's results; _Expired once the batch's delivery deadline passes
         first (the attempt goes on, its outcome unknown and unheard)."""
         if attempt.done():
@@ -546,8 +544,8 @@ class Producer:
         client = self.client._transport.client  # type: ignore[attr-defined]
         topic, attachment, fences = self.topic, self.attachment_id, self.fences
 
-        async def send(records: list[NewRecord], fields: ProducerFields) -> list[AppendResult]:
-            results: list[AppendResult] = await client.produce(
+        async def send(records: list[NewRecord], fields: ProducerFields) -> Sequence[AppendResult]:
+            results: Sequence[AppendResult] = await client.produce(
                 topic, records, producer=fields, fences=fences, attachment=attachment
             )
             return results
@@ -563,7 +561,7 @@ class Producer:
             return False  # the attachment went with the session: a retry is fenced
         return self.idempotent and error.code in RETRIABLE
 
-    def _acknowledge(self, partition: int, batch: _Batch, results: list[AppendResult]) -> None:
+    def _acknowledge(self, partition: int, batch: _Batch, results: Sequence[AppendResult]) -> None:
         state = self._partitions.get(partition)
         if state is not None and batch.fields.producer_id:
             last = batch.fields.first_sequence + len(batch.records) - 1
@@ -654,7 +652,7 @@ class _Expired(Exception):
     """A batch's delivery deadline passed while an attempt was in flight."""
 
 
-def _retrieved(attempt: asyncio.Future[list[AppendResult]]) -> None:
+def _retrieved(attempt: asyncio.Future[Sequence[AppendResult]]) -> None:
     """An attempt's outcome is read by the pump, or dropped once its batch failed."""
     if not attempt.cancelled():
         attempt.exception()

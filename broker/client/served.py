@@ -185,7 +185,7 @@ class ServedTransport:
         producer: ProducerFields,
         fences: Sequence[Fence],
         attachment: int | None = None,
-    ) -> list[AppendResult]:
+    ) -> Sequence[AppendResult]:
         features = self._connection.hello.features
         reply = self._request(
             Op.PRODUCE, produce_args(topic, records, producer, fences, attachment, features)

@@ -21,7 +21,7 @@ from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING
 
 from broker.errors import BrokerError, ErrorCode
-from broker.types import AppendResult, Headers, ProducerFields, TxnInfo, TxnMember
+from broker.types import AppendResults, Headers, ProducerFields, TxnInfo, TxnMember
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -108,7 +108,7 @@ class Transaction:
         key: bytes | str | None = None,
         partition: int | None = None,
         headers: Headers = (),
-    ) -> list[AppendResult]:
+    ) -> AppendResults:
         """Journal records into this transaction (offsets -1: they get theirs at commit).
         The first produce of a transaction not begun yet begins it in the same request."""
         self._check_open()

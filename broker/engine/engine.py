@@ -17,7 +17,6 @@ import shlex
 import sqlite3
 import time
 from collections.abc import Callable, Mapping, Sequence
-from itertools import repeat
 from pathlib import Path
 from typing import TYPE_CHECKING, Final, NamedTuple, TypeVar, cast
 
@@ -44,6 +43,7 @@ from broker.types import (
     Access,
     AccessInfo,
     AppendResult,
+    AppendResults,
     Attachment,
     BrokerStatus,
     Clock,
@@ -62,7 +62,6 @@ from broker.types import (
     TxnInfo,
     TxnMember,
     check_durability,
-    collector_paused,
     keys_of,
     partitions_of,
     value_size,
@@ -91,7 +90,7 @@ class ProduceRequest(NamedTuple):
     kafka_epochs: bool = False
 
 
-ProduceOutcome = list[AppendResult] | BrokerError
+ProduceOutcome = Sequence[AppendResult] | BrokerError
 _ROW_KEY = operator.itemgetter(rows.ROW_KEY)
 _ROW_VALUE = operator.itemgetter(rows.ROW_VALUE)
 _PARTITION = operator.itemgetter(3)
@@ -302,7 +301,7 @@ class Engine:
         fences: Sequence[Fence] = (),
         attachment: int | None = None,
         kafka: bool = False,
-    ) -> list[AppendResult]:
+    ) -> AppendResults:
         """Append records, each to its own or a chosen partition, in one transaction.
 
         Every fence must be current (else FENCED); a topic with an owner group also needs,
@@ -323,7 +322,7 @@ class Engine:
         if producer.txn_id is not None:
             self.txns.failpoints.reached("data")
         self._snapshot_when_due()
-        return results
+        return AppendResults.joined(topic, [results])
 
     def txn_begin_produce(
         self,
@@ -332,7 +331,7 @@ class Engine:
         records: Sequence[NewRecord],
         timeout_ms: int | None = None,
         fences: Sequence[Fence] = (),
-    ) -> tuple[TxnInfo, list[AppendResult]]:
+    ) -> tuple[TxnInfo, Sequence[AppendResult]]:
         """Begin a transaction of group with its first records, in one write: the BEGIN
         and the journaled records commit together or not at all. (Kafka's
         beginTransaction is local in the same way: a transaction starts with its first
@@ -417,7 +416,7 @@ class Engine:
         request: ProduceRequest,
         staged: Staged,
         appends: logs.Appends,
-    ) -> list[AppendResult]:
+    ) -> Sequence[AppendResult]:
         topic, records, producer = request.topic, request.records, request.producer
         if producer is not NO_PRODUCER:
             producer_rules.check_stored_range(producer)
@@ -440,21 +439,26 @@ class Engine:
             return self._produce_idempotent(
                 conn, row, by_partition, request, staged, appends, now_ms
             )
-        results: list[AppendResult] = [_PENDING] * len(records)
+        count = len(records)
+        partitions: list[int] = [0] * count
+        offsets: list[int] = [0] * count
         for partition, indexes in by_partition.items():
-            batch = records if len(indexes) == len(records) else [records[i] for i in indexes]
+            batch = records if len(indexes) == count else [records[i] for i in indexes]
             base_offset = self._hot.end(conn, row, partition)
             appends.add(row.topic_id, partition, base_offset, batch, now_ms, producer)
             end = base_offset + len(batch)
             self._hot.appended(row.topic_id, partition, end)
             staged.advanced(row.topic_id, partition, base_offset, end)
-            landed = appended_results(topic, partition, base_offset, len(batch))
+            if len(indexes) == count:
+                return appended_results(topic, partition, base_offset, count)
             if isinstance(indexes, range):
-                results[indexes.start : indexes.stop : indexes.step] = landed
+                partitions[indexes.start : indexes.stop : indexes.step] = [partition] * len(indexes)
+                offsets[indexes.start : indexes.stop : indexes.step] = range(base_offset, end)
             else:
-                for index, result in zip(indexes, landed, strict=True):
-                    results[index] = result
-        return results
+                for index, offset in zip(indexes, range(base_offset, end), strict=True):
+                    partitions[index] = partition
+                    offsets[index] = offset
+        return AppendResults(topic, [(count, partitions, offsets, False)])
 
     def _write_epoch(self, conn: sqlite3.Connection, topic_id: int, attachment: int | None) -> int:
         """The epoch a write to the topic carries, once exclusivity allows it."""
@@ -474,7 +478,7 @@ class Engine:
         staged: Staged,
         appends: logs.Appends,
         now_ms: int,
-    ) -> list[AppendResult]:
+    ) -> Sequence[AppendResult]:
         """One partition's batch from an idempotent producer: append or duplicate.
 
         An append writes only its records (and, for a pid's first batch on the
@@ -528,7 +532,7 @@ class Engine:
         entry: ProducerEntry,
         batch: Batch,
         appends: logs.Appends,
-    ) -> list[AppendResult]:
+    ) -> Sequence[AppendResult]:
         """The original offsets of a batch that is already in the log, found in the
         records (a duplicate is the rare path: it pays for a search so that an append
         keeps nothing in memory but the pid's state)."""
@@ -1050,17 +1054,12 @@ class Engine:
         return cast(dict[int, Sequence[int]], by_partition)
 
 
-def appended_results(topic: str, partition: int, first: int, count: int) -> list[AppendResult]:
-    """The results of `count` records appended from offset `first`, made in C with the
-    collector paused (a NamedTuple's own constructor costs about 0.3 us each)."""
-    if count == 1:
-        return [AppendResult(topic, partition, first)]
-    fields = zip(repeat(topic), repeat(partition), range(first, first + count), repeat(False))
-    with collector_paused():
-        return list(map(tuple.__new__, repeat(AppendResult), fields))
+def appended_results(topic: str, partition: int, first: int, count: int) -> AppendResults:
+    """The results of `count` records appended from offset `first`: a run, each result
+    made only when it is read."""
+    return AppendResults.run(topic, partition, first, count)
 
 
-_PENDING = AppendResult("", -1, -1)
 _ONE: Final = range(1)
 _DUPLICATE = Verdict.DUPLICATE
 

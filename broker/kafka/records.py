@@ -351,11 +351,7 @@ def encode_uniform(page: rows.Page, count: int) -> bytes:
 def _uniform_body(values: bytes, size: int, count: int) -> bytes:
     parts: list[bytes] = [_NO_HEADERS] * (3 * count)
     parts[0::3] = _prefixes(size, count)
-    parts[1::3] = (
-        [values[start : start + size] for start in range(0, count * size, size)]
-        if size
-        else [b""] * count
-    )
+    parts[1::3] = rows.split_equal(values, size, count) if size else [b""] * count
     return b"".join(parts)
 
 

@@ -34,6 +34,7 @@ from broker.rows import (
 from broker.types import (
     AccessInfo,
     AppendResult,
+    AppendResults,
     Attached,
     Attachment,
     BrokerStatus,
@@ -59,6 +60,7 @@ from broker.types import (
     TxnMember,
     TxnPartition,
     collector_paused,
+    columns_of,
     values_of,
 )
 
@@ -378,41 +380,25 @@ def results_from_wire(topic: str, rows: Sequence[Sequence[Any]]) -> list[AppendR
 def results_reply(results: Sequence[AppendResult], columns: bool) -> dict[str, Any]:
     """A PRODUCE reply: a [partition, offset, duplicate] row per record, or (columns:
     the client asked for them) {"result_columns": [count, partitions, offsets,
-    duplicates]} (result_columns)."""
+    duplicates]} (result_columns; a run of offsets sent as its numbers)."""
     if not columns:
         return {"results": results_to_wire(results)}
-    return {"result_columns": list(result_columns(results))}
+    count, *rest = columns_of(results)
+    return {"result_columns": [count, *(list(c) if isinstance(c, range) else c for c in rest)]}
 
 
 def result_columns(results: Sequence[AppendResult]) -> ResultColumns:
     """Results as columns, each given once when every result has the same (a
     transaction's: offset -1, not a duplicate)."""
-    with collector_paused():
-        partitions, offsets, duplicates = (
-            _compact(list(map(getter, results))) for getter in _RESULT_COLUMNS
-        )
-    return len(results), partitions, offsets, duplicates
+    return columns_of(results)
 
 
-_RESULT_COLUMNS: Final = tuple(operator.itemgetter(i) for i in (1, 2, 3))
-
-
-def _compact(column: list[Any]) -> Any:
-    return column[0] if column and column.count(column[0]) == len(column) else column
-
-
-def results_from_reply(topic: str, reply: dict[str, Any]) -> list[AppendResult]:
+def results_from_reply(topic: str, reply: dict[str, Any]) -> Sequence[AppendResult]:
     """A PRODUCE reply's results, as rows or columns; anything malformed is a
     ProtocolError."""
     if "result_columns" not in reply:
         return results_from_wire(topic, reply.get("results", ()))
-    count, *wire = result_columns_of_reply(reply)
-    columns = [
-        [column] * count if type(column) is not list and type(column) is not tuple else column
-        for column in wire
-    ]
-    with collector_paused():
-        return list(map(tuple.__new__, repeat(AppendResult), zip(repeat(topic), *columns)))
+    return AppendResults(topic, [result_columns_of_reply(reply)])
 
 
 def result_columns_of_reply(reply: dict[str, Any]) -> ResultColumns:

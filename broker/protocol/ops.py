@@ -764,7 +764,7 @@ def _begun_with_columns(begun: tuple[TxnInfo, Sequence[AppendResult]]) -> Payloa
     return _begun_to_wire(begun, columns=True)
 
 
-def _begun_from_wire(payload: Payload) -> tuple[TxnInfo, list[AppendResult]]:
+def _begun_from_wire(payload: Payload) -> tuple[TxnInfo, Sequence[AppendResult]]:
     topic = payload["topic"]
     return codec.txn_from_wire(payload["txn"]), codec.results_from_reply(topic, payload)
 

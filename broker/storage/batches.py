@@ -17,7 +17,16 @@ from typing import Any, NamedTuple
 
 import msgspec
 
-from broker.rows import EMPTY_HEADERS, NO_TXN, Column, Page, Row, Runs
+from broker.rows import (
+    EMPTY_HEADERS,
+    NO_TXN,
+    Column,
+    Page,
+    Row,
+    Runs,
+    split_equal,
+    split_sized,
+)
 from broker.types import collector_paused
 
 _encode = msgspec.msgpack.Encoder().encode
@@ -215,8 +224,7 @@ def part_bytes(part: Part) -> int:
 
 
 def _slices(data: bytes, lengths: list[int], low: int, high: int) -> list[bytes]:
-    ends = list(accumulate(lengths, initial=0))
-    return list(map(data.__getitem__, map(slice, ends[low:high], ends[low + 1 : high + 1])))
+    return split_sized(data, lengths[low:high], sum(lengths[:low]))
 
 
 def values(part: Part) -> Sequence[bytes | None]:
@@ -225,10 +233,7 @@ def values(part: Part) -> Sequence[bytes | None]:
     if isinstance(length, int):
         if length == 0:
             return [b""] * (high - low)
-        data = batch.vals
-        return [
-            data[start : start + length] for start in range(low * length, high * length, length)
-        ]
+        return split_equal(batch.vals, length, high - low, low * length)
     lengths = numbers(length)
     if b"-" not in length:
         return _slices(batch.vals, lengths, low, high)

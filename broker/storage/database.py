@@ -158,6 +158,13 @@ def _alive(pid: int) -> bool:
 _INLINE_CHECKPOINT_PAGES: Final = 1000  # SQLite's default: a commit past it checkpoints
 _CHECKPOINT_AFTER_S: Final = 0.05  # large commits within this share one checkpoint
 _CACHE_KIB: Final = -2000  # SQLite's default page cache: 2,000 KiB
+# Reads of the database file through a memory map of its first 1 GiB instead of read()
+# into the page cache: a batch's values span overflow pages, and copying them through
+# read() a page at a time was three quarters of a scan (bench/RESULTS.md, issue 36).
+# Writes still go through write() (SQLite maps read-only), so durability is as before;
+# what a map changes is that an I/O error reading the file arrives as SIGBUS rather than
+# as SQLITE_IOERR. The WAL file is never mapped.
+_MMAP_BYTES: Final = 1 << 30
 _HELD_PAGES_BYTES_MIN: Final = 1 << 20
 _HELD_PAGES_BYTES_MAX: Final = 256 << 20
 # A WAL file past this is checkpointed whole and truncated (writers wait meanwhile): a
@@ -306,6 +313,7 @@ class Database:
         with _translated("the switch of its database to WAL", self.data_dir.db_path):
             self._enter_wal(busy_timeout_ms)
         self.conn.execute(f"PRAGMA synchronous = {_SYNCHRONOUS[self.durability]}")
+        self.conn.execute(f"PRAGMA mmap_size = {_MMAP_BYTES}")
         for name in (DB_FILE, DB_FILE + "-wal", DB_FILE + "-shm"):
             with contextlib.suppress(FileNotFoundError):
                 os.chmod(self.data_dir.path / name, 0o600)

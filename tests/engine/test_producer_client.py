@@ -73,7 +73,7 @@ def test_send_numbers_records_from_one_and_says_where_they_landed(
         producer = client.producer(TOPIC)
         first = send_within(producer, ["a", "b", "c"], partition=0)
         second = send_within(producer, [b"d"], partition=0)
-        assert [(r.partition, r.offset, r.duplicate) for r in first + second] == [
+        assert [(r.partition, r.offset, r.duplicate) for r in [*first, *second]] == [
             (0, 0, False),
             (0, 1, False),
             (0, 2, False),

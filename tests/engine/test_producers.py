@@ -73,7 +73,7 @@ def send(
     partition: int = 0,
     *,
     generation: int | None = None,
-) -> list[AppendResult]:
+) -> Sequence[AppendResult]:
     pid, leased_generation = (
         (lease.producer_id, lease.generation) if isinstance(lease, Lease) else lease
     )
@@ -478,7 +478,7 @@ def test_an_evicted_pid_retrying_its_first_batch_is_not_appended_twice(
     slow, other = engine.lease_pid(TOPIC, 0), engine.lease_pid(TOPIC, 0)
     send(engine, slow, 1, ["slow-1"])
     send(engine, other, 1, ["other-1"])
-    with_retry: list[AppendResult] | BrokerError
+    with_retry: Sequence[AppendResult] | BrokerError
     try:
         with_retry = send(engine, slow, 1, ["slow-1"])
     except BrokerError as error:

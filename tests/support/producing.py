@@ -66,7 +66,7 @@ def send_within(
     *,
     partition: int,
     timeout_s: float = SEND_TIMEOUT_S,
-) -> list[AppendResult]:
+) -> Sequence[AppendResult]:
     """Producer.send with a deadline: the results, or AssertionError saying why not."""
     future = producer.send_async(values, partition=partition)
     try:
