@@ -253,14 +253,22 @@ def _slices(data: bytes, sizes: list[int], count: int, what: str) -> list[bytes]
 # compile (about 30 ns a value) and is still faster than slicing.
 
 
-@lru_cache(maxsize=64)
+@lru_cache(maxsize=128)
 def _equal_format(length: int, count: int) -> struct.Struct:
     return struct.Struct(b"%ds" % length * count)
 
 
 def split_equal(data: bytes, length: int, count: int, start: int = 0) -> list[bytes]:
-    """count values of length bytes from data[start:] (which holds at least that many)."""
-    return list(_equal_format(length, count).unpack_from(data, start))
+    """count values of length bytes from data[start:] (which holds at least that many),
+    in pieces of a power of two values, so that the formats kept for one length are a
+    few whatever the counts asked for."""
+    found: list[bytes] = []
+    while count:
+        piece = 1 << (count.bit_length() - 1)
+        found += _equal_format(length, piece).unpack_from(data, start)
+        start += piece * length
+        count -= piece
+    return found
 
 
 def split_sized(data: bytes, sizes: Sequence[int], start: int = 0) -> list[bytes]:

@@ -187,7 +187,7 @@ class KafkaConnection(asyncio.Protocol):
         answer.add_done_callback(self._send_ready)
 
     def _send_ready(self, _: object = None) -> None:
-        out = bytearray()
+        out: list[bytes] = []  # written as they are: a fetch's answer can be megabytes
         close = False
         while self._answers and self._answers[0].done():
             answer = self._answers.popleft()
@@ -197,9 +197,12 @@ class KafkaConnection(asyncio.Protocol):
             if data is None:
                 close = True
                 break
-            out += data
+            out.append(data)
         if self.transport is not None and out and not self._closing:
-            self.transport.write(bytes(out))
+            if len(out) == 1:
+                self.transport.write(out[0])
+            else:
+                self.transport.writelines(out)
             self.active_at = asyncio.get_running_loop().time()
         if close:
             self._close()
