@@ -382,12 +382,36 @@ def disk(work: Path, parameters: dict[str, int]) -> Series:
             client.produce(TOPIC, batch)
         elapsed_s = time.perf_counter() - start
         assert client.end_offsets(TOPIC) == [records], "fencelog lost or added records"
-    return {
+    found = {
         "dd_bytes_per_s": [dd_rate],
         "records_per_s": [records / elapsed_s],
         "value_bytes_per_s": [records * VALUE_BYTES / elapsed_s],
         "bytes_per_record": [disk_bytes(data_dir) / records],
     }
+    shutil.rmtree(data_dir)
+    found["sqlite_blob_bytes_per_s"] = [sqlite_blob_bytes_per_s(work / "blobs.db", pool, records)]
+    return found
+
+
+def sqlite_blob_bytes_per_s(path: Path, pool: Sequence[Sequence[bytes]], records: int) -> float:
+    """SQLite's own rate for the long produce's bytes, with no fencelog at all: each
+    batch's values joined into one blob, a row and a commit each (WAL, synchronous FULL,
+    the checkpoint SQLite makes every 1000 pages), bytes/s. What a log of batches in
+    SQLite can reach at most on this disk."""
+    batches = records // BATCH_RECORDS
+    with contextlib.closing(raw_connect(path, "full")) as conn:
+        conn.execute("CREATE TABLE blobs (n INTEGER PRIMARY KEY, data BLOB NOT NULL) STRICT")
+        joined = [b"".join(batch) for batch in pool]
+        written = 0
+        start = time.perf_counter()
+        for index in range(batches):
+            blob = joined[index % len(joined)]
+            conn.execute("BEGIN IMMEDIATE")
+            conn.execute("INSERT INTO blobs (n, data) VALUES (?, ?)", (index, blob))
+            conn.execute("COMMIT")
+            written += len(blob)
+        elapsed_s = time.perf_counter() - start
+    return written / elapsed_s
 
 
 def txn(work: Path, parameters: dict[str, int]) -> Series:
