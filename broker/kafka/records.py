@@ -124,8 +124,10 @@ def read_batches(data: bytes | memoryview | None, partition: int) -> list[Produc
 
 def _read_records_in_c(batch: memoryview, partition: int) -> list[NewRecord]:
     """The records of an uncompressed batch (header included) as _read_records reads
-    them, by aiokafka's record reader in C (Cython): 0.5 us a record here against 3
-    for the Python loop, which was most of a Kafka produce's time on the server. Its
+    them, by aiokafka's record reader in C (Cython): 1.5 us a record here in all
+    (0.2 of it the reader's, 0.35 the NewRecord, 0.5 the walk of
+    _attributes_are_bytes) against 3.2 for the Python loop, which was most of a Kafka
+    produce's time on the server. Its
     checks are _read_records' (each record's length against its fields, no bytes left
     after the last, header names UTF-8), but one: it reads a record's attributes (an
     int8, always 0 from a producer) as a varint: a batch with one past 0x7F, or one
@@ -161,8 +163,9 @@ def _read_records_in_c(batch: memoryview, partition: int) -> list[NewRecord]:
 
 def _attributes_are_bytes(body: bytes, pos: int, end: int) -> bool:
     """Every record from pos to end has an attributes byte below 0x80, which a varint
-    reader reads as the one byte it is (a walk over the records' lengths alone, 0.15
-    us a record). False too where the lengths do not walk to end."""
+    reader reads as the one byte it is (a walk over the records' lengths alone: 0.5
+    us a record here, a third of the C path's time, and what keeps it exact). False
+    too where the lengths do not walk to end."""
     try:
         while pos < end:
             byte = body[pos]
