@@ -78,7 +78,7 @@ class RecordColumns(Sequence[NewRecord]):
     partitioner, a transaction's data journal, the wire) takes the columns as they are,
     without a Python object per record (Client.produce_arrow, and PRODUCE's columns)."""
 
-    __slots__ = ("_records", "keys", "partitions", "values")
+    __slots__ = ("_records", "_sizes", "keys", "partitions", "values")
 
     def __init__(
         self,
@@ -94,6 +94,7 @@ class RecordColumns(Sequence[NewRecord]):
         self.keys = keys
         self.partitions = partitions
         self._records: list[NewRecord] | None = None
+        self._sizes: list[int] | None = None  # value_sizes(), counted once
 
     def __len__(self) -> int:
         return len(self.values)
@@ -104,11 +105,14 @@ class RecordColumns(Sequence[NewRecord]):
     def __getitem__(self, index: slice) -> RecordColumns: ...
     def __getitem__(self, index: int | slice) -> NewRecord | RecordColumns:
         if isinstance(index, slice):
-            return RecordColumns(
+            part = RecordColumns(
                 self.values[index],
                 None if self.keys is None else self.keys[index],
                 None if self.partitions is None else self.partitions[index],
             )
+            if self._sizes is not None:
+                part._sizes = self._sizes[index]
+            return part
         return self.records()[index]
 
     def __iter__(self) -> Iterator[NewRecord]:
@@ -123,6 +127,14 @@ class RecordColumns(Sequence[NewRecord]):
 
     def __repr__(self) -> str:
         return f"RecordColumns({len(self)} records)"
+
+    def value_sizes(self) -> list[int]:
+        """Each value's bytes (value_sizes of the values), counted once: the server
+        counts them for its metrics, the checks and the split, one batch each time.
+        (The columns are not changed once a batch is made of them.)"""
+        if self._sizes is None:
+            self._sizes = value_sizes(self.values)
+        return self._sizes
 
     def records(self) -> list[NewRecord]:
         """The batch as NewRecords, made once, in C, with the collector paused."""
@@ -154,6 +166,13 @@ def values_of(records: Sequence[NewRecord]) -> Sequence[bytes | None]:
     if isinstance(records, RecordColumns):
         return records.values
     return list(map(_VALUE, records))
+
+
+def sizes_of(records: Sequence[NewRecord]) -> list[int]:
+    """Each record's value bytes, a null value's 0 (a RecordColumns' counted once)."""
+    if isinstance(records, RecordColumns):
+        return records.value_sizes()
+    return value_sizes(list(map(_VALUE, records)))
 
 
 def value_sizes(values: Sequence[bytes | None]) -> list[int]:

@@ -29,9 +29,8 @@ from broker.types import (
     NewRecord,
     RecordColumns,
     TopicConfig,
+    sizes_of,
     value_size,
-    value_sizes,
-    values_of,
 )
 
 _VALUE, _KEY, _HEADERS = (operator.itemgetter(i) for i in range(3))
@@ -142,7 +141,7 @@ def check_records(records: Sequence[NewRecord], limits: Limits, *, kafka: bool =
             f"a batch holds at most {most} records, not {len(records)}",
             hint="split the batch",
         )
-    values = value_sizes(values_of(records)) if len(records) > 1 else None
+    values = sizes_of(records) if len(records) > 1 else None
     if kafka:
         total = _kafka_bytes(records, values)
     elif values is None:  # one record: the usual test below, unrolled
@@ -276,9 +275,9 @@ def split_batches(records: Sequence[NewRecord], limits: Limits) -> list[Sequence
     (as check_records counts them); a record too large on its own is its own batch, for
     check_records to refuse."""
     if _values_only(records):
-        sizes = value_sizes(values_of(records))  # the usual batch
+        sizes = sizes_of(records)  # the usual batch
     elif (keyed := _key_lengths(records)) is not None:
-        sizes = list(map(operator.add, value_sizes(values_of(records)), keyed))
+        sizes = list(map(operator.add, sizes_of(records), keyed))
     else:
         sizes = list(map(_stored_size, records))
     if 0 < len(records) <= limits.append_records_max and sum(sizes) <= limits.append_bytes_max:

@@ -21,7 +21,7 @@ from broker.limits import Limits
 from broker.protocol import codec
 from broker.server.connection import PendingProduce, Session
 from broker.server.metrics import Metrics
-from broker.types import NewRecord, value_size, value_sizes, values_of
+from broker.types import NewRecord, sizes_of, value_size
 
 log = logging.getLogger("fencelog.server")
 
@@ -145,7 +145,7 @@ def value_bytes(records: Sequence[NewRecord]) -> int:
     """The bytes of the records' values (what the produce metrics count)."""
     if len(records) == 1:  # the usual produce, without the passes
         return value_size(records[0].value)
-    return sum(value_sizes(values_of(records)))
+    return sum(sizes_of(records))
 
 
 _VALUE = operator.itemgetter(0)
