@@ -10,7 +10,7 @@ from __future__ import annotations
 import operator
 import sqlite3
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Final
 
 from msgspec import Struct
 
@@ -205,6 +205,15 @@ def end_offset(conn: sqlite3.Connection, topic: TopicRow, partition: int) -> int
     return int(row[0])
 
 
+# A plain append stores its records in batches of at most this many: a read that needs
+# one record reads its whole stored batch (a row's values are one blob, in a chain of
+# overflow pages), which for 10,000 records of 100 bytes took 4.5 ms against 1.2 for
+# 1000 (a fetch of one record from the middle of a partition). A batch with a
+# producer id stays whole (its sequences are judged as sent), and so does a
+# transaction's (moved at commit as it was journaled).
+PLAIN_BATCH_RECORDS_MAX: Final = 1000
+
+
 class Appends:
     """The appends of one write transaction, held back and written by flush() in one
     statement: a `log` row per batch (schema 015, storage/batches.py), one update per
@@ -230,7 +239,9 @@ class Appends:
         now_ms: int,
         producer: ProducerFields,
     ) -> None:
-        """Records appended to one partition at base_offset, its end: one batch."""
+        """Records appended to one partition at base_offset, its end: one batch, or
+        for a plain append (no producer id, no transaction) of more than
+        PLAIN_BATCH_RECORDS_MAX records, a batch of each PLAIN_BATCH_RECORDS_MAX."""
         pid = producer.producer_id
         fields = (
             pid,
@@ -239,8 +250,15 @@ class Appends:
             producer.epoch,
             producer.txn_id,
         )
+        count = len(records)
+        if count > PLAIN_BATCH_RECORDS_MAX and not pid and producer.txn_id is None:
+            for start in range(0, count, PLAIN_BATCH_RECORDS_MAX):
+                part = records[start : start + PLAIN_BATCH_RECORDS_MAX]
+                where = (topic_id, partition, base_offset + start)
+                self._added(pack_records(where, part, now_ms, fields))
+            return
         where = (topic_id, partition, base_offset)
-        if len(records) == 1:  # the one-record produce: plain_records' test, unrolled
+        if count == 1:  # the one-record produce: plain_records' test, unrolled
             value, key, headers, _, timestamp_ms = records[0]
             if key is None and not headers:
                 row = batches.pack_one(

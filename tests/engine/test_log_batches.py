@@ -222,3 +222,28 @@ def test_a_damaged_batch_reads_as_data_corrupt(data_dir: Path, damage: str) -> N
             assert caught.value.code == ErrorCode.DATA_CORRUPT
             assert "batch at offset 0" in caught.value.message
         assert [r.value for r in client.fetch(TOPIC, {0: BIG}, max_records=2)] == [b"v0", b"v1"]
+
+
+def test_a_large_plain_append_is_stored_in_batches_of_a_thousand_and_reads_as_one(
+    client: Client,
+) -> None:
+    """A fetch of one record reads its whole stored batch: a plain append of 2,500
+    records is three (1000, 1000, 500), each read from anywhere; a batch with a
+    producer id stays one, as its sequences were sent."""
+    client.create_topic(TOPIC, 1)
+    values = [b"p%d" % i for i in range(2_500)]
+    results = client.produce(TOPIC, values, partition=0)
+    assert [r.offset for r in results] == list(range(2_500))
+    producer = client.producer(TOPIC)
+    producer.send([NewRecord(b"i%d" % i, partition=0) for i in range(2_500)])
+    assert [(first, records) for _, _, first, records in stored(client)] == [
+        (0, 1000),
+        (1000, 1000),
+        (2000, 500),
+        (2500, 2500),
+    ]
+    for offset in (0, 999, 1000, 1500, 2499, 2500, 4999):
+        (record,) = client.fetch(TOPIC, {0: offset}, max_records=1)
+        expected = values[offset] if offset < 2_500 else b"i%d" % (offset - 2_500)
+        assert (record.offset, record.value) == (offset, expected)
+    assert [r.value for r in client.consume(TOPIC, partition=0)][:2_500] == values
