@@ -550,7 +550,12 @@ class Client:
         # the whole topic reads them.
         watch = _Followed(self, topic, every_partition=partition is None) if follow else None
         while positions and remaining != 0:
-            batch = ahead.take(positions, remaining, _wait_ms(follow, poll_ms, idle_deadline))
+            try:
+                batch = ahead.take(positions, remaining, _wait_ms(follow, poll_ms, idle_deadline))
+            except BrokerError as error:
+                if watch is None or error.code is not ErrorCode.UNKNOWN_TOPIC:
+                    raise
+                raise watch.gone() from None
             if watch is not None:
                 positions.update(watch.added(batch=bool(batch)))
             taken = _within_ends(batch, stop_at)[:remaining]
@@ -992,6 +997,16 @@ class _Followed:
         self._client, self._topic, self._every_partition = client, topic, every_partition
         described = client.describe_topic(topic)
         self._created_ms, self._partitions = described.created_ms, described.partitions
+
+    def gone(self) -> BrokerError:
+        """The error of a followed topic that a fetch no longer finds: deleted (and
+        perhaps created again) while it was followed."""
+        return BrokerError(
+            ErrorCode.UNKNOWN_TOPIC,
+            f"topic {self._topic} was deleted while it was followed",
+            topic=self._topic,
+            hint="create it again and follow it from its beginning",
+        )
 
     def added(self, *, batch: bool) -> dict[int, int]:
         """The start of each partition added since the last look (every partition

@@ -213,7 +213,8 @@ def test_a_topic_recreated_under_a_follower_is_said_not_skipped(
     """A topic deleted and created again while a follower waits starts its offsets
     again: the follower, at offset 3 of the old one, read the new one's offset 3 on and
     skipped what came before. It says so instead (UNKNOWN_TOPIC, as a served follower
-    whose long poll sees the topic go)."""
+    whose long poll sees the topic go): that it was deleted and created again, or, when
+    it looked between the two, that it was deleted."""
 
     def recreate(other: Client) -> None:
         other.delete_topic("orders")
@@ -224,8 +225,19 @@ def test_a_topic_recreated_under_a_follower_is_said_not_skipped(
     with pytest.raises(BrokerError) as raised:
         follow_while(orders, data_dir, recreate, None, got)
     assert raised.value.code is ErrorCode.UNKNOWN_TOPIC
-    assert "deleted and created again" in raised.value.message
+    assert raised.value.message in (
+        "topic orders was deleted and created again while it was followed: its offsets "
+        "started again",
+        "topic orders was deleted while it was followed",
+    )
     assert got == []
+
+
+def test_a_topic_deleted_under_a_follower_is_said_deleted(orders: Client, data_dir: Path) -> None:
+    with pytest.raises(BrokerError) as raised:
+        follow_while(orders, data_dir, lambda other: other.delete_topic("orders"), None)
+    assert raised.value.code is ErrorCode.UNKNOWN_TOPIC
+    assert raised.value.message == "topic orders was deleted while it was followed"
 
 
 def test_a_follower_of_every_partition_reads_partitions_added_under_it(
