@@ -223,22 +223,17 @@ def test_the_c_reader_reads_what_the_python_reader_reads_and_refuses_what_it_ref
     mutated = with_crc(damaged)
     in_c = either_read(lambda b, p: records._read_records_in_c(memoryview(b), p), mutated)
     in_python = either_read(python_read, mutated)
-    assert in_c == in_python or (in_c == "refused" and at in attributes_at(batch))
+    # the C reader is not given a batch whose attributes bytes, as the Python loop finds
+    # them (the change may move them), hold one past 0x7F; read_batches asks the loop
+    assert in_c == in_python or (
+        in_c == "refused"
+        and not records._attributes_are_bytes(mutated + bytes(16), 61, len(mutated))
+    )
     try:
         (read,) = records.read_batches(mutated, 1)
         assert [tuple(record) for record in read.records] == in_python
     except BadRecords:
         assert in_python == "refused"
-
-
-def attributes_at(batch: bytes) -> set[int]:
-    """Where each record's attributes byte is in a well-formed batch."""
-    found, pos = set(), 61
-    while pos < len(batch):
-        length, start = records._varint(batch, pos)
-        found.add(start)
-        pos = start + length
-    return found
 
 
 def test_a_damaged_batch_is_refused_as_corrupt() -> None:
