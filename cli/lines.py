@@ -14,6 +14,8 @@ import threading
 from collections.abc import Iterator
 from typing import BinaryIO
 
+from broker import threads
+
 _EOF = b""
 _QUEUE_LINES_MAX = 10_000
 _CHUNK_BYTES = 64 * 1024
@@ -56,7 +58,7 @@ def line_batches(
     """Lines without their line ending, batched; the last line needs no newline. Ends
     at the end of the stream, or once `stop` is set (lines not yet batched stay unread)."""
     lines: queue.Queue[bytes] = queue.Queue(maxsize=_QUEUE_LINES_MAX)
-    threading.Thread(target=_pump, args=(stream, lines), daemon=True, name="stdin").start()
+    threads.start(threading.Thread(target=_pump, args=(stream, lines), daemon=True, name="stdin"))
     done = False
     while not done:
         line = _next_line(lines, stop)

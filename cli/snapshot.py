@@ -9,6 +9,7 @@ from typing import Annotated
 
 import typer
 
+from broker import threads
 from broker.client.embedded import restore_snapshot
 from broker.errors import BrokerError, ErrorCode
 from cli.context import state
@@ -79,8 +80,7 @@ def _with_growth_bar(work: Callable[[], int], target: Path, total: int) -> int:
                 advance(max(0, size - seen))
                 seen = max(seen, size)
 
-        watcher = threading.Thread(target=watch, daemon=True)
-        watcher.start()
+        watcher = threads.start(threading.Thread(target=watch, daemon=True))
         try:
             return work()
         finally:

@@ -27,6 +27,7 @@ import threading
 from collections.abc import Callable, Coroutine, Sequence
 from typing import TYPE_CHECKING, Any, Final, ParamSpec, TypeVar, cast
 
+from broker import threads
 from broker.client.remote import (
     BACKOFF_FIRST_S,
     BACKOFF_MAX_S,
@@ -544,10 +545,9 @@ class LoopTransport:
     ) -> None:
         self._severed_callbacks: list[Callable[[str], None]] = []
         self._loop = new_event_loop()
-        self._thread = threading.Thread(
-            target=self._loop.run_forever, name="fencelog-client", daemon=True
+        self._thread = threads.start(
+            threading.Thread(target=self._loop.run_forever, name="fencelog-client", daemon=True)
         )
-        self._thread.start()
         self.client = self._call(_make_client(address, token, self._pushed, request_timeout_s))
         try:
             self.limits = self._call(self.client.limits())

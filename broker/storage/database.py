@@ -35,7 +35,7 @@ from typing import Final, NoReturn
 
 from msgspec import Struct
 
-from broker import failpoints
+from broker import failpoints, threads
 from broker.discovery import DB_FILE
 from broker.errors import BrokerError, ErrorCode
 from broker.rows import decode_headers
@@ -194,8 +194,9 @@ class Checkpoints:
         self.durability = durability
         self._due = threading.Event()
         self._closing = False
-        self._thread = threading.Thread(target=self._run, name="fencelog-checkpoints", daemon=True)
-        self._thread.start()
+        self._thread = threads.start(
+            threading.Thread(target=self._run, name="fencelog-checkpoints", daemon=True)
+        )
 
     def wake(self) -> None:
         self._due.set()
