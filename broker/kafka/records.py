@@ -127,14 +127,13 @@ def _read_records_in_c(batch: memoryview, partition: int) -> list[NewRecord]:
     them, by aiokafka's record reader in C (Cython): 1.5 us a record here in all
     (0.2 of it the reader's, 0.35 the NewRecord, 0.5 the walk of
     _attributes_are_bytes) against 3.2 for the Python loop, which was most of a Kafka
-    produce's time on the server. Its
-    checks are _read_records' (each record's length against its fields, no bytes left
-    after the last, header names UTF-8), but one: it reads a record's attributes (an
-    int8, always 0 from a producer) as a varint: a batch with one past 0x7F, or one
-    it refuses, goes to the Python loop, which accepts or refuses it for good. A
-    varint it reads may run up to 9 bytes past the batch's end before its bounds
-    check: the batch is copied with zeros after it, and the reader is given the
-    batch alone."""
+    produce's time on the server. Its checks are _read_records' (each record's length
+    against its fields, no bytes left after the last, header names UTF-8), but one: it
+    reads a record's attributes (an int8, always 0 from a producer) as a varint: a
+    batch with one past 0x7F, or one it refuses, goes to the Python loop, which
+    accepts or refuses it for good. A varint it reads may run up to 9 bytes past the
+    batch's end before its bounds check: the batch is copied with zeros after it, and
+    the reader is given the batch alone."""
     padded = bytes(batch) + _OVERREAD_PAD
     if not _attributes_are_bytes(padded, _BATCH_HEADER.size, len(batch)):
         raise CorruptRecordError("a record's attributes the C reader would misread")
