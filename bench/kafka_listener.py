@@ -21,12 +21,13 @@ Rules:
   id are set up before the clock (one record to another topic warms each side).
 - Consume throughput: one data directory filled with M records of 100 bytes (embedded,
   durability full), copied once per side, each copy served by its own server for the
-  whole comparison. Kafka: `kcat -C -b ADDR -t T -o beginning -e -q`, stdout to
-  /dev/null, timed as a whole process; native: `client.consume(T, partition=0,
-  start="beginning")` over TCP (one fetch kept ahead), records counted; for
-  information, `fencelog --broker URL consume T` as a whole process, stdout to
-  /dev/null. One untimed kcat read afterwards prints every offset, to check kcat read
-  all M records.
+  whole comparison. Kafka: `kcat -C -b ADDR -t T -o beginning -e -q -c M`, stdout to
+  /dev/null, timed as a whole process (-c: kcat stops at the last record, rather than
+  wait the 500 ms fetch.wait.max.ms the broker holds the fetch that finds the end for);
+  native: `client.consume(T, partition=0, start="beginning")` over TCP (one fetch kept
+  ahead), records counted; for information, `fencelog --broker URL consume T` as a
+  whole process, stdout to /dev/null. One untimed kcat read afterwards prints every
+  offset, to check kcat read all M records.
 - Sides take turns within a round, rotating which goes first; a figure is the median of
   its rounds and a ratio is median over median. Server CPU (from /proc) and client CPU
   (this process, or the child process: kcat, `fencelog consume`) are read around each
@@ -433,7 +434,7 @@ def _measure_consume(work_dir: Path, sizes: KafkaSizes, results: KafkaResults) -
     ):
 
         def kcat() -> None:
-            _run_child(kcat_argv(kafka_side.kafka))
+            _run_child(kcat_argv(kafka_side.kafka, "-c", str(records)))
 
         def native() -> None:
             count = sum(1 for _ in client.consume(TOPIC, partition=0, start="beginning"))

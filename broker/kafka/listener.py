@@ -35,6 +35,7 @@ __all__ = ["KafkaConnection", "KafkaListen", "close_all"]
 log = logging.getLogger("fencelog.kafka")
 _LENGTH: Final = struct.Struct(">i")
 _PRE_AUTH: Final = frozenset({wire.API_VERSIONS_KEY, 17, 36})  # SaslHandshake, SaslAuthenticate
+Answer = bytes | list[bytes] | None  # a framed answer, or its parts; None: close
 _READ_PAUSE_ANSWERS: Final = 64  # unanswered requests before the socket is not read
 
 
@@ -44,7 +45,7 @@ class KafkaConnection(asyncio.Protocol):
         self.transport: asyncio.Transport | None = None
         self.peer = "?"
         self._buffer = bytearray()
-        self._answers: collections.deque[asyncio.Future[bytes | None]] = collections.deque()
+        self._answers: collections.deque[asyncio.Future[Answer]] = collections.deque()
         self._closing = False
         self._paused = False
         self.authenticated = api.auth_token is None
@@ -156,7 +157,7 @@ class KafkaConnection(asyncio.Protocol):
             return wire.error_answer(header, request.api, wire.UNSUPPORTED_VERSION)
         return None
 
-    async def _answer(self, request: wire.Request) -> bytes | None:
+    async def _answer(self, request: wire.Request) -> Answer:
         assert request.api is not None
         loop = asyncio.get_running_loop()
         began = loop.time()
@@ -175,14 +176,16 @@ class KafkaConnection(asyncio.Protocol):
             return None  # closes the connection: the client reconnects and retries
         if body is None:
             return None
+        if request.api.key == wire.FETCH_KEY:
+            return wire.encode_fetch_response(request.header, request.api, body)
         return wire.encode_response(request.header, request.api, body)
 
-    def _done(self, answer: bytes | None) -> asyncio.Future[bytes | None]:
-        future: asyncio.Future[bytes | None] = asyncio.get_running_loop().create_future()
+    def _done(self, answer: Answer) -> asyncio.Future[Answer]:
+        future: asyncio.Future[Answer] = asyncio.get_running_loop().create_future()
         future.set_result(answer)
         return future
 
-    def _queue(self, answer: asyncio.Future[bytes | None]) -> None:
+    def _queue(self, answer: asyncio.Future[Answer]) -> None:
         self._answers.append(answer)
         answer.add_done_callback(self._send_ready)
 
@@ -197,7 +200,10 @@ class KafkaConnection(asyncio.Protocol):
             if data is None:
                 close = True
                 break
-            out.append(data)
+            if isinstance(data, list):
+                out += data
+            else:
+                out.append(data)
         if self.transport is not None and out and not self._closing:
             if len(out) == 1:
                 self.transport.write(out[0])

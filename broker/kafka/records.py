@@ -24,6 +24,7 @@ from collections.abc import Iterable, Sequence
 from itertools import repeat
 from typing import Any, Final
 
+import numpy
 from crc32c import crc32c
 from kafka import codec as codecs
 from kafka.errors import CorruptRecordError, UnsupportedCodecError
@@ -37,6 +38,7 @@ from broker.types import NewRecord, collector_paused
 # ProducerId int64, ProducerEpoch int16, BaseSequence int32, RecordCount int32
 _BATCH_HEADER: Final = struct.Struct(">qiibIhiqqqhii")
 _LOG_OVERHEAD: Final = 12  # BaseOffset and Length come before what Length counts
+_CRC_AT: Final = 17
 _CRC_FROM: Final = 21  # the CRC covers Attributes to the end
 _MAGIC_AT: Final = 16
 _TRANSACTIONAL: Final = 0x10
@@ -407,56 +409,110 @@ def _steady(runs: rows.Runs) -> bool:
 
 def encode_uniform(page: rows.Page, count: int) -> bytes:
     """encode_batch() of a uniform page's first `count` records, from its columns, a v2
-    batch for each run of one timestamp (each stored batch): the records differ only in
-    their offset delta and value, so each is a prefix made once per value size and delta
-    (_prefixes), its value, and the empty header count, joined once. No Python work per
-    record beyond a slice of the values."""
+    batch for each run of one timestamp (each stored batch).
+
+    The records of such a batch differ only in their offset delta and value, and a run of
+    deltas whose varints have one width gives records of one length: that run is a
+    matrix, a row a record (its prefix, its value, the empty header count), filled by
+    three numpy copies (_Shape). No Python object per record: a kcat reading a topic
+    of 100-byte values cost 0.25 us a record here as a join of slices, 0.03 so."""
     assert isinstance(page.value_lengths, int)
     stamps = page.timestamps
     runs = [(page.record_count, stamps, 0)] if isinstance(stamps, int) else stamps
     assert isinstance(runs, list)
-    size, values = page.value_lengths, page.values
-    out: list[bytes] = []
-    first = 0
+    size = page.value_lengths
+    batches: list[tuple[int, int, int]] = []  # first record of the page, records, timestamp
+    total = 0
     for records, timestamp, _ in runs:
-        taken = min(records, count - first)
+        taken = min(records, count - total)
         if taken <= 0:
             break
-        body = _uniform_body(values[first * size : (first + taken) * size], size, taken)
+        batches.append((total, taken, timestamp))
+        total += taken
+    shapes = _shapes(size, max((taken for _, taken, _ in batches), default=0))
+    header = _BATCH_HEADER.size
+    out = numpy.empty(
+        sum(header + _body_bytes(shapes, size, taken) for _, taken, _ in batches), numpy.uint8
+    )
+    written = out.data  # the array's own memory, for struct and the CRC
+    values = numpy.frombuffer(page.values, numpy.uint8, total * size).reshape(total, size)
+    at = 0
+    for first, taken, timestamp in batches:
+        end = _fill_body(out, at + header, shapes, values[first : first + taken])
         offset = page.offset + first
-        out.append(_batch(offset, offset + taken - 1, timestamp, timestamp, taken, body))
-        first += taken
-    return b"".join(out)
+        fields = _header_fields(
+            offset, offset + taken - 1, timestamp, timestamp, taken, end - at - header
+        )
+        _BATCH_HEADER.pack_into(written, at, *fields)
+        struct.pack_into(">I", written, at + _CRC_AT, crc32c(written[at + _CRC_FROM : end]))
+        at = end
+    return out.tobytes()
 
 
-def _uniform_body(values: bytes, size: int, count: int) -> bytes:
-    parts: list[bytes] = [_NO_HEADERS] * (3 * count)
-    parts[0::3] = _prefixes(size, count)
-    parts[1::3] = rows.split_equal(values, size, count) if size else [b""] * count
-    return b"".join(parts)
+class _Shape(Struct, frozen=True):
+    """The records at offset deltas low..high-1 of a uniform batch: one prefix length
+    (the bytes before the value), so one record length; prefixes holds each one's."""
+
+    low: int
+    high: int
+    prefixes: Any  # numpy uint8 array, (high - low, prefix length)
 
 
-def _prefixes(value_size: int, count: int) -> list[bytes]:
-    """Each record's bytes before its value, for records of value_size bytes with no
-    key, no headers and the batch's timestamp, at offset deltas 0..count-1."""
-    made = _PREFIXES.get(value_size)
-    if made is None or len(made) < count:
-        made = [_record_prefix(value_size, delta) for delta in range(max(count, _PREFIXES_MIN))]
-        if len(_PREFIXES) >= _PREFIXES_KEPT:
-            _PREFIXES.pop(next(iter(_PREFIXES)))
-        _PREFIXES[value_size] = made
-    return made[:count]
+def _shapes(value_size: int, count: int) -> list[_Shape]:
+    """The shapes of the records of value_size bytes at deltas 0..count-1 and maybe
+    more, made once per value size (the most recent few kept)."""
+    made = _SHAPES.get(value_size)
+    if made is None or made[-1].high < count:
+        deltas = max(count, _SHAPES_MIN)
+        prefixes = [_record_prefix(value_size, delta) for delta in range(deltas)]
+        made, low = [], 0
+        for delta in range(1, deltas + 1):
+            if delta == deltas or len(prefixes[delta]) != len(prefixes[low]):
+                joined = numpy.frombuffer(b"".join(prefixes[low:delta]), numpy.uint8)
+                made.append(_Shape(low, delta, joined.reshape(delta - low, -1)))
+                low = delta
+        if len(_SHAPES) >= _SHAPES_KEPT:
+            _SHAPES.pop(next(iter(_SHAPES)))
+        _SHAPES[value_size] = made
+    return made
+
+
+def _body_bytes(shapes: list[_Shape], value_size: int, count: int) -> int:
+    return sum(
+        (min(shape.high, count) - shape.low) * (shape.prefixes.shape[1] + value_size + 1)
+        for shape in shapes
+        if shape.low < count
+    )
+
+
+def _fill_body(out: Any, at: int, shapes: list[_Shape], values: Any) -> int:
+    """Write the records whose values are the rows of `values` from out[at]; the end."""
+    count, size = values.shape
+    for shape in shapes:
+        if shape.low >= count:
+            break
+        records = min(shape.high, count) - shape.low
+        prefix = shape.prefixes.shape[1]
+        length = prefix + size + 1
+        matrix = out[at : at + records * length].reshape(records, length)
+        matrix[:, :prefix] = shape.prefixes[:records]
+        matrix[:, prefix : prefix + size] = values[shape.low : shape.low + records]
+        matrix[:, -1] = _NO_HEADERS[0]
+        at += records * length
+    return at
 
 
 def _record_prefix(value_size: int, delta: int) -> bytes:
+    """A record's bytes before its value, for a value of value_size bytes with no key,
+    no headers and the batch's timestamp, at offset delta `delta`."""
     after_length = _ATTRIBUTES + _zigzag(0) + _zigzag(delta) + _NULL + _zigzag(value_size)
     length = len(after_length) + value_size + len(_NO_HEADERS)
     return _zigzag(length) + after_length
 
 
-_PREFIXES: dict[int, list[bytes]] = {}  # by value size, the most recent few
-_PREFIXES_KEPT: Final = 8
-_PREFIXES_MIN: Final = 1024
+_SHAPES: dict[int, list[_Shape]] = {}  # by value size, the most recent few
+_SHAPES_KEPT: Final = 8
+_SHAPES_MIN: Final = 1024
 
 
 def _batch(
@@ -465,24 +521,33 @@ def _batch(
     """A v2 batch's header before body, with its CRC-32C."""
     header = bytearray(
         _BATCH_HEADER.pack(
-            base_offset,
-            _BATCH_HEADER.size - _LOG_OVERHEAD + len(body),
-            0,  # partition leader epoch: one broker, one epoch
-            2,
-            0,  # the CRC, below
-            0,  # attributes: uncompressed, CreateTime, not transactional
-            last_offset - base_offset,
-            base_ts,
-            max_ts,
-            NO_PRODUCER_ID,
-            -1,
-            -1,
-            count,
+            *_header_fields(base_offset, last_offset, base_ts, max_ts, count, len(body))
         )
     )
     crc = crc32c(body, crc32c(header[_CRC_FROM:]))  # over Attributes to the end
-    struct.pack_into(">I", header, 17, crc)
+    struct.pack_into(">I", header, _CRC_AT, crc)
     return bytes(header) + body
+
+
+def _header_fields(
+    base_offset: int, last_offset: int, base_ts: int, max_ts: int, count: int, body_bytes: int
+) -> tuple[int, ...]:
+    """_BATCH_HEADER's fields of a batch fencelog writes, its CRC 0 (filled in after)."""
+    return (
+        base_offset,
+        _BATCH_HEADER.size - _LOG_OVERHEAD + body_bytes,
+        0,  # partition leader epoch: one broker, one epoch
+        2,
+        0,  # the CRC
+        0,  # attributes: uncompressed, CreateTime, not transactional
+        last_offset - base_offset,
+        base_ts,
+        max_ts,
+        NO_PRODUCER_ID,
+        -1,
+        -1,
+        count,
+    )
 
 
 def count_of(batch: bytes) -> int:

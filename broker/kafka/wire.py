@@ -122,6 +122,7 @@ APIS: Final = {
     )
 }
 API_VERSIONS_KEY: Final = metadata.ApiVersionsRequest.API_KEY
+FETCH_KEY: Final = consumer.FetchRequest.API_KEY
 _HEADER: Final = struct.Struct(">hhi")
 _INT16: Final = struct.Struct(">h")
 _INT32: Final = struct.Struct(">i")
@@ -209,6 +210,57 @@ def encode_response(header: Header, api: Api, body: Any) -> bytes:
     payload = bytes(body.encode(version=version))
     head = _INT32.pack(header.correlation_id) + (b"\x00" if flexible_header else b"")
     return _INT32.pack(len(head) + len(payload)) + head + payload
+
+
+def encode_fetch_response(header: Header, api: Api, body: Any) -> list[bytes]:
+    """encode_response() of a Fetch answer as parts to write one after another, each
+    partition's record batch a part of its own: a fetch answer is megabytes of batches,
+    and encoding them into the answer copied each three times (the codec's buffer, its
+    result, the framing), a tenth of a kcat read's server time.
+
+    Each non-empty records field is encoded as a placeholder (_RECORDS_MARK and its
+    index: no other byte of the answer is a topic name's character outside Kafka's
+    legal ones, so a 16-byte mark found in order is the one put there), which the
+    batch and its own length prefix replace."""
+    batches: list[bytes] = []
+    for topic in body.responses:
+        for part in topic.partitions:
+            if part.records:
+                batches.append(part.records)
+                part.records = _records_mark(len(batches) - 1)
+    framed = encode_response(header, api, body)
+    if not batches:
+        return [framed]
+    compact = api.flexible(header.api_version)
+    parts: list[bytes] = []
+    at = 0
+    for index, batch in enumerate(batches):
+        mark = _records_mark(index)
+        found = framed.index(mark, at)
+        parts.append(framed[at : found - (1 if compact else _INT32.size)])
+        parts.append(_compact_length(len(batch)) if compact else _INT32.pack(len(batch)))
+        parts.append(batch)
+        at = found + len(mark)
+    parts.append(framed[at:])
+    parts[0] = _INT32.pack(sum(map(len, parts)) - _INT32.size) + parts[0][_INT32.size :]
+    return parts
+
+
+def _records_mark(index: int) -> bytes:
+    return _RECORDS_MARK + _INT32.pack(index)
+
+
+def _compact_length(size: int) -> bytes:
+    """A compact field's length: an unsigned varint of size + 1."""
+    out, value = bytearray(), size + 1
+    while value >= 0x80:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
+_RECORDS_MARK: Final = b"\xfe\x00\xfdfencelog\x00\xfc"  # 12 bytes; with the index, 16
 
 
 def api_versions_body(version: int, error_code: int = 0) -> Any:

@@ -272,3 +272,57 @@ def test_a_fetched_batch_reads_back_as_kafka_records() -> None:
         (9, 6_000, b"", b"x" * 300, []),
         (10, 26_000, b"k" * 20_000, b"", []),
     ]
+
+
+def _fetch_answer(version: int, batches: list[list[bytes]]) -> Any:
+    """A FetchResponse of a topic per list, a partition per batch (b"": none)."""
+    response = wire.APIS[wire.FETCH_KEY].response
+    topic_cls = response.FetchableTopicResponse
+    part_cls = topic_cls.PartitionData
+    return response(
+        version=version,
+        throttle_time_ms=0,
+        error_code=0,
+        session_id=0,
+        responses=[
+            topic_cls(
+                topic=f"topic-{index}",
+                partitions=[
+                    part_cls(
+                        partition_index=partition,
+                        error_code=0,
+                        high_watermark=len(batch),
+                        last_stable_offset=len(batch),
+                        log_start_offset=0,
+                        aborted_transactions=None,
+                        preferred_read_replica=-1,
+                        records=batch,
+                    )
+                    for partition, batch in enumerate(topic)
+                ],
+            )
+            for index, topic in enumerate(batches)
+        ],
+    )
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    st.integers(4, 12),
+    st.lists(st.lists(st.binary(max_size=400), min_size=1, max_size=4), min_size=1, max_size=3),
+)
+def test_a_fetch_answer_written_in_parts_is_the_answer_encoded_whole(
+    version: int, batches: list[list[bytes]]
+) -> None:
+    """The fetch answer's parts (each batch written as it is) join to the bytes the
+    codec encodes for the same answer, every version, empty records and compact
+    lengths of one and two bytes among them."""
+    api = wire.APIS[wire.FETCH_KEY]
+    header = wire.Header(wire.FETCH_KEY, version, 7, "client")
+    whole = wire.encode_response(header, api, _fetch_answer(version, batches))
+    parts = wire.encode_fetch_response(header, api, _fetch_answer(version, batches))
+    assert b"".join(parts) == whole
+    written_whole = [batch for topic in batches for batch in topic if batch]
+    assert [
+        part for part in parts if any(part is batch for batch in written_whole)
+    ] == written_whole

@@ -4,7 +4,7 @@ left, and the bound it counts by never below a batch's encoded size."""
 
 from __future__ import annotations
 
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from broker.kafka.fetch_budget import BATCH_HEADER_BYTES, FetchBudget, record_bytes_max
@@ -72,6 +72,8 @@ def test_the_bound_is_never_below_the_encoded_batch(
     st.integers(0, 1 << 40),  # its timestamp
     st.integers(1, 1_500),  # records taken
 )
+@example(100, 20_000, 1 << 40, 5, 20_000)  # offset deltas of three varint bytes
+@example(0, 9_000, 0, 0, 8_500)  # empty values
 def test_a_uniform_page_encodes_as_its_rows_do(
     size: int, count: int, offset: int, timestamp: int, taken: int
 ) -> None:
