@@ -16,6 +16,7 @@ section 2.2.1): a writer in the same process, or a WAL another process deletes.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from functools import lru_cache
 from typing import Final
 
 import pyarrow as pa
@@ -70,13 +71,16 @@ def chunks_to_arrow(topic: str, chunks: Sequence[rows.Chunk]) -> pa.RecordBatch:
 
 
 def page_to_arrow(topic: str, page: rows.Page) -> pa.RecordBatch:
-    """A page (broker/storage/pages.py) as one batch, column by column."""
+    """A page (broker/storage/pages.py) as one batch, column by column. A column of one
+    value for the whole page (the topic, the partition, no keys, no headers, a plain
+    producer's fields) is an array kept for the next page of as many records: Arrow
+    arrays do not change, and making them again was half of a Spark task's read."""
     count = page.record_count
     if count == 0:
         return empty_batch()
     values = _nullable_binary(page.value_lengths, page.values, count)
     if page.key_lengths == -1:
-        keys = pa.nulls(count, pa.binary())
+        keys = _repeated(None, pa.binary(), count)
     else:
         lengths = _ints(page.key_lengths, count)
         present = pc.greater_equal(lengths, 0)
@@ -85,28 +89,55 @@ def page_to_arrow(topic: str, page: rows.Page) -> pa.RecordBatch:
             _binary(pc.max_element_wise(lengths, 0), page.keys, count),
             pa.scalar(None, pa.binary()),
         )
-    headers: list[tuple[tuple[str, bytes | None], ...]] = [()] * count
-    for record_offset, stored in page.headers:
-        headers[record_offset - page.offset] = decode_headers(stored)
+    if page.headers:
+        headers: list[tuple[tuple[str, bytes | None], ...]] = [()] * count
+        for record_offset, stored in page.headers:
+            headers[record_offset - page.offset] = decode_headers(stored)
+        header_array = _headers_array(headers)
+    else:
+        header_array = _no_headers(count)
     kinds = (pa.int64(), pa.int32(), pa.int32(), pa.int32(), pa.int64())
     producer = [
-        pa.nulls(count, kind) if column is None else _ints(column, count).cast(kind)
+        _repeated(column, kind, count)
+        if column is None or isinstance(column, int)
+        else _ints(column, count).cast(kind)
         for column, kind in zip(page.producer, kinds, strict=True)
     ]
-    if not isinstance(page.producer[-1], int | None):
-        txn = producer[-1]
-        producer[-1] = pc.if_else(pc.equal(txn, rows.NO_TXN), pa.scalar(None, pa.int64()), txn)
+    txn = page.producer[-1]
+    if txn == rows.NO_TXN:
+        producer[-1] = _repeated(None, pa.int64(), count)
+    elif not isinstance(txn, int | None):
+        producer[-1] = pc.if_else(
+            pc.equal(producer[-1], rows.NO_TXN), pa.scalar(None, pa.int64()), producer[-1]
+        )
+    stamps = page.timestamps
     columns = [
-        pa.repeat(pa.scalar(topic, pa.string()), count),
-        pa.repeat(pa.scalar(page.partition, pa.int32()), count),
+        _repeated(topic, pa.string(), count),
+        _repeated(page.partition, pa.int32(), count),
         pa.arange(page.offset, page.offset + count),
-        pc.multiply(_ints(page.timestamps, count), 1000).cast(_TIMESTAMP),
+        pa.repeat(pa.scalar(stamps * 1000, _TIMESTAMP), count)
+        if isinstance(stamps, int)
+        else pc.multiply(_ints(stamps, count), 1000).cast(_TIMESTAMP),
         keys,
         values,
-        _headers_array(headers),
+        header_array,
         *producer,
     ]
     return pa.RecordBatch.from_arrays(columns, schema=ARROW_SCHEMA)
+
+
+@lru_cache(maxsize=64)
+def _repeated(value: str | int | None, kind: pa.DataType, count: int) -> pa.Array:
+    """`count` times one value (None: nulls), made once for a few recent values."""
+    if value is None:
+        return pa.nulls(count, kind)
+    return pa.repeat(pa.scalar(value, kind), count)
+
+
+@lru_cache(maxsize=8)
+def _no_headers(count: int) -> pa.Array:
+    zeros = pa.nulls(count + 1, pa.int32()).fill_null(0)
+    return pa.ListArray.from_arrays(zeros, pa.array([], _HEADERS.value_type))
 
 
 def _ints(column: rows.Column, count: int) -> pa.Array:
@@ -145,6 +176,8 @@ def _runs(runs: rows.Runs, count: int) -> pa.Array:
 
 def _nullable_binary(lengths: rows.Column, data: bytes, count: int) -> pa.Array:
     """The values of a page: null where the text of lengths says -1 (a null value)."""
+    if isinstance(lengths, int) and lengths >= 0:
+        return _binary(lengths, data, count)
     numbers = _ints(lengths, count)
     if not (isinstance(lengths, bytes) and b"-" in lengths):
         return _binary(numbers, data, count)
@@ -166,19 +199,31 @@ def without_nulls(batch: pa.RecordBatch) -> pa.RecordBatch:
     return batch.set_column(index, ARROW_SCHEMA.field(index), column.fill_null(b""))
 
 
-def _binary(lengths: pa.Array, data: bytes, count: int) -> pa.Array:
-    """A binary array of `count` items of `lengths` over the concatenated `data`."""
-    ends = pc.cumulative_sum(lengths)
-    offsets = pa.concat_arrays([pa.array([0], pa.int64()), ends]).cast(pa.int32())
+def _binary(lengths: pa.Array | int, data: bytes, count: int) -> pa.Array:
+    """A binary array of `count` items of `lengths` (or each of one length) over the
+    concatenated `data`."""
+    if isinstance(lengths, int):
+        offsets = _equal_offsets(lengths, count)
+    else:
+        ends = pc.cumulative_sum(lengths)
+        offsets = pa.concat_arrays([pa.array([0], pa.int64()), ends]).cast(pa.int32())
     return pa.BinaryArray.from_buffers(
         pa.binary(), count, [None, offsets.buffers()[1], pa.py_buffer(data)]
     )
 
 
+@lru_cache(maxsize=16)
+def _equal_offsets(length: int, count: int) -> pa.Array:
+    return (
+        pa.arange(0, (count + 1) * length, length).cast(pa.int32())
+        if length
+        else (_repeated(0, pa.int32(), count + 1))
+    )
+
+
 def _headers_array(headers: Sequence[tuple[tuple[str, bytes | None], ...]]) -> pa.Array:
     if not any(headers):  # the common case: no record has headers, built without a loop
-        zeros = pa.nulls(len(headers) + 1, pa.int32()).fill_null(0)
-        return pa.ListArray.from_arrays(zeros, pa.array([], _HEADERS.value_type))
+        return _no_headers(len(headers))
     return pa.array([[{"key": k, "value": v} for k, v in h] for h in headers], _HEADERS)
 
 
