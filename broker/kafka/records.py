@@ -550,7 +550,11 @@ def _header_fields(
     )
 
 
-def count_of(batch: bytes) -> int:
-    """The records of one batch encode_batch built."""
-    count: int = _BATCH_HEADER.unpack_from(batch)[12]
+def count_of(batches: bytes) -> int:
+    """The records of one or more batches fencelog encoded (a fetch answer's metric)."""
+    count = at = 0
+    while at < len(batches):
+        fields = _BATCH_HEADER.unpack_from(batches, at)
+        count += fields[12]
+        at += _LOG_OVERHEAD + fields[1]
     return count

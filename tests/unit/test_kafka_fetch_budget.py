@@ -8,7 +8,7 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from broker.kafka.fetch_budget import BATCH_HEADER_BYTES, FetchBudget, record_bytes_max
-from broker.kafka.records import encode_batch, encode_uniform, uniform
+from broker.kafka.records import count_of, encode_batch, encode_uniform, uniform
 from broker.rows import EMPTY_HEADERS, KafkaRow, Page, encode_headers
 
 
@@ -114,6 +114,7 @@ def test_a_page_across_batches_encodes_a_batch_each_within_its_budget(
     taken = budget.take_uniform([records for records, _ in runs], size, limit)
     encoded = encode_uniform(page, taken)
     assert taken >= 1 and (len(encoded) <= limit or taken == 1)
+    assert count_of(encoded) == taken  # what the fetched-records metric counts
     expected, first = b"", 0
     for records, stamp in runs:
         part = min(records, taken - first)
