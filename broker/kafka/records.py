@@ -20,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import operator
 import struct
+import threading
 from collections.abc import Iterable, Sequence
 from itertools import repeat
 from typing import Any, Final
@@ -471,9 +472,10 @@ def _shapes(value_size: int, count: int) -> list[_Shape]:
                 joined = numpy.frombuffer(b"".join(prefixes[low:delta]), numpy.uint8)
                 made.append(_Shape(low, delta, joined.reshape(delta - low, -1)))
                 low = delta
-        if len(_SHAPES) >= _SHAPES_KEPT:
-            _SHAPES.pop(next(iter(_SHAPES)))
-        _SHAPES[value_size] = made
+        with _SHAPES_LOCK:  # fetches are read on more than one thread
+            while len(_SHAPES) >= _SHAPES_KEPT:
+                _SHAPES.pop(next(iter(_SHAPES)))
+            _SHAPES[value_size] = made
     return made
 
 
@@ -510,7 +512,8 @@ def _record_prefix(value_size: int, delta: int) -> bytes:
     return _zigzag(length) + after_length
 
 
-_SHAPES: dict[int, list[_Shape]] = {}  # by value size, the most recent few
+_SHAPES: dict[int, list[_Shape]] = {}  # by value size, the most recently made few
+_SHAPES_LOCK: Final = threading.Lock()
 _SHAPES_KEPT: Final = 8
 _SHAPES_MIN: Final = 1024
 
