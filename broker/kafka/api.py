@@ -22,6 +22,7 @@ server's group commit. The mappings users rely on:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import uuid
 from collections.abc import Callable, Sequence
@@ -29,6 +30,7 @@ from functools import partial
 from typing import TYPE_CHECKING, Any, Final, Protocol, TypeVar
 
 from kafka.protocol import admin, consumer, metadata, producer, sasl
+from msgspec import Struct
 
 from broker.engine.engine import Engine, ProduceOutcome, ProduceRequest
 from broker.errors import BrokerError, ErrorCode
@@ -41,6 +43,7 @@ from broker.kafka.fetch_budget import FetchBudget
 from broker.kafka.groups import Coordinator
 from broker.kafka.groups_admin import GroupsAdmin
 from broker.kafka.groups_consumer import Heartbeat, TopicsView
+from broker.kafka.listener import READ_AHEAD_FAILED, READ_AHEAD_STALE, READ_AHEAD_USED
 from broker.kafka.refusals import Refusals
 from broker.kafka.topic_requests import topic_config
 from broker.kafka.topics_admin import TopicsAdmin
@@ -53,6 +56,25 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("fencelog.kafka")
 T = TypeVar("T")
+# A fetch's read: per topic (partition, Kafka error, high watermark, batch, log start)
+Found = dict[str, list[tuple[int, int, int, bytes | None, int]]]
+_AheadRead = tuple[Found, dict[str, int | None]]  # and each topic's creation time then
+
+
+class ReadAheadKey(Struct, frozen=True):
+    """What a fetch asks for, as far as its read goes: its partitions, their offsets
+    and byte limits, and the answer's."""
+
+    wanted: tuple[tuple[str, tuple[tuple[int, int, int], ...]], ...]
+    max_bytes: int
+
+    @classmethod
+    def of(
+        cls, wanted: list[tuple[str, list[tuple[int, int, int]]]], max_bytes: int
+    ) -> ReadAheadKey:
+        return cls(tuple((topic, tuple(parts)) for topic, parts in wanted), max_bytes)
+
+
 NODE_ID: Final = 0
 OWNERSHIP_GROUP: Final = "kafka"  # the ownership group of consumer group generations
 LATEST: Final = -1
@@ -80,6 +102,7 @@ class Backend(Protocol):
     def answered(self, operation: str, seconds: float, error: str | None) -> None: ...
     def produced(self, topic: str, records: int, size: int) -> None: ...
     def fetched(self, topic: str, records: int, size: int) -> None: ...
+    def read_ahead(self, outcome: str) -> None: ...
 
 
 class KafkaApi:
@@ -398,11 +421,11 @@ class KafkaApi:
         ]
         max_bytes = body.max_bytes if version >= 3 else 0x7FFFFFFF
         min_bytes = max(1, body.min_bytes)
+        ahead = connection.take_read_ahead(ReadAheadKey.of(wanted, max_bytes))
         while True:
             events = {topic: self.backend.appended(topic) for topic, _ in wanted}
-            found = await self.backend.fetch_read(
-                lambda reader: _read_fetch(reader, wanted, max_bytes)
-            )
+            found = await self._read_or_take(wanted, max_bytes, ahead)
+            ahead = None
             size = sum(len(part[3] or b"") for parts in found.values() for part in parts)
             errors = any(part[1] for parts in found.values() for part in parts)
             remaining = deadline - loop.time()
@@ -421,6 +444,14 @@ class KafkaApi:
             for _, _, _, batch, _ in parts:
                 if batch:
                     self.backend.fetched(topic, kafka_records.count_of(batch), len(batch))
+        following = _following(wanted, found)
+        if following:
+            connection.read_ahead_after_answer(
+                ReadAheadKey.of(following, max_bytes),
+                lambda: self.backend.fetch_read(
+                    lambda reader: _read_fetch_ahead(reader, following, max_bytes)
+                ),
+            )
         response = consumer.FetchResponse
         topic_cls = response.FetchableTopicResponse
         part_cls = topic_cls.PartitionData
@@ -450,6 +481,25 @@ class KafkaApi:
                 for topic, parts in found.items()
             ],
         )
+
+    async def _read_or_take(
+        self,
+        wanted: list[tuple[str, list[tuple[int, int, int]]]],
+        max_bytes: int,
+        ahead: asyncio.Future[_AheadRead] | None,
+    ) -> Found:
+        """The fetch's read: the one read ahead for it where there is one and each of its
+        topics is still the one it read (not deleted, or deleted and created again)."""
+        if ahead is not None:
+            outcome = READ_AHEAD_FAILED  # a failed read ahead: read now
+            with contextlib.suppress(Exception):
+                found, created = await ahead
+                now = await self.backend.fetch_read(lambda reader: _created(reader, created))
+                outcome = READ_AHEAD_USED if now == created else READ_AHEAD_STALE
+            self.backend.read_ahead(outcome)
+            if outcome == READ_AHEAD_USED:
+                return found
+        return await self.backend.fetch_read(lambda reader: _read_fetch(reader, wanted, max_bytes))
 
     # ListOffsets ----------------------------------------------------------------------
 
@@ -1048,6 +1098,48 @@ def _read_fetch(
                         end = max(end, taken[-1][0] + 1)
             parts.append((partition, wire.NONE, end, batch, detail.start_offset))
     return found
+
+
+def _following(
+    wanted: list[tuple[str, list[tuple[int, int, int]]]], found: Found
+) -> list[tuple[str, list[tuple[int, int, int]]]]:
+    """What the consumer's next fetch asks for if this answer left every partition it
+    asked for behind its end (a consumer catching up): the same partitions and limits,
+    each from after the records answered. Empty: a partition answered an error, nothing,
+    or its last record, so the next fetch may wait or ask for something else."""
+    following: list[tuple[str, list[tuple[int, int, int]]]] = []
+    for topic, partitions in wanted:
+        answered = {part[0]: part for part in found.get(topic, [])}
+        nexts = []
+        for partition, _, partition_max in partitions:
+            part = answered.get(partition)
+            if part is None or part[1] or not part[3]:
+                return []
+            after = kafka_records.next_offset(part[3])
+            if after >= part[2]:
+                return []
+            nexts.append((partition, after, partition_max))
+        following.append((topic, nexts))
+    return following
+
+
+def _read_fetch_ahead(
+    reader: Engine, wanted: list[tuple[str, list[tuple[int, int, int]]]], max_bytes: int
+) -> _AheadRead:
+    """_read_fetch, and the creation time of each topic it read (None: none such)."""
+    created = _created(reader, dict.fromkeys(topic for topic, _ in wanted))
+    return _read_fetch(reader, wanted, max_bytes), created
+
+
+def _created(reader: Engine, topics: dict[str, int | None]) -> dict[str, int | None]:
+    """Each topic's creation time now (None: it does not exist)."""
+    now: dict[str, int | None] = {}
+    for topic in topics:
+        try:
+            now[topic] = reader.describe_topic(topic).created_ms
+        except BrokerError:
+            now[topic] = None
+    return now
 
 
 def _records_in(detail: PartitionInfo, limit: int) -> int:

@@ -23,6 +23,7 @@ import contextlib
 import hmac
 import logging
 import struct
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, Final
 
 from broker.kafka import refusals, wire
@@ -36,6 +37,11 @@ log = logging.getLogger("fencelog.kafka")
 _LENGTH: Final = struct.Struct(">i")
 _PRE_AUTH: Final = frozenset({wire.API_VERSIONS_KEY, 17, 36})  # SaslHandshake, SaslAuthenticate
 Answer = bytes | list[bytes] | None  # a framed answer, or its parts; None: close
+# what became of a fetch's read ahead (the fencelog_kafka_fetch_read_ahead_total metric)
+READ_AHEAD_USED: Final = "used"
+READ_AHEAD_STALE: Final = "stale"  # a topic it read was deleted, or created again, since
+READ_AHEAD_FAILED: Final = "failed"
+READ_AHEAD_DROPPED: Final = "dropped"  # the next fetch asked for other offsets, or none came
 _READ_PAUSE_ANSWERS: Final = 64  # unanswered requests before the socket is not read
 
 
@@ -53,6 +59,10 @@ class KafkaConnection(asyncio.Protocol):
         self.client_id = ""  # the last request's client id (Kafka names members after it)
         self.closed: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self.active_at = asyncio.get_running_loop().time()  # the last request read or answered
+        # KafkaApi.fetch's read of the next fetch: to start once this answer is written,
+        # then started; (what it is for, it)
+        self._ahead_to_start: tuple[object, Callable[[], Awaitable[Any]]] | None = None
+        self._read_ahead: tuple[object, asyncio.Future[Any]] | None = None
 
     # asyncio.Protocol -----------------------------------------------------------------
 
@@ -70,6 +80,8 @@ class KafkaConnection(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._closing = True
+        self._ahead_to_start = None
+        self.take_read_ahead(None)
         self.api.connections.discard(self)
         for answer in self._answers:
             answer.cancel()
@@ -125,6 +137,32 @@ class KafkaConnection(asyncio.Protocol):
             task.add_done_callback(_log_failure)
             return  # acks=0: no answer at all
         self._queue(asyncio.ensure_future(self._answer(request)))
+
+    def read_ahead_after_answer(self, key: object, read: Callable[[], Awaitable[Any]]) -> None:
+        """Start read() once the answer being made is written (before, it would take
+        Python's lock from the writing of it), held for a fetch of `key`."""
+        self._ahead_to_start = (key, read)
+
+    def take_read_ahead(self, key: object) -> asyncio.Future[Any] | None:
+        """The read started ahead for a fetch of this key, if that is the one held; any
+        other is dropped."""
+        held, self._read_ahead = self._read_ahead, None
+        if held is None:
+            return None
+        if held[0] == key:
+            return held[1]
+        held[1].cancel()
+        self.api.backend.read_ahead(READ_AHEAD_DROPPED)
+        return None
+
+    def _start_read_ahead(self) -> None:
+        if self._ahead_to_start is None:
+            return
+        (key, read), self._ahead_to_start = self._ahead_to_start, None
+        self.take_read_ahead(None)
+        started = asyncio.ensure_future(read())
+        started.add_done_callback(_retrieved)
+        self._read_ahead = (key, started)
 
     def _refuse(self, kind: str, why: str, error: str | None = None) -> None:
         """Close this connection, saying why (log_refusal)."""
@@ -210,6 +248,7 @@ class KafkaConnection(asyncio.Protocol):
             else:
                 self.transport.writelines(out)
             self.active_at = asyncio.get_running_loop().time()
+            self._start_read_ahead()
         if close:
             self._close()
         elif self._paused and len(self._answers) < _READ_PAUSE_ANSWERS // 2 and self.transport:
@@ -280,3 +319,9 @@ async def close_all(connections: set[KafkaConnection], grace_s: float) -> None:
     for connection in pending:
         with contextlib.suppress(Exception):
             connection.abort()
+
+
+def _retrieved(read: asyncio.Future[Any]) -> None:
+    """A read ahead that failed: the fetch that takes it reads again; none is logged."""
+    if not read.cancelled():
+        read.exception()

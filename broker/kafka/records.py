@@ -553,6 +553,16 @@ def _header_fields(
     )
 
 
+def next_offset(batches: bytes) -> int:
+    """The offset after the last record of one or more batches fencelog encoded."""
+    at = after = 0
+    while at < len(batches):
+        fields = _BATCH_HEADER.unpack_from(batches, at)
+        after = fields[0] + fields[6] + 1  # BaseOffset + LastOffsetDelta + 1
+        at += _LOG_OVERHEAD + fields[1]
+    return after
+
+
 def count_of(batches: bytes) -> int:
     """The records of one or more batches fencelog encoded (a fetch answer's metric)."""
     count = at = 0

@@ -78,6 +78,7 @@ class Metrics:
         self.records_out: dict[str, int] = defaultdict(int)
         self.bytes_out: dict[str, int] = defaultdict(int)
         self.records_cleaned: dict[str, int] = defaultdict(int)
+        self.read_ahead: dict[str, int] = defaultdict(int)  # Kafka fetches', by outcome
         self.group_sizes = _Histogram(tuple(map(float, GROUP_SIZE_BOUNDS)))
         self.group_seconds = _Histogram(LATENCY_BOUNDS_S)
         self.started = time.time()
@@ -175,6 +176,14 @@ class _Collector:
             ),
         ):
             yield _counter(name, text, ["topic"], (((k,), v) for k, v in values.items()))
+        yield _counter(
+            "fencelog_kafka_fetch_read_ahead",
+            "Kafka fetches read before they were asked for (a consumer catching up), by "
+            "what became of the read: used, stale (a topic it read deleted or created "
+            "again since), failed, dropped (the next fetch asked for other offsets).",
+            ["outcome"],
+            (((k,), v) for k, v in m.read_ahead.items()),
+        )
         sizes = HistogramMetricFamily(
             "fencelog_group_commit_requests", "Produce requests per group commit."
         )

@@ -1023,6 +1023,9 @@ class Server:
     def fetched(self, topic: str, records: int, size: int) -> None:
         self.metrics.fetched(topic, records, size)
 
+    def read_ahead(self, outcome: str) -> None:
+        self.metrics.read_ahead[outcome] += 1
+
 
 _LOGGED_TXN_OPS: Final = {
     Op.TXN_BEGIN: "txn_begin",
