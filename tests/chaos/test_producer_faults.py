@@ -282,13 +282,17 @@ class FlipOnce:
 
     def __init__(self, op: Op, direction: Direction) -> None:
         self.op, self.direction = op, direction
-        self.ids: list[int] = []
+        # request ids count per connection, and a client holds more than one (its calls,
+        # its producer's): an answer is to one of ours only on the connection it came by
+        self.ids: set[tuple[int, int]] = set()
         self.flipped = False
 
     def __call__(self, connection: int, direction: Direction, message: Message) -> Action:
         if isinstance(message, Request) and message.op is self.op:
-            self.ids.append(message.request_id)
-        answers = isinstance(message, Reply | ErrorReply) and message.request_id in self.ids
+            self.ids.add((connection, message.request_id))
+        answers = (
+            isinstance(message, Reply | ErrorReply) and (connection, message.request_id) in self.ids
+        )
         ours = isinstance(message, Request) and message.op is self.op
         if not self.flipped and direction == self.direction and (answers or ours):
             self.flipped = True
