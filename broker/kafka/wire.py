@@ -219,9 +219,9 @@ def encode_fetch_response(header: Header, api: Api, body: Any) -> list[bytes]:
     result, the framing), a tenth of a kcat read's server time.
 
     Each non-empty records field is encoded as a placeholder (_RECORDS_MARK and its
-    index: no other byte of the answer is a topic name's character outside Kafka's
-    legal ones, so a 16-byte mark found in order is the one put there), which the
-    batch and its own length prefix replace."""
+    index), which the batch and its own length prefix replace. The mark begins with
+    0xFE, a byte UTF-8 never uses, so it cannot begin inside a topic name; the rest of
+    the answer is numbers, which would have to spell all 16 bytes of the mark."""
     batches: list[bytes] = []
     for topic in body.responses:
         for part in topic.partitions:
