@@ -1051,12 +1051,16 @@ class KafkaApi:
 
 
 def _read_fetch(
-    reader: Engine, wanted: list[tuple[str, list[tuple[int, int, int]]]], max_bytes: int
-) -> dict[str, list[tuple[int, int, int, bytes | None, int]]]:
+    reader: Engine,
+    wanted: list[tuple[str, list[tuple[int, int, int]]]],
+    max_bytes: int,
+    created: dict[str, int | None] | None = None,
+) -> Found:
     """Per topic: (partition, Kafka error, high watermark, one record batch or None, log
     start offset); the batches within max_bytes and each partition's max bytes as Kafka
-    keeps them (broker/kafka/fetch_budget.py)."""
-    found: dict[str, list[tuple[int, int, int, bytes | None, int]]] = {}
+    keeps them (broker/kafka/fetch_budget.py). Each topic's creation time goes into
+    `created` where given (None: no such topic)."""
+    found: Found = {}
     budget = FetchBudget(max_bytes)
     for topic, partitions in wanted:
         parts = found.setdefault(topic, [])
@@ -1066,7 +1070,11 @@ def _read_fetch(
             parts.extend(
                 (p, wire.UNKNOWN_TOPIC_OR_PARTITION, -1, None, -1) for p, _, _ in partitions
             )
+            if created is not None:
+                created[topic] = None
             continue
+        if created is not None:
+            created[topic] = info.created_ms
         details = {p.partition: p for p in info.partition_details}
         for partition, offset, partition_max in partitions:
             detail = details.get(partition)
@@ -1127,8 +1135,8 @@ def _read_fetch_ahead(
     reader: Engine, wanted: list[tuple[str, list[tuple[int, int, int]]]], max_bytes: int
 ) -> _AheadRead:
     """_read_fetch, and the creation time of each topic it read (None: none such)."""
-    created = _created(reader, dict.fromkeys(topic for topic, _ in wanted))
-    return _read_fetch(reader, wanted, max_bytes), created
+    created: dict[str, int | None] = {}
+    return _read_fetch(reader, wanted, max_bytes, created), created
 
 
 def _created(reader: Engine, topics: dict[str, int | None]) -> dict[str, int | None]:
