@@ -237,6 +237,9 @@ def test_idempotent_producer_through_cut_connections_stores_each_record_once_in_
             "bootstrap.servers": proxy.bootstrap,
             "enable.idempotence": True,
             "message.timeout.ms": 60_000,
+            # at most 20 records a batch: 150 Produce requests or more whatever the load
+            # (paced by polls alone, a starved run once sent 16 and missed planned cuts)
+            "batch.num.messages": 20,
         }
         with kafka_producer(config) as producer:
             for index, value in enumerate(sent):
