@@ -214,11 +214,10 @@ def _binary(lengths: pa.Array | int, data: bytes, count: int) -> pa.Array:
 
 @lru_cache(maxsize=16)
 def _equal_offsets(length: int, count: int) -> pa.Array:
-    return (
-        pa.arange(0, (count + 1) * length, length).cast(pa.int32())
-        if length
-        else (_repeated(0, pa.int32(), count + 1))
-    )
+    """The int32 offsets of `count` values of `length` bytes each."""
+    if not length:  # arange takes no step of 0
+        return _repeated(0, pa.int32(), count + 1)
+    return pa.arange(0, (count + 1) * length, length).cast(pa.int32())
 
 
 def _headers_array(headers: Sequence[tuple[tuple[str, bytes | None], ...]]) -> pa.Array:

@@ -555,19 +555,20 @@ def _header_fields(
 
 def next_offset(batches: bytes) -> int:
     """The offset after the last record of one or more batches fencelog encoded."""
-    at = after = 0
-    while at < len(batches):
-        fields = _BATCH_HEADER.unpack_from(batches, at)
-        after = fields[0] + fields[6] + 1  # BaseOffset + LastOffsetDelta + 1
-        at += _LOG_OVERHEAD + fields[1]
-    return after
+    first, delta, _ = _spans(batches)[-1]
+    return first + delta + 1
 
 
 def count_of(batches: bytes) -> int:
     """The records of one or more batches fencelog encoded (a fetch answer's metric)."""
-    count = at = 0
+    return sum(count for _, _, count in _spans(batches))
+
+
+def _spans(batches: bytes) -> list[tuple[int, int, int]]:
+    """(BaseOffset, LastOffsetDelta, RecordCount) of each batch, from its header."""
+    found, at = [], 0
     while at < len(batches):
         fields = _BATCH_HEADER.unpack_from(batches, at)
-        count += fields[12]
+        found.append((fields[0], fields[6], fields[12]))
         at += _LOG_OVERHEAD + fields[1]
-    return count
+    return found

@@ -21,6 +21,7 @@ from typing import Any, Final
 
 from kafka.protocol import admin, consumer, metadata, producer, sasl
 from kafka.protocol.api_message import ApiMessage
+from kafka.protocol.schemas.fields.codecs import UnsignedVarInt32  # a compact length: n + 1
 from msgspec import Struct
 
 from broker.kafka import schema, specs
@@ -238,7 +239,9 @@ def encode_fetch_response(header: Header, api: Api, body: Any) -> list[bytes]:
         mark = _records_mark(index)
         found = framed.index(mark, at)
         parts.append(framed[at : found - (1 if compact else _INT32.size)])
-        parts.append(_compact_length(len(batch)) if compact else _INT32.pack(len(batch)))
+        parts.append(
+            UnsignedVarInt32.encode(len(batch) + 1) if compact else _INT32.pack(len(batch))
+        )
         parts.append(batch)
         at = found + len(mark)
     parts.append(framed[at:])
@@ -248,16 +251,6 @@ def encode_fetch_response(header: Header, api: Api, body: Any) -> list[bytes]:
 
 def _records_mark(index: int) -> bytes:
     return _RECORDS_MARK + _INT32.pack(index)
-
-
-def _compact_length(size: int) -> bytes:
-    """A compact field's length: an unsigned varint of size + 1."""
-    out, value = bytearray(), size + 1
-    while value >= 0x80:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
 
 
 _RECORDS_MARK: Final = b"\xfe\x00\xfdfencelog\x00\xfc"  # 12 bytes; with the index, 16
