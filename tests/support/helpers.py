@@ -158,6 +158,11 @@ class Process:
         return self.popen.stdin
 
     def stderr_text(self) -> str:
+        """What the process wrote to stderr so far; all of it once the process has ended."""
+        if self.popen.poll() is not None:
+            # its reader thread may not have taken the last lines yet; a child of the
+            # process still holding the pipe open bounds this wait
+            self._readers[1].join(timeout=5)
         return b"".join(self._stderr).decode("utf-8", "replace")
 
     def line(self, timeout_s: float) -> str:
