@@ -72,27 +72,32 @@ class NewRecord(NamedTuple):
 
 
 class RecordColumns(Sequence[NewRecord]):
-    """A batch of records given as columns: their values, and their keys and partitions
-    (None: no record has one). A Sequence of NewRecord whose records are made only when
-    something asks for one; what reads a batch column by column (the checks, the
-    partitioner, a transaction's data journal, the wire) takes the columns as they are,
-    without a Python object per record (Client.produce_arrow, and PRODUCE's columns)."""
+    """A batch of records given as columns: their values, and their keys, partitions and
+    timestamps (None: no record has one). A Sequence of NewRecord whose records are made
+    only when something asks for one; what reads a batch column by column (the checks,
+    the partitioner, a transaction's data journal, the wire) takes the columns as they
+    are, without a Python object per record (Client.produce_arrow, PRODUCE's columns, a
+    Kafka producer's batch). No record of a RecordColumns has headers."""
 
-    __slots__ = ("_records", "_sizes", "keys", "partitions", "values")
+    __slots__ = ("_records", "_sizes", "keys", "partitions", "timestamps", "values")
 
     def __init__(
         self,
         values: Sequence[bytes | None],
         keys: Sequence[bytes | None] | None = None,
         partitions: Sequence[int | None] | None = None,
+        timestamps: Sequence[int] | None = None,
     ) -> None:
         if keys is not None and len(keys) != len(values):
             raise ValueError(f"{len(keys)} keys for {len(values)} values")
         if partitions is not None and len(partitions) != len(values):
             raise ValueError(f"{len(partitions)} partitions for {len(values)} values")
+        if timestamps is not None and len(timestamps) != len(values):
+            raise ValueError(f"{len(timestamps)} timestamps for {len(values)} values")
         self.values = values
         self.keys = keys
         self.partitions = partitions
+        self.timestamps = timestamps
         self._records: list[NewRecord] | None = None
         self._sizes: list[int] | None = None  # value_sizes(), counted once
 
@@ -109,6 +114,7 @@ class RecordColumns(Sequence[NewRecord]):
                 self.values[index],
                 None if self.keys is None else self.keys[index],
                 None if self.partitions is None else self.partitions[index],
+                None if self.timestamps is None else self.timestamps[index],
             )
             if self._sizes is not None:
                 part._sizes = self._sizes[index]
@@ -144,7 +150,7 @@ class RecordColumns(Sequence[NewRecord]):
                 repeat(None) if self.keys is None else self.keys,
                 repeat(()),
                 repeat(None) if self.partitions is None else self.partitions,
-                repeat(None),
+                repeat(None) if self.timestamps is None else self.timestamps,
             )
             with collector_paused():
                 self._records = list(map(tuple.__new__, repeat(NewRecord), fields))
@@ -158,6 +164,7 @@ class RecordColumns(Sequence[NewRecord]):
             [self.values[i] for i in indexes],
             None if self.keys is None else [self.keys[i] for i in indexes],
             None if self.partitions is None else [self.partitions[i] for i in indexes],
+            None if self.timestamps is None else [self.timestamps[i] for i in indexes],
         )
 
 
@@ -205,9 +212,10 @@ def partitions_of(records: Sequence[NewRecord]) -> Sequence[int | None] | None:
 
 
 def values_only(records: Sequence[NewRecord]) -> bool:
-    """No record has headers or a timestamp of its own (a RecordColumns' never do)."""
+    """No record has headers or a timestamp of its own (a RecordColumns' never has
+    headers)."""
     if isinstance(records, RecordColumns):
-        return True
+        return records.timestamps is None
     return not any(map(_HEADERS, records)) and list(map(_TIMESTAMP, records)).count(None) == len(
         records
     )

@@ -167,15 +167,22 @@ def check_records(records: Sequence[NewRecord], limits: Limits, *, kafka: bool =
             f"a batch holds at most {limits.append_bytes_max} bytes, not {total}",
             hint="split the batch",
         )
-    if not isinstance(records, RecordColumns) and any(map(_TIMESTAMP, records)):
-        _check_timestamps(records)
+    _check_timestamps(records)
 
 
 def _check_timestamps(records: Sequence[NewRecord]) -> None:
+    """The timestamps records give, a column's as it is."""
+    if isinstance(records, RecordColumns):
+        if records.timestamps is not None:
+            _check_stamps(records.timestamps)
+    elif any(map(_TIMESTAMP, records)):
+        _check_stamps(list(map(_TIMESTAMP, records)))
+
+
+def _check_stamps(stamps: Sequence[int | None]) -> None:
     """Each timestamp given an integer of ms that SQLite stores (64 bits): a float or a
     number past that failed the write itself, and with it its group commit."""
-    stamps = list(map(_TIMESTAMP, records))
-    given = [stamp for stamp in stamps if stamp is not None] if None in stamps else stamps
+    given: Sequence[int] = [stamp for stamp in stamps if stamp is not None]
     if set(map(type, given)) == {int} and min(given) >= INT64_MIN and max(given) <= INT64_MAX:
         return  # the usual batch, checked in C; else find the record to name
     for index, stamp in enumerate(stamps):

@@ -200,8 +200,10 @@ def with_columns(args: dict[str, Any], features: frozenset[str]) -> dict[str, An
     records = args.get("records")
     if NULL_VALUES_FEATURE not in features and isinstance(records, list | tuple | RecordColumns):
         _refuse_nulls(records)
-    if isinstance(records, RecordColumns) and COLUMNS_FEATURE not in features:
-        return {**args, "records": records.records()}  # a server before columns: rows
+    if isinstance(records, RecordColumns) and (
+        COLUMNS_FEATURE not in features or records.timestamps is not None
+    ):  # a server before columns, or timestamps (PRODUCE's columns carry none): rows
+        return {**args, "records": records.records()}
     if COLUMNS_FEATURE not in features or not isinstance(records, list | tuple | RecordColumns):
         return args
     columns = new_records_to_columns(records)

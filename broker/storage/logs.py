@@ -31,6 +31,7 @@ from broker.types import (
     PartitionInfo,
     ProducerFields,
     Record,
+    RecordColumns,
     TopicConfig,
     keys_of,
     values_of,
@@ -305,6 +306,9 @@ def pack_records(
     without their own)."""
     if plain_records(records):
         return batches.pack(where, values_of(records), None, None, now_ms, producer)
+    if isinstance(records, RecordColumns):  # timestamps (a Kafka producer's), no headers
+        given_ms = now_ms if records.timestamps is None else records.timestamps
+        return batches.pack(where, records.values, keys_of(records), None, given_ms, producer)
     given: list[int | None] = list(map(_TIMESTAMP, records))
     stamps: int | list[int] = now_ms
     if given.count(None) != len(records):

@@ -236,6 +236,72 @@ def test_the_c_reader_reads_what_the_python_reader_reads_and_refuses_what_it_ref
         assert in_python == "refused"
 
 
+def columns_read(batch: bytes, partition: int) -> list[Any] | None:
+    """The columns reader's records of an uncompressed batch, or None: not a batch it reads."""
+    header = struct.unpack_from(">qiibIhiqqqhii", batch)
+    read = records._read_columns(memoryview(batch), header[12], header[7], partition)
+    return None if read is None else list(read)
+
+
+def plain_batch(sizes: list[int], deltas: list[int]) -> bytes:
+    builder = DefaultRecordBatchBuilder(2, 0, False, 5, 0, 0, batch_size=1 << 24)
+    for i, (size, delta) in enumerate(zip(sizes, deltas, strict=True)):
+        value = bytes([i % 251]) * size
+        builder.append(i, timestamp=1_700_000_000_000 + delta, key=None, value=value, headers=[])
+    return bytes(builder.build())
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.integers(32, 400),
+    st.sampled_from([0, 1, 63, 64, 100, 300, 8000, 20000]),
+    st.lists(st.integers(-(2**21), 2**21), max_size=3),
+    st.data(),
+)
+def test_the_columns_reader_reads_a_producers_values_as_the_python_reader_and_no_other(
+    count: int, size: int, jumps: list[int], data: st.DataObject
+) -> None:
+    """Batches of values as a producer sends them (one size, timestamps a millisecond
+    apart, with a few jumps, some past what three varint bytes hold): the columns
+    reader reads them as the Python loop does, or leaves them to it (None), and reads
+    every batch whose numbers fit three bytes. With a key, a header, a null value, a
+    value of another size or any one byte changed (CRC made right again), it reads the
+    same records as the Python loop or none, never records the loop refuses."""
+    deltas = [i // 3 for i in range(count)]
+    for jump in jumps:
+        at = data.draw(st.integers(0, count - 1))
+        deltas[at:] = [delta + jump for delta in deltas[at:]]
+    batch = plain_batch([size] * count, deltas)
+    read = columns_read(batch, 1)
+    assert read is None or read == python_read(batch, 1)
+    fits = all(-(2**20) <= delta - deltas[0] < 2**20 for delta in deltas)
+    assert (read is not None) == fits
+    builder = DefaultRecordBatchBuilder(2, 0, False, 5, 0, 0, batch_size=1 << 24)
+    odd = data.draw(st.integers(0, count - 1))
+    kind = data.draw(st.sampled_from(["key", "header", "null", "size"]))
+    for i in range(count):
+        builder.append(
+            i,
+            timestamp=1_000 + i,
+            key=b"k" if kind == "key" and i == odd else None,
+            value=None
+            if kind == "null" and i == odd
+            else b"v" * (size + (kind == "size" and i == odd)),
+            headers=[("h", b"")] if kind == "header" and i == odd else [],
+        )
+    other = bytes(builder.build())
+    read = columns_read(other, 1)
+    if kind == "size":
+        assert read == python_read(other, 1)
+    else:
+        assert read is None
+    damaged = bytearray(batch)
+    damaged[data.draw(st.integers(61, len(batch) - 1))] = data.draw(st.integers(0, 255))
+    mutated = with_crc(damaged)
+    read = columns_read(mutated, 1)
+    assert read is None or read == either_read(python_read, mutated) != "refused"
+
+
 def test_a_damaged_batch_is_refused_as_corrupt() -> None:
     data = bytearray(built())
     data[-1] ^= 0xFF
