@@ -211,6 +211,15 @@ def partitions_of(records: Sequence[NewRecord]) -> Sequence[int | None] | None:
     return None if named is None or named.count(None) == len(named) else named
 
 
+def any_unnamed(records: Sequence[NewRecord]) -> bool:
+    """Some record names no partition (a RecordColumns' told by its column)."""
+    if isinstance(records, RecordColumns):
+        return records.partitions is None or None in records.partitions
+    if len(records) == 1:
+        return _PARTITION(records[0]) is None
+    return None in map(_PARTITION, records)
+
+
 def values_only(records: Sequence[NewRecord]) -> bool:
     """No record has headers or a timestamp of its own (a RecordColumns' never has
     headers)."""

@@ -19,6 +19,7 @@ from __future__ import annotations
 import operator
 import re
 import zlib
+from array import array
 from collections.abc import Sequence
 
 from broker.core.values import check_integer, check_string
@@ -173,8 +174,9 @@ def check_records(records: Sequence[NewRecord], limits: Limits, *, kafka: bool =
 def _check_timestamps(records: Sequence[NewRecord]) -> None:
     """The timestamps records give, a column's as it is."""
     if isinstance(records, RecordColumns):
-        if records.timestamps is not None:
-            _check_stamps(records.timestamps)
+        stamps = records.timestamps
+        if stamps is not None and not (isinstance(stamps, array) and stamps.typecode == "q"):
+            _check_stamps(stamps)  # (an array of 64-bit numbers holds nothing else)
     elif any(map(_TIMESTAMP, records)):
         _check_stamps(list(map(_TIMESTAMP, records)))
 

@@ -61,6 +61,7 @@ from broker.types import (
     TxnDetail,
     TxnInfo,
     TxnMember,
+    any_unnamed,
     check_durability,
     keys_of,
     partitions_of,
@@ -93,7 +94,6 @@ class ProduceRequest(NamedTuple):
 ProduceOutcome = Sequence[AppendResult] | BrokerError
 _ROW_KEY = operator.itemgetter(rows.ROW_KEY)
 _ROW_VALUE = operator.itemgetter(rows.ROW_VALUE)
-_PARTITION = operator.itemgetter(3)
 _KEY = operator.itemgetter(1)
 
 
@@ -485,9 +485,7 @@ class Engine:
         partition, its lease row); the producer state is in memory and in the records."""
         producer, records = request.producer, request.records
         count = len(records)
-        if len(by_partition) != 1 or (
-            _PARTITION(records[0]) is None if count == 1 else None in map(_PARTITION, records)
-        ):
+        if len(by_partition) != 1 or any_unnamed(records):
             raise BrokerError(
                 ErrorCode.INVALID_ARGUMENT,
                 "an idempotent batch goes to one named partition (sequences are per partition)",

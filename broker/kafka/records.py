@@ -17,6 +17,7 @@ null is never uniform (its value lengths are text), so encode_batch writes it.
 
 from __future__ import annotations
 
+import array
 import contextlib
 import functools
 import operator
@@ -183,13 +184,9 @@ def _read_columns(
     except _Irregular:
         return None
     values = _values(batch, at - starts, sizes, strides)
-    with collector_paused():
-        return RecordColumns(
-            values,
-            None,
-            [partition] * count,
-            (deltas.astype(numpy.int64) + base_timestamp).tolist(),
-        )
+    # an array of 64-bit numbers: checked by its type, written as text by numpy
+    stamps = array.array("q", (deltas.astype(numpy.int64) + base_timestamp).tobytes())
+    return RecordColumns(values, None, [partition] * count, stamps)
 
 
 class _Irregular(Exception):

@@ -16,6 +16,7 @@ from itertools import accumulate, compress, repeat
 from typing import Any, NamedTuple
 
 import msgspec
+import numpy
 
 from broker.rows import (
     EMPTY_HEADERS,
@@ -63,8 +64,45 @@ Producer = tuple[int, int, int, int, int | None]
 
 
 def text(numbers: Iterable[int]) -> bytes:
-    """Numbers as a text column: one a line."""
+    """Numbers as a text column: one a line. Many of one count of digits (a batch's
+    timestamps, its value lengths) are written by numpy a digit at a time for all:
+    60 ns a number of 13 digits against 280 for a str() each."""
+    if isinstance(numbers, Sequence) and len(numbers) >= _TEXT_DIGITS_MIN:
+        written = _digits(numbers)
+        if written is not None:
+            return written
     return "\n".join(map(str, numbers)).encode("ascii")
+
+
+_TEXT_DIGITS_MIN = 64  # numbers: fewer are written as fast one at a time
+
+
+def _digits(numbers: Sequence[int]) -> bytes | None:
+    """text() of numbers that are all of one count of digits, none negative, written
+    four digits at a time from a table of their text; None for any others."""
+    column = numpy.asarray(numbers)
+    if column.dtype != numpy.int64 or column.ndim != 1:
+        return None  # a number past 64 bits, or not a number (str() would say it)
+    low, high = int(column.min()), int(column.max())
+    places = len(str(high))
+    if low < 0 or len(str(low)) != places:
+        return None
+    words = numpy.empty((len(column), (places + 3) // 4), numpy.uint32)
+    rest = column
+    for word in range(words.shape[1] - 1, -1, -1):
+        higher = rest // 10_000
+        words[:, word] = _FOUR_DIGITS[rest - higher * 10_000]
+        rest = higher
+    out = numpy.empty((len(column), places + 1), numpy.uint8)
+    out[:, :places] = words.view(numpy.uint8)[:, words.shape[1] * 4 - places :]
+    out[:, places] = ord("\n")
+    return out.tobytes()[:-1]
+
+
+# the text of 0 to 9999, four digits each ("0042"), as one 32-bit word each
+_FOUR_DIGITS = numpy.frombuffer(
+    b"".join(b"%04d" % number for number in range(10_000)), numpy.uint32
+)
 
 
 def numbers(column: bytes) -> list[int]:
