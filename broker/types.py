@@ -87,6 +87,8 @@ class RecordColumns(Sequence[NewRecord]):
         keys: Sequence[bytes | None] | None = None,
         partitions: Sequence[int | None] | None = None,
         timestamps: Sequence[int] | None = None,
+        *,
+        sizes: list[int] | None = None,  # each value's bytes, where the maker has them
     ) -> None:
         if keys is not None and len(keys) != len(values):
             raise ValueError(f"{len(keys)} keys for {len(values)} values")
@@ -94,12 +96,14 @@ class RecordColumns(Sequence[NewRecord]):
             raise ValueError(f"{len(partitions)} partitions for {len(values)} values")
         if timestamps is not None and len(timestamps) != len(values):
             raise ValueError(f"{len(timestamps)} timestamps for {len(values)} values")
+        if sizes is not None and len(sizes) != len(values):
+            raise ValueError(f"{len(sizes)} sizes for {len(values)} values")
         self.values = values
         self.keys = keys
         self.partitions = partitions
         self.timestamps = timestamps
         self._records: list[NewRecord] | None = None
-        self._sizes: list[int] | None = None  # value_sizes(), counted once
+        self._sizes = sizes  # value_sizes(), counted once
 
     def __len__(self) -> int:
         return len(self.values)

@@ -103,7 +103,8 @@ class KafkaConnection(asyncio.Protocol):
                 return
             if len(self._buffer) < 4 + size:
                 break
-            frame = bytes(self._buffer[4 : 4 + size])
+            with memoryview(self._buffer) as view:  # one copy of the frame, not two
+                frame = bytes(view[4 : 4 + size])
             del self._buffer[: 4 + size]
             self.active_at = asyncio.get_running_loop().time()
             self._start(frame)

@@ -186,7 +186,7 @@ def _read_columns(
     values = _values(batch, at - starts, sizes, strides)
     # an array of 64-bit numbers: checked by its type, written as text by numpy
     stamps = array.array("q", (deltas.astype(numpy.int64) + base_timestamp).tobytes())
-    return RecordColumns(values, None, [partition] * count, stamps)
+    return RecordColumns(values, None, [partition] * count, stamps, sizes=sizes.tolist())
 
 
 class _Irregular(Exception):

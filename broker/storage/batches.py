@@ -10,6 +10,7 @@ numbers costs a str() a record, paid only where a column varies within a batch.
 
 from __future__ import annotations
 
+from array import array
 from bisect import bisect_left
 from collections.abc import Iterable, Sequence
 from itertools import accumulate, compress, repeat
@@ -137,6 +138,11 @@ def pack(
     timestamps: bytes | None = None
     if isinstance(stamps, int):
         first_ms = max_ms = stamps
+    elif isinstance(stamps, array):  # 64-bit numbers (a Kafka producer's): numpy reads them
+        column = numpy.frombuffer(stamps, numpy.int64)
+        first_ms, max_ms = int(column[0]), int(column.max())
+        if (column != first_ms).any():
+            timestamps = text(stamps)
     else:
         first_ms, max_ms = stamps[0], max(stamps)
         if stamps.count(first_ms) != count:
