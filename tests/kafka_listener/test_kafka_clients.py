@@ -281,6 +281,44 @@ def test_a_record_batch_of_more_than_ten_thousand_records_lands_whole(
     assert [r.value for r in first] == [b"0", b"1", b"2"]
 
 
+@pytest.mark.parametrize("kind", ["plain", "idempotent", "transactional"])
+def test_a_producers_batches_of_values_keep_each_records_value_and_timestamp(
+    kafka_server: ServeProcess, kafka: str, kind: str
+) -> None:
+    """Batches of thousands of values of one size (what the listener reads as columns)
+    with a timestamp each, a few milliseconds apart (deltas of one to three varint
+    bytes) and one out of order: every record reads back with its own value and
+    timestamp, at its offset, through a plain producer's batch cut in stored batches
+    of 1000, an idempotent one's and a transaction's."""
+    topic = f"timed-{kind}"
+    config: dict[str, Any] = {"bootstrap.servers": kafka, "linger.ms": 200}
+    if kind != "plain":
+        config["enable.idempotence"] = True
+    if kind == "transactional":
+        config["transactional.id"] = "timed-1"
+    producer = Producer(config)
+    if kind == "transactional":
+        producer.init_transactions(STEP_S)
+        producer.begin_transaction()
+    base = 1_700_000_000_000
+    sent = [(b"%08d" % i * 12 + b"\x00" * 4, base + 7 * i) for i in range(2500)]
+    sent[1234] = (sent[1234][0], base - 5)  # earlier than the batch's first
+    for value, stamp in sent:
+        producer.produce(topic, value=value, partition=0, timestamp=stamp)
+    assert producer.flush(STEP_S) == 0
+    if kind == "transactional":
+        producer.commit_transaction(STEP_S)
+    read: list[Any] = []
+    with connect(kafka_server.address) as client:
+        while len(read) < len(sent):
+            page = client.fetch(topic, {0: len(read)}, max_records=1000)
+            assert page, f"{len(read)} of {len(sent)} records read"
+            read += page
+    assert [(r.offset, r.value, r.timestamp_ms) for r in read] == [
+        (offset, value, stamp) for offset, (value, stamp) in enumerate(sent)
+    ]
+
+
 def test_an_idempotent_producers_own_epoch_bump_lands_its_later_records(
     kafka_server: ServeProcess, kafka: str
 ) -> None:
