@@ -11,6 +11,7 @@ columns still answered.
 from __future__ import annotations
 
 import contextlib
+from array import array
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -231,6 +232,26 @@ def test_record_columns_are_a_sequence_of_new_records() -> None:
         RecordColumns([b"a", b"b", b"c"], [None, None])
     with pytest.raises(ValueError, match="1 partitions for 3 values"):
         RecordColumns([b"a", b"b", b"c"], None, [0])
+    with pytest.raises(ValueError, match="2 timestamps for 3 values"):
+        RecordColumns([b"a", b"b", b"c"], None, None, [1, 2])
+
+
+def test_record_columns_with_timestamps_keep_them_sliced_picked_and_stored(
+    client: Client,
+) -> None:
+    """A batch of columns with a timestamp each (what the Kafka listener reads a
+    producer's batch into): each record keeps its own, through a slice, a pick, and a
+    produce embedded as served (served: sent as rows, which carry timestamps)."""
+    stamps = array("q", [1_700_000_000_000 + 3 * i for i in range(60)])
+    columns = RecordColumns([b"v%d" % i for i in range(60)], None, [1] * 60, stamps)
+    assert columns[2] == NewRecord(b"v2", None, (), 1, 1_700_000_000_006)
+    assert [r.timestamp_ms for r in columns[58:]] == [1_700_000_000_174, 1_700_000_000_177]
+    assert columns.picked([5, 0])[0].timestamp_ms == 1_700_000_000_015
+    client.produce("rows", columns)  # 60 records: batches of at most 50
+    read = client.consume("rows", start=0, max_records=100)
+    assert [(r.partition, r.offset, r.value, r.timestamp_ms) for r in read] == [
+        (1, i, b"v%d" % i, 1_700_000_000_000 + 3 * i) for i in range(60)
+    ]
 
 
 def test_the_limits_of_a_client_hold_for_columns_too(data_dir: Path) -> None:
