@@ -86,7 +86,7 @@ class RecordColumns(Sequence[NewRecord]):
         values: Sequence[bytes | None],
         keys: Sequence[bytes | None] | None = None,
         partitions: Sequence[int | None] | None = None,
-        timestamps: Sequence[int] | None = None,
+        timestamps: Sequence[int | None] | None = None,  # None: the append's time
         *,
         sizes: list[int] | None = None,  # each value's bytes, where the maker has them
     ) -> None:

@@ -25,7 +25,7 @@ import struct
 import threading
 from collections.abc import Iterable, Sequence
 from itertools import repeat
-from typing import Any, Final
+from typing import Any, Final, cast
 
 import numpy
 from crc32c import crc32c
@@ -53,6 +53,9 @@ _VARINT_PAD: Final = 16  # zero bytes after a batch's records that _varints may 
 _COLUMNS_MIN: Final = 32  # records: a smaller batch reads as fast in C
 _SHORT_RUN: Final = 16  # records: a run this short is counted...
 _SHORT_RUNS_MAX: Final = 8  # ...and past this many the records are not of a few lengths
+_C_DELTA_MAX: Final = 1 << 62  # a timestamp this far from its batch's: the Python loop
+_RUNS_MAX: Final = 64  # runs of one record length in a batch read as columns
+_FORMAT_RECORDS_MAX: Final = 1024  # records of one struct format (_run_format)
 _INT64_MIN: Final = -(1 << 63)
 _INT64_MAX: Final = (1 << 63) - 1
 _C_VALUE, _C_KEY, _C_HEADERS, _C_TIMESTAMP = (
@@ -200,34 +203,39 @@ def _expect(holds: object) -> None:
 
 def _record_runs(body: Any, size: int, count: int) -> tuple[Any, Any, Any]:
     """Where each record starts, its length with its prefix, and its prefix's length,
-    as arrays. _Irregular where the records are not a few runs of one length each, or
-    their lengths do not walk to the end in count records."""
-    found: list[tuple[Any, int, int]] = []
+    as arrays. _Irregular where the records are not a few runs of one length each
+    (at most _RUNS_MAX, _SHORT_RUNS_MAX of them shorter than _SHORT_RUN), or their
+    lengths do not walk to the end in count records. Each run's check looks no further
+    than the records left, so the work is bounded by _RUNS_MAX times count."""
+    found: list[tuple[int, int, int, int]] = []  # start, records, stride, prefix width
     pos = short = records = 0
     while pos < size:
+        _expect(len(found) < _RUNS_MAX)
         prefix = bytes(body[pos : pos + 3])
         width = 1 if prefix[0] < 0x80 else 2 if prefix[1] < 0x80 else 3
         _expect(width < 3 or prefix[2] < 0x80)
         raw = (prefix[0] & 0x7F) | (prefix[1] & 0x7F) << 7 | prefix[2] << 14
         raw &= (1 << (7 * width)) - 1
         stride = width + ((raw >> 1) ^ -(raw & 1))
-        _expect(width < stride and pos + stride <= size)
-        at = numpy.arange(pos, size - stride + 1, stride)
+        _expect(width < stride and pos + stride <= size and records < count)
+        at = numpy.arange(pos, min(size - stride + 1, pos + (count - records) * stride), stride)
         same = body[at] == prefix[0]
         for byte in range(1, width):
             same &= body[at + byte] == prefix[byte]
         run = len(at) if same.all() else int(same.argmin())
         short += run < _SHORT_RUN
         records += run
-        _expect(short <= _SHORT_RUNS_MAX and records <= count)
-        found.append((at[:run], stride, width))
+        _expect(short <= _SHORT_RUNS_MAX)
+        found.append((pos, run, stride, width))
         pos += run * stride
     _expect(records == count)
-    lengths = [len(starts) for starts, _, _ in found]
+    lengths = [run for _, run, _, _ in found]
     return (
-        numpy.concatenate([starts for starts, _, _ in found]),
-        numpy.repeat([stride for _, stride, _ in found], lengths),
-        numpy.repeat([width for _, _, width in found], lengths),
+        numpy.concatenate(
+            [numpy.arange(start, start + run * stride, stride) for start, run, stride, _ in found]
+        ),
+        numpy.repeat([stride for _, _, stride, _ in found], lengths),
+        numpy.repeat([width for _, _, _, width in found], lengths),
     )
 
 
@@ -266,7 +274,7 @@ def _values(batch: memoryview, offsets: Any, sizes: Any, strides: Any) -> list[b
         stride, offset, size = int(strides[first]), int(offsets[first]), int(sizes[first])
         count = last - first
         while count:
-            piece = 1 << (count.bit_length() - 1)
+            piece = min(1 << (count.bit_length() - 1), _FORMAT_RECORDS_MAX)
             values += _run_format(offset, size, stride - offset - size, piece).unpack_from(
                 batch, pos
             )
@@ -276,7 +284,7 @@ def _values(batch: memoryview, offsets: Any, sizes: Any, strides: Any) -> list[b
     return values
 
 
-@functools.lru_cache(maxsize=256)
+@functools.lru_cache(maxsize=128)  # each at most _FORMAT_RECORDS_MAX records: 40 KB
 def _run_format(skip: int, size: int, tail: int, count: int) -> struct.Struct:
     """count records' values: skip bytes before each, size of value, tail after."""
     return struct.Struct(f"{skip}x{size}s{tail}x" * count if tail else f"{skip}x{size}s" * count)
@@ -302,9 +310,15 @@ def _read_records_in_c(batch: memoryview, partition: int) -> list[NewRecord]:
     except _CCorruptRecord as exc:
         raise CorruptRecordError(str(exc)) from exc
     count = len(read)
-    stamps: list[int | None] = list(map(_C_TIMESTAMP, read))
-    if None in stamps:  # the reader's None is a timestamp of -1
-        stamps = [-1 if stamp is None else stamp for stamp in stamps]
+    given: list[int | None] = list(map(_C_TIMESTAMP, read))
+    stamps = cast(list[int], given)
+    if None in given:  # the reader's None is a timestamp of -1
+        stamps = [-1 if stamp is None else stamp for stamp in given]
+    base = _BATCH_HEADER.unpack_from(batch)[7]
+    if max(stamps) - base > _C_DELTA_MAX or base - min(stamps) > _C_DELTA_MAX:
+        # the reader adds in 64 bits: a sum past them wraps to the other end, where
+        # the Python loop gives the number that check_records refuses
+        raise CorruptRecordError("a timestamp past 64 bits")
     headers: Iterable[Any] = repeat((), count)
     if any(map(_C_HEADERS, read)):
         headers = [tuple(record.headers) for record in read]

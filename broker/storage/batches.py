@@ -138,7 +138,7 @@ def pack(
     timestamps: bytes | None = None
     if isinstance(stamps, int):
         first_ms = max_ms = stamps
-    elif isinstance(stamps, array):  # 64-bit numbers (a Kafka producer's): numpy reads them
+    elif isinstance(stamps, array) and stamps.typecode == "q":  # a Kafka producer's: numpy
         column = numpy.frombuffer(stamps, numpy.int64)
         first_ms, max_ms = int(column[0]), int(column.max())
         if (column != first_ms).any():

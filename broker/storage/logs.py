@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import operator
 import sqlite3
+from array import array
 from collections.abc import Sequence
-from typing import Any, Final
+from typing import Any, Final, cast
 
 from msgspec import Struct
 
@@ -307,8 +308,9 @@ def pack_records(
     if plain_records(records):
         return batches.pack(where, values_of(records), None, None, now_ms, producer)
     if isinstance(records, RecordColumns):  # timestamps (a Kafka producer's), no headers
-        given_ms = now_ms if records.timestamps is None else records.timestamps
-        return batches.pack(where, records.values, keys_of(records), None, given_ms, producer)
+        return batches.pack(
+            where, records.values, keys_of(records), None, _stamps(records, now_ms), producer
+        )
     given: list[int | None] = list(map(_TIMESTAMP, records))
     stamps: int | list[int] = now_ms
     if given.count(None) != len(records):
@@ -321,6 +323,17 @@ def pack_records(
         stamps,
         producer,
     )
+
+
+def _stamps(columns: RecordColumns, now_ms: int) -> int | Sequence[int]:
+    """A batch of columns' timestamps as pack() takes them: now_ms for a batch without
+    them, and for each None of the column (as a NewRecord's None)."""
+    column = columns.timestamps
+    if column is None:
+        return now_ms
+    if isinstance(column, array) or None not in column:
+        return cast(Sequence[int], column)
+    return [now_ms if stamp is None else stamp for stamp in column]
 
 
 def advance(

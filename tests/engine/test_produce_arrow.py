@@ -11,6 +11,7 @@ columns still answered.
 from __future__ import annotations
 
 import contextlib
+import time
 from array import array
 from collections.abc import Iterator
 from pathlib import Path
@@ -252,6 +253,22 @@ def test_record_columns_with_timestamps_keep_them_sliced_picked_and_stored(
     assert [(r.partition, r.offset, r.value, r.timestamp_ms) for r in read] == [
         (1, i, b"v%d" % i, 1_700_000_000_000 + 3 * i) for i in range(60)
     ]
+    # a column of 32-bit numbers, and one with None (the append's time, as a NewRecord's)
+    before_ms = int(time.time() * 1000)
+    small = RecordColumns([b"a", b"b", b"c"], None, [2] * 3, array("i", [1, 2, 3]))
+    unset = RecordColumns([b"e", b"f", b"g"], None, [2] * 3, [5, None, 7])
+    client.produce("rows", small)
+    client.produce("rows", unset)
+    read = client.fetch("rows", {2: 0}, max_records=100)
+    assert [(r.value, r.timestamp_ms) for r in read if r.value != b"f"] == [
+        (b"a", 1),
+        (b"b", 2),
+        (b"c", 3),
+        (b"e", 5),
+        (b"g", 7),
+    ]
+    (appended,) = [r.timestamp_ms for r in read if r.value == b"f"]
+    assert before_ms <= appended <= int(time.time() * 1000)
 
 
 def test_the_limits_of_a_client_hold_for_columns_too(data_dir: Path) -> None:

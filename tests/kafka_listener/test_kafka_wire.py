@@ -302,6 +302,54 @@ def test_the_columns_reader_reads_a_producers_values_as_the_python_reader_and_no
     assert read is None or read == either_read(python_read, mutated) != "refused"
 
 
+def raw_batch(values: list[bytes], base_timestamp: int = 0, key: bytes | None = None) -> bytes:
+    """A v2 batch of these values, written byte by byte (record i's timestamp delta i,
+    no headers; the first record keyed if a key is given)."""
+    written = []
+    for i, value in enumerate(values):
+        keyed = key if i == 0 else None
+        fields = (
+            b"\x00"
+            + records_zigzag(i)  # timestamp delta
+            + records_zigzag(i)  # offset delta
+            + (records_zigzag(-1) if keyed is None else records_zigzag(len(keyed)) + keyed)
+            + records_zigzag(len(value))
+            + value
+            + b"\x00"
+        )
+        written.append(records_zigzag(len(fields)) + fields)
+    count = len(values)
+    inner = struct.pack(
+        ">hiqqqhii", 0, count - 1, base_timestamp, base_timestamp, -1, -1, -1, count
+    ) + b"".join(written)
+    return struct.pack(">qiibI", 0, len(inner) + 9, 0, 2, crc32c(inner)) + inner
+
+
+def records_zigzag(number: int) -> bytes:
+    return records._zigzag(number)
+
+
+def test_a_batch_of_many_short_runs_is_left_to_the_c_reader_and_read_the_same() -> None:
+    """Values whose size changes every 16 records: too many runs for the columns reader
+    (whose work is bounded by its runs times the records), read the same by the next."""
+    values = [b"x" * (1 + (i // 16) % 2) for i in range(20_000)]
+    batch = raw_batch(values)
+    assert columns_read(batch, 0) is None
+    (read,) = records.read_batches(batch, 0)
+    assert [record.value for record in read.records] == values
+
+
+def test_a_timestamp_past_64_bits_reads_as_the_python_loop_reads_it() -> None:
+    """A batch at the largest timestamp with records after it: aiokafka's C reader adds
+    in 64 bits and wrapped to the smallest; read_batches gives what the Python loop gives
+    (past 64 bits, which the produce's checks refuse)."""
+    top = (1 << 63) - 1
+    batch = raw_batch([b"v%d" % i for i in range(40)], top - 1, key=b"k")
+    assert columns_read(batch, 0) is None  # a key: the C reader's
+    (read,) = records.read_batches(batch, 0)
+    assert [record.timestamp_ms for record in read.records] == [top - 1 + i for i in range(40)]
+
+
 def test_a_damaged_batch_is_refused_as_corrupt() -> None:
     data = bytearray(built())
     data[-1] ^= 0xFF
