@@ -259,15 +259,15 @@ def test_record_columns_with_timestamps_keep_them_sliced_picked_and_stored(
     unset = RecordColumns([b"e", b"f", b"g"], None, [2] * 3, [5, None, 7])
     client.produce("rows", small)
     client.produce("rows", unset)
-    read = client.fetch("rows", {2: 0}, max_records=100)
-    assert [(r.value, r.timestamp_ms) for r in read if r.value != b"f"] == [
+    fetched = client.fetch("rows", {2: 0}, max_records=100)
+    assert [(r.value, r.timestamp_ms) for r in fetched if r.value != b"f"] == [
         (b"a", 1),
         (b"b", 2),
         (b"c", 3),
         (b"e", 5),
         (b"g", 7),
     ]
-    (appended,) = [r.timestamp_ms for r in read if r.value == b"f"]
+    (appended,) = [r.timestamp_ms for r in fetched if r.value == b"f"]
     assert before_ms <= appended <= int(time.time() * 1000)
 
 
