@@ -10,6 +10,7 @@ numbers costs a str() a record, paid only where a column varies within a batch.
 
 from __future__ import annotations
 
+import functools
 from array import array
 from bisect import bisect_left
 from collections.abc import Iterable, Sequence
@@ -17,7 +18,6 @@ from itertools import accumulate, compress, repeat
 from typing import Any, NamedTuple
 
 import msgspec
-import numpy
 
 from broker.rows import (
     EMPTY_HEADERS,
@@ -81,6 +81,8 @@ _TEXT_DIGITS_MIN = 64  # numbers: fewer are written as fast one at a time
 def _digits(numbers: Sequence[int]) -> bytes | None:
     """text() of numbers that are all of one count of digits, none negative, written
     four digits at a time from a table of their text; None for any others."""
+    import numpy  # here: a one-shot CLI command never writes such a column (150 ms to import)
+
     column = numpy.asarray(numbers)
     if column.dtype != numpy.int64 or column.ndim != 1:
         return None  # a number past 64 bits, or not a number (str() would say it)
@@ -92,7 +94,7 @@ def _digits(numbers: Sequence[int]) -> bytes | None:
     rest = column
     for word in range(words.shape[1] - 1, -1, -1):
         higher = rest // 10_000
-        words[:, word] = _FOUR_DIGITS[rest - higher * 10_000]
+        words[:, word] = _four_digits()[rest - higher * 10_000]
         rest = higher
     out = numpy.empty((len(column), places + 1), numpy.uint8)
     out[:, :places] = words.view(numpy.uint8)[:, words.shape[1] * 4 - places :]
@@ -100,10 +102,12 @@ def _digits(numbers: Sequence[int]) -> bytes | None:
     return out.tobytes()[:-1]
 
 
-# the text of 0 to 9999, four digits each ("0042"), as one 32-bit word each
-_FOUR_DIGITS = numpy.frombuffer(
-    b"".join(b"%04d" % number for number in range(10_000)), numpy.uint32
-)
+@functools.cache
+def _four_digits() -> Any:
+    """The text of 0 to 9999, four digits each ("0042"), as one 32-bit word each."""
+    import numpy
+
+    return numpy.frombuffer(b"".join(b"%04d" % number for number in range(10_000)), numpy.uint32)
 
 
 def numbers(column: bytes) -> list[int]:
@@ -139,6 +143,8 @@ def pack(
     if isinstance(stamps, int):
         first_ms = max_ms = stamps
     elif isinstance(stamps, array) and stamps.typecode == "q":  # a Kafka producer's: numpy
+        import numpy
+
         column = numpy.frombuffer(stamps, numpy.int64)
         first_ms, max_ms = int(column[0]), int(column.max())
         if (column != first_ms).any():
