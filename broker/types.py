@@ -16,7 +16,7 @@ from bisect import bisect_right
 from collections.abc import Callable, Iterator, Sequence
 from itertools import repeat
 from pathlib import Path
-from typing import Any, Final, Literal, NamedTuple, cast, get_args, overload
+from typing import Any, Final, Literal, NamedTuple, TypeGuard, cast, get_args, overload
 
 from msgspec import Struct, field
 
@@ -172,16 +172,23 @@ class RecordColumns(Sequence[NewRecord]):
         )
 
 
+def is_columns(records: object) -> TypeGuard[RecordColumns]:
+    """isinstance(records, RecordColumns) in 30 ns, not 400: RecordColumns is a Sequence,
+    and an ABC's isinstance of a list looks through its caches, several times a produce
+    of one record. (Nothing derives from RecordColumns.)"""
+    return type(records) is RecordColumns
+
+
 def values_of(records: Sequence[NewRecord]) -> Sequence[bytes | None]:
     """A batch's values as a column (a RecordColumns' own)."""
-    if isinstance(records, RecordColumns):
+    if is_columns(records):
         return records.values
     return list(map(_VALUE, records))
 
 
 def sizes_of(records: Sequence[NewRecord]) -> list[int]:
     """Each record's value bytes, a null value's 0 (a RecordColumns' counted once)."""
-    if isinstance(records, RecordColumns):
+    if is_columns(records):
         return records.value_sizes()
     return value_sizes(list(map(_VALUE, records)))
 
@@ -202,22 +209,19 @@ def value_size(value: bytes | None) -> int:
 
 def keys_of(records: Sequence[NewRecord]) -> Sequence[bytes | None] | None:
     """A batch's keys as a column; None when no record has one."""
-    keys = records.keys if isinstance(records, RecordColumns) else list(map(_KEY, records))
+    keys = records.keys if is_columns(records) else list(map(_KEY, records))
     return None if keys is None or keys.count(None) == len(keys) else keys
 
 
 def partitions_of(records: Sequence[NewRecord]) -> Sequence[int | None] | None:
     """The partitions a batch's records name, as a column; None when none names one."""
-    if isinstance(records, RecordColumns):
-        named = records.partitions
-    else:
-        named = list(map(_PARTITION, records))
+    named = records.partitions if is_columns(records) else list(map(_PARTITION, records))
     return None if named is None or named.count(None) == len(named) else named
 
 
 def any_unnamed(records: Sequence[NewRecord]) -> bool:
     """Some record names no partition (a RecordColumns' told by its column)."""
-    if isinstance(records, RecordColumns):
+    if is_columns(records):
         return records.partitions is None or None in records.partitions
     if len(records) == 1:
         return _PARTITION(records[0]) is None
@@ -227,7 +231,7 @@ def any_unnamed(records: Sequence[NewRecord]) -> bool:
 def values_only(records: Sequence[NewRecord]) -> bool:
     """No record has headers or a timestamp of its own (a RecordColumns' never has
     headers)."""
-    if isinstance(records, RecordColumns):
+    if is_columns(records):
         return records.timestamps is None
     return not any(map(_HEADERS, records)) and list(map(_TIMESTAMP, records)).count(None) == len(
         records

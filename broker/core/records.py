@@ -28,8 +28,8 @@ from broker.limits import INT64_MAX, INT64_MIN, Limits
 from broker.types import (
     CLEANUP_POLICIES,
     NewRecord,
-    RecordColumns,
     TopicConfig,
+    is_columns,
     sizes_of,
     value_size,
 )
@@ -173,7 +173,7 @@ def check_records(records: Sequence[NewRecord], limits: Limits, *, kafka: bool =
 
 def _check_timestamps(records: Sequence[NewRecord]) -> None:
     """The timestamps records give, a column's as it is."""
-    if isinstance(records, RecordColumns):
+    if is_columns(records):
         stamps = records.timestamps
         if stamps is not None and not (isinstance(stamps, array) and stamps.typecode == "q"):
             _check_stamps(stamps)  # (an array of 64-bit numbers holds nothing else)
@@ -306,7 +306,7 @@ def split_batches(records: Sequence[NewRecord], limits: Limits) -> list[Sequence
 
 def _values_only(records: Sequence[NewRecord]) -> bool:
     """No key (an empty one is within any bound) and no headers: the usual batch."""
-    if isinstance(records, RecordColumns):
+    if is_columns(records):
         return records.keys is None or not any(records.keys)
     return not any(map(_KEY, records)) and not any(map(_HEADERS, records))
 
@@ -314,7 +314,7 @@ def _values_only(records: Sequence[NewRecord]) -> bool:
 def _key_lengths(records: Sequence[NewRecord]) -> list[int] | None:
     """A RecordColumns' key sizes (0: no key), column by column; None for any other
     batch (its records may have headers)."""
-    if not isinstance(records, RecordColumns) or records.keys is None:
+    if not is_columns(records) or records.keys is None:
         return None
     return [0 if key is None else len(key) for key in records.keys]
 

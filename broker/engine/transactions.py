@@ -52,11 +52,11 @@ from broker.types import (
     NewRecord,
     OffsetMetadata,
     ProducerFields,
-    RecordColumns,
     TxnDetail,
     TxnInfo,
     TxnMember,
     TxnPartition,
+    is_columns,
 )
 
 FAILPOINT_ENV: Final = "FENCELOG_FAILPOINT"
@@ -544,7 +544,7 @@ _PENDING = AppendResult("", -1, -1)
 
 def _pick(records: Sequence[NewRecord], indexes: Sequence[int]) -> Sequence[NewRecord]:
     """records[i] for i in indexes; a range of them (records routed in turn) in one slice."""
-    if isinstance(records, RecordColumns):
+    if is_columns(records):
         return records.picked(indexes)
     if isinstance(indexes, range):
         return records[indexes.start : indexes.stop : indexes.step]

@@ -61,6 +61,7 @@ from broker.types import (
     TxnPartition,
     collector_paused,
     columns_of,
+    is_columns,
     values_of,
 )
 
@@ -171,7 +172,7 @@ def new_records_to_columns(records: Sequence[NewRecord]) -> list[Any] | None:
     """A batch with no headers or timestamps as PRODUCE's columns: [values, keys or
     nil, partitions or nil] (cheaper to send and to check than a row per record);
     None for any other batch."""
-    if isinstance(records, RecordColumns):
+    if is_columns(records):
         return [records.values, records.keys, records.partitions]
     count = len(records)
     if (
@@ -200,7 +201,7 @@ def with_columns(args: dict[str, Any], features: frozenset[str]) -> dict[str, An
     records = args.get("records")
     if NULL_VALUES_FEATURE not in features and isinstance(records, list | tuple | RecordColumns):
         _refuse_nulls(records)
-    if isinstance(records, RecordColumns) and (
+    if is_columns(records) and (
         COLUMNS_FEATURE not in features or records.timestamps is not None
     ):  # a server before columns, or timestamps (PRODUCE's columns carry none): rows
         return {**args, "records": records.records()}

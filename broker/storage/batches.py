@@ -66,8 +66,9 @@ Producer = tuple[int, int, int, int, int | None]
 
 def text(numbers: Iterable[int]) -> bytes:
     """Numbers as a text column: one a line. Many of one count of digits (a batch's
-    timestamps, its value lengths) are written by numpy a digit at a time for all:
-    60 ns a number of 13 digits against 280 for a str() each."""
+    timestamps, its value lengths) are written by numpy four digits at a time for all:
+    a 13-digit number in 41 ns from an array('q'), 128 from a list, against 280 for a
+    str() each."""
     if isinstance(numbers, Sequence) and len(numbers) >= _TEXT_DIGITS_MIN:
         written = _digits(numbers)
         if written is not None:

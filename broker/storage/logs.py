@@ -34,6 +34,7 @@ from broker.types import (
     Record,
     RecordColumns,
     TopicConfig,
+    is_columns,
     keys_of,
     values_of,
     values_only,
@@ -307,7 +308,7 @@ def pack_records(
     without their own)."""
     if plain_records(records):
         return batches.pack(where, values_of(records), None, None, now_ms, producer)
-    if isinstance(records, RecordColumns):  # timestamps (a Kafka producer's), no headers
+    if is_columns(records):  # timestamps (a Kafka producer's), no headers
         return batches.pack(
             where, records.values, keys_of(records), None, _stamps(records, now_ms), producer
         )
