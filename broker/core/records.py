@@ -21,6 +21,7 @@ import re
 import zlib
 from array import array
 from collections.abc import Sequence
+from typing import cast
 
 from broker.core.values import check_integer, check_string
 from broker.errors import BrokerError, ErrorCode
@@ -184,7 +185,9 @@ def _check_timestamps(records: Sequence[NewRecord]) -> None:
 def _check_stamps(stamps: Sequence[int | None]) -> None:
     """Each timestamp given an integer of ms that SQLite stores (64 bits): a float or a
     number past that failed the write itself, and with it its group commit."""
-    given: Sequence[int] = [stamp for stamp in stamps if stamp is not None]
+    given = cast(Sequence[int], stamps)
+    if None in stamps:
+        given = [stamp for stamp in stamps if stamp is not None]
     if set(map(type, given)) == {int} and min(given) >= INT64_MIN and max(given) <= INT64_MAX:
         return  # the usual batch, checked in C; else find the record to name
     for index, stamp in enumerate(stamps):

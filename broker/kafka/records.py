@@ -34,6 +34,7 @@ from kafka.errors import CorruptRecordError, UnsupportedCodecError
 from msgspec import Struct
 
 from broker import rows
+from broker.limits import INT64_MAX, INT64_MIN
 from broker.types import NewRecord, RecordColumns, collector_paused
 
 # BaseOffset int64, Length int32, PartitionLeaderEpoch int32, Magic int8, CRC uint32,
@@ -48,16 +49,11 @@ _TRANSACTIONAL: Final = 0x10
 _CONTROL: Final = 0x20
 _CODEC: Final = 0x07
 _LOG_APPEND_TIME: Final = 0x08  # a producer never sets it; the Python reader ignores it
-_OVERREAD_PAD: Final = bytes(16)
-_VARINT_PAD: Final = 16  # zero bytes after a batch's records that _varints may read
+_OVERREAD_PAD: Final = bytes(16)  # zeros after a batch that a varint reader may read
 _COLUMNS_MIN: Final = 32  # records: a smaller batch reads as fast in C
-_SHORT_RUN: Final = 16  # records: a run this short is counted...
-_SHORT_RUNS_MAX: Final = 8  # ...and past this many the records are not of a few lengths
 _C_DELTA_MAX: Final = 1 << 62  # a timestamp this far from its batch's: the Python loop
-_RUNS_MAX: Final = 64  # runs of one record length in a batch read as columns
+_RUNS_MAX: Final = 16  # runs of one record length in a batch read as columns
 _FORMAT_RECORDS_MAX: Final = 1024  # records of one struct format (_run_format)
-_INT64_MIN: Final = -(1 << 63)
-_INT64_MAX: Final = (1 << 63) - 1
 _C_VALUE, _C_KEY, _C_HEADERS, _C_TIMESTAMP = (
     operator.attrgetter(name) for name in ("value", "key", "headers", "timestamp")
 )
@@ -157,8 +153,8 @@ def _read_columns(
     """The records of an uncompressed batch (header included) as columns, read with
     numpy a field at a time for all records, where each has no key, no headers and a
     value, and its numbers take at most three bytes: what a producer of values sends
-    (a librdkafka batch of 7000 100-byte records: 2 us a record by the C reader and
-    NewRecords, 0.1 here). None for any other batch, and for one whose fields do not
+    (a librdkafka batch of 7000 100-byte records: 2.1 us a record by the C reader and
+    NewRecords, 0.2 here). None for any other batch, and for one whose fields do not
     add up (the C reader or the Python loop reads it, or says why not): what this
     returns is what _read_records would.
 
@@ -167,7 +163,7 @@ def _read_columns(
     prefixes at those places are the same bytes); a producer's batch has a few such
     runs (its offset and timestamp deltas grow a byte at 64)."""
     size = len(batch) - _BATCH_HEADER.size
-    body = numpy.zeros(size + _VARINT_PAD, numpy.uint8)  # a varint read past the end reads 0
+    body = numpy.zeros(size + len(_OVERREAD_PAD), numpy.uint8)  # read past the end: 0s
     body[:size] = numpy.frombuffer(batch, numpy.uint8, size, _BATCH_HEADER.size)
     try:
         starts, strides, widths = _record_runs(body, size, count)
@@ -183,7 +179,7 @@ def _read_columns(
         ends = at + sizes  # where each record's header count is: 0, its last byte
         _expect((ends + 1 == starts + strides).all() and not body[ends].any())
         low, high = int(deltas.min()), int(deltas.max())
-        _expect(base_timestamp + low >= _INT64_MIN and base_timestamp + high <= _INT64_MAX)
+        _expect(base_timestamp + low >= INT64_MIN and base_timestamp + high <= INT64_MAX)
     except _Irregular:
         return None
     values = _values(batch, at - starts, sizes, strides)
@@ -203,12 +199,13 @@ def _expect(holds: object) -> None:
 
 def _record_runs(body: Any, size: int, count: int) -> tuple[Any, Any, Any]:
     """Where each record starts, its length with its prefix, and its prefix's length,
-    as arrays. _Irregular where the records are not a few runs of one length each
-    (at most _RUNS_MAX, _SHORT_RUNS_MAX of them shorter than _SHORT_RUN), or their
-    lengths do not walk to the end in count records. Each run's check looks no further
-    than the records left, so the work is bounded by _RUNS_MAX times count."""
+    as arrays. _Irregular where the records are not a few runs of one length each (at
+    most _RUNS_MAX: a producer's batch of values has a run for each width its offset
+    and timestamp deltas take), or their lengths do not walk to the end in count
+    records. Each run's check looks no further than the records left, so the work is
+    bounded by _RUNS_MAX times count."""
     found: list[tuple[int, int, int, int]] = []  # start, records, stride, prefix width
-    pos = short = records = 0
+    pos = records = 0
     while pos < size:
         _expect(len(found) < _RUNS_MAX)
         prefix = bytes(body[pos : pos + 3])
@@ -223,9 +220,7 @@ def _record_runs(body: Any, size: int, count: int) -> tuple[Any, Any, Any]:
         for byte in range(1, width):
             same &= body[at + byte] == prefix[byte]
         run = len(at) if same.all() else int(same.argmin())
-        short += run < _SHORT_RUN
         records += run
-        _expect(short <= _SHORT_RUNS_MAX)
         found.append((pos, run, stride, width))
         pos += run * stride
     _expect(records == count)
