@@ -274,4 +274,9 @@ def run_bounded(
         raise AssertionError(
             f"{args[-1]!s} still running after {timeout_s}s\nstdout: {stdout}\nstderr: {stderr}"
         ) from None
+    except BaseException:  # the test's own timeout or ^C: the process goes with it
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(run.pid, signal.SIGKILL)
+        run.communicate()
+        raise
     return run.returncode, stdout, stderr
