@@ -15,7 +15,7 @@ from array import array
 from bisect import bisect_left
 from collections.abc import Iterable, Sequence
 from itertools import accumulate, compress, repeat
-from typing import Any, NamedTuple
+from typing import Any, Final, NamedTuple
 
 import msgspec
 
@@ -208,6 +208,84 @@ def pack_one(
         None,
         None,
         vals,
+    )
+
+
+def coalesced(rows: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
+    """rows (pack()'s and pack_one()'s) with each run of one-record rows that continue
+    one another as one row: the same partition, the next offset, the same producer id,
+    generation and epoch, the next sequence (an idempotent producer's) or none, no key,
+    no headers, no transaction. A group commit's one-record produces (a producer's
+    requests in flight, or plain ones from many clients) then cost SQLite one row, and
+    readers one batch; a batch's records keep their offsets, sequences, timestamps and
+    values, as pack() of them together stores them."""
+    joined: list[tuple[Any, ...]] = []
+    run: list[tuple[Any, ...]] = []
+    for row in rows:
+        if run and len(run) < COALESCED_RECORDS_MAX and _continues(run[-1], row):
+            run.append(row)
+            continue
+        if run:
+            joined.append(_one_row(run))
+        if _single(row):
+            run = [row]
+        else:
+            run = []
+            joined.append(row)
+    if run:
+        joined.append(_one_row(run))
+    return joined
+
+
+COALESCED_RECORDS_MAX: Final = 1000  # as a plain append's batches (logs.PLAIN_BATCH_RECORDS_MAX)
+
+
+def _single(row: tuple[Any, ...]) -> bool:
+    """A one-record row without key, headers or transaction (pack_one's)."""
+    return row[4] == 1 and row[12] is None and row[15] is None and row[16] is None
+
+
+def _continues(last: tuple[Any, ...], row: tuple[Any, ...]) -> bool:
+    return (
+        _single(row)
+        and row[2] == last[2] + 1
+        and row[0] == last[0]
+        and row[1] == last[1]
+        and row[8] == last[8]  # producer id
+        and row[9] == last[9]  # generation
+        and row[11] == last[11]  # epoch
+        and (row[10] == last[10] + 1 if last[10] else row[10] == 0)  # sequence
+    )
+
+
+def _one_row(run: list[tuple[Any, ...]]) -> tuple[Any, ...]:
+    """pack() of a run of one-record rows: its records as one batch."""
+    first = run[0]
+    if len(run) == 1:
+        return first
+    lengths = [row[13] for row in run]  # a length, or b"-1": a null value
+    value_lengths: int | bytes = lengths[0]
+    if isinstance(value_lengths, bytes) or lengths.count(value_lengths) != len(run):
+        value_lengths = text(-1 if isinstance(n, bytes) else n for n in lengths)
+    stamps = [row[6] for row in run]
+    first_ms = stamps[0]
+    return (
+        first[0],
+        first[1],
+        first[2],
+        run[-1][3],
+        len(run),
+        sum(row[5] for row in run),
+        first_ms,
+        max(stamps),
+        *first[8:13],
+        value_lengths,
+        None if stamps.count(first_ms) == len(run) else text(stamps),
+        None,
+        None,
+        None,
+        None,
+        b"".join([row[19] for row in run]),
     )
 
 

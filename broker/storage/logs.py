@@ -285,7 +285,7 @@ class Appends:
 
     def flush(self, conn: sqlite3.Connection) -> None:
         if self.batches:
-            conn.executemany(Q["log_insert"], self.batches)
+            conn.executemany(Q["log_insert"], batches.coalesced(self.batches))
             self.batches.clear()
         if self.leases:
             producer_store.insert_leases(conn, self.leases)

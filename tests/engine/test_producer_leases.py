@@ -272,3 +272,54 @@ def test_a_restored_schema_005_snapshot_file_opens_upgraded(
     assert engine.status().schema_version == SCHEMA_VERSION
     assert send(engine, (OLD_PID, GENERATION), 3, ["a3"]) == [(3, True)]
     assert send(engine, (OLD_PID, GENERATION), 4, ["a4"]) == [(6, False)]
+
+
+def one_record(value: bytes | None, fields: ProducerFields, at_ms: int | None) -> ProduceRequest:
+    return ProduceRequest(TOPIC, [NewRecord(value, None, (), 0, at_ms)], fields)
+
+
+@pytest.mark.parametrize("when", ["running", "restarted", "restarted-without-snapshots"])
+def test_one_record_produces_of_one_group_commit_keep_every_records_fields(
+    opened: list[Engine], data_dir: Path, when: str
+) -> None:
+    """A server's group commit of one-record requests (a producer's window in flight,
+    plain produces from other clients) is stored in as few batches as it can be; every
+    record keeps its offset, sequence, timestamp and value (null and empty ones too), a
+    duplicate of any of them gets its original offset, and the producer's next sequence
+    is the one after its last, also when its state is rebuilt from the log alone."""
+    clock = FakeClock()
+    engine = open_engine(opened, data_dir, clock, LIMITS)
+    engine.create_topic(TOPIC)
+    lease, other = engine.lease_pid(TOPIC, 0), engine.lease_pid(TOPIC, 0)
+    now = clock.now_ms
+    requests: list[ProduceRequest] = []
+    for sequence in range(1, 41):
+        value = [b"v%d" % sequence, None, b"", b"x" * sequence][sequence % 4]
+        at_ms = now - 1000 + sequence * 7 if sequence % 5 else None  # None: the append's
+        mine = ProducerFields(lease.producer_id, lease.generation, sequence)
+        requests.append(one_record(value, mine, at_ms))
+        if sequence in (12, 30):  # another producer's record and a plain one cut the run
+            theirs = ProducerFields(other.producer_id, other.generation, sequence // 12)
+            requests.append(one_record(b"other", theirs, None))
+            requests.append(one_record(b"plain", ProducerFields(), None))
+    outcomes = engine.produce_group(requests)
+    offsets = [r.offset for o in outcomes if not isinstance(o, BrokerError) for r in o]
+    assert offsets == list(range(len(requests)))
+    sent = [(r.records[0], r.producer) for r in requests]
+    expected = [(s.value, p.producer_id, p.first_sequence, s.timestamp_ms or now) for s, p in sent]
+    where = {
+        r.producer.first_sequence: offset
+        for r, offset in zip(requests, offsets, strict=True)
+        if r.producer.producer_id == lease.producer_id
+    }
+    if when != "running":
+        engine = restart(opened, engine, clock, snapshots=when == "restarted")
+    stored = engine.read(TOPIC, 0, 0, max_records=1000)
+    assert [(r.value, r.producer_id, r.sequence, r.timestamp_ms) for r in stored] == expected
+    assert [r.offset for r in stored] == offsets
+    for sequence in (1, 7, 12, 13, 20, 31, 40):  # inside runs and at their ends
+        assert send(engine, lease, sequence, ["again"]) == [(where[sequence], True)]
+    with pytest.raises(BrokerError) as raised:
+        send(engine, lease, 42, ["a gap"])
+    assert raised.value.code is ErrorCode.OUT_OF_ORDER_SEQUENCE
+    assert send(engine, lease, 41, ["next"]) == [(len(requests), False)]
