@@ -15,7 +15,7 @@ from array import array
 from bisect import bisect_left
 from collections.abc import Iterable, Sequence
 from itertools import accumulate, compress, repeat
-from typing import Any, Final, NamedTuple
+from typing import Any, NamedTuple
 
 import msgspec
 
@@ -211,33 +211,28 @@ def pack_one(
     )
 
 
-def coalesced(rows: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
+def coalesced(rows: list[tuple[Any, ...]], records_max: int) -> list[tuple[Any, ...]]:
     """rows (pack()'s and pack_one()'s) with each run of one-record rows that continue
-    one another as one row: the same partition, the next offset, the same producer id,
-    generation and epoch, the next sequence (an idempotent producer's) or none, no key,
-    no headers, no transaction. A group commit's one-record produces (a producer's
-    requests in flight, or plain ones from many clients) then cost SQLite one row, and
-    readers one batch; a batch's records keep their offsets, sequences, timestamps and
-    values, as pack() of them together stores them."""
+    one another, up to records_max, as one row: the same partition, the next offset, the
+    same producer id, generation and epoch, the next sequence (an idempotent producer's)
+    or none, no key, no headers, no transaction. A group commit's one-record produces (a
+    producer's requests in flight, or plain ones from many clients) then cost SQLite one
+    row, and readers one batch; a batch's records keep their offsets, sequences,
+    timestamps and values, as pack() of them together stores them."""
     joined: list[tuple[Any, ...]] = []
     run: list[tuple[Any, ...]] = []
     for row in rows:
-        if run and len(run) < COALESCED_RECORDS_MAX and _continues(run[-1], row):
+        if run and len(run) < records_max and _continues(run[-1], row):
             run.append(row)
             continue
         if run:
             joined.append(_one_row(run))
-        if _single(row):
-            run = [row]
-        else:
-            run = []
+        run = [row] if _single(row) else []
+        if not run:
             joined.append(row)
     if run:
         joined.append(_one_row(run))
     return joined
-
-
-COALESCED_RECORDS_MAX: Final = 1000  # as a plain append's batches (logs.PLAIN_BATCH_RECORDS_MAX)
 
 
 def _single(row: tuple[Any, ...]) -> bool:
@@ -263,29 +258,13 @@ def _one_row(run: list[tuple[Any, ...]]) -> tuple[Any, ...]:
     first = run[0]
     if len(run) == 1:
         return first
-    lengths = [row[13] for row in run]  # a length, or b"-1": a null value
-    value_lengths: int | bytes = lengths[0]
-    if isinstance(value_lengths, bytes) or lengths.count(value_lengths) != len(run):
-        value_lengths = text(-1 if isinstance(n, bytes) else n for n in lengths)
-    stamps = [row[6] for row in run]
-    first_ms = stamps[0]
-    return (
-        first[0],
-        first[1],
-        first[2],
-        run[-1][3],
-        len(run),
-        sum(row[5] for row in run),
-        first_ms,
-        max(stamps),
-        *first[8:13],
-        value_lengths,
-        None if stamps.count(first_ms) == len(run) else text(stamps),
+    return pack(
+        first[:3],
+        [None if isinstance(row[13], bytes) else row[19] for row in run],  # b"-1": null
         None,
         None,
-        None,
-        None,
-        b"".join([row[19] for row in run]),
+        [row[6] for row in run],
+        first[8:13],
     )
 
 
