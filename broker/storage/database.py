@@ -364,8 +364,9 @@ class Database:
             conn.execute(f"PRAGMA application_id = {APPLICATION_ID}")
 
     def _move_records(self) -> None:
-        """Schema 015's move of the old log into batches, a bounded step a transaction
-        (storage/upgrade.py): a kill at any point leaves it to the next open."""
+        """Schemas 015's and 016's moves of the log into its layout, a bounded step a
+        transaction (storage/upgrade.py): a kill at any point leaves them to the next
+        open."""
         points = failpoints.from_environment(upgrade.FAILPOINT_ENV, upgrade.FAILPOINT_STEPS)
         limit = upgrade.step_records()
         while True:

@@ -7,6 +7,7 @@ engine and broker/core before these are called.
 
 from __future__ import annotations
 
+import itertools
 import operator
 import sqlite3
 from array import array
@@ -183,7 +184,10 @@ def damaged_batches(conn: sqlite3.Connection, limit: int) -> list[str]:
     """Up to `limit` log batches whose packed columns do not hold their records
     (`fencelog check`): a read of one would fail or give wrong records."""
     problems: list[str] = []
-    for row in conn.execute(Q["log_all"]):
+    tables = ["log_all"]
+    if conn.execute(Q["log_015_table"]).fetchone() is not None:  # a move left midway
+        tables.append("log_015_all")
+    for row in itertools.chain.from_iterable(conn.execute(Q[query]) for query in tables):
         batch = batches.Stored._make(row)
         problem = batches.damage(batch)
         if problem is not None:

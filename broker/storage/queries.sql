@@ -49,7 +49,7 @@ VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?);
 
 -- name: log_from
 -- A partition's batches from the one holding offset ?3 (the last starting at or before
--- it: one seek of the primary key), in offset order; the caller stops reading when it
+-- it: one seek of log_offsets), in offset order; the caller stops reading when it
 -- has enough.
 SELECT topic_id, partition, first_offset, last_offset, records, bytes, timestamp_ms, max_timestamp_ms,
        producer_id, generation, first_sequence, epoch, txn_id, value_lengths, timestamps,
@@ -96,11 +96,19 @@ WHERE topic_id = ?1 AND partition = ?2
 ORDER BY first_offset;
 
 -- name: log_all
--- Every batch, for `fencelog check` to decode.
+-- Every batch, for `fencelog check` to decode (and those of schema 015 not yet moved).
 SELECT topic_id, partition, first_offset, last_offset, records, bytes, timestamp_ms, max_timestamp_ms,
        producer_id, generation, first_sequence, epoch, txn_id, value_lengths, timestamps,
        key_lengths, headers, offset_deltas, keys, vals
-FROM log;
+FROM log
+ORDER BY topic_id, partition, first_offset;
+
+-- name: log_015_all
+SELECT topic_id, partition, first_offset, last_offset, records, bytes, timestamp_ms, max_timestamp_ms,
+       producer_id, generation, first_sequence, epoch, txn_id, value_lengths, timestamps,
+       key_lengths, headers, offset_deltas, keys, vals
+FROM log_015
+ORDER BY topic_id, partition, first_offset;
 
 -- name: log_last_of_producers
 -- Each idempotent pid's newest batch ending at or after offset ?3: its last record's
@@ -626,3 +634,32 @@ DROP TABLE records;
 
 -- name: legacy_log_batches_drop
 DROP TABLE IF EXISTS log_batches;
+
+-- name: log_015_table
+-- Whether schema 015's WITHOUT ROWID log is still there (storage/upgrade.py).
+SELECT 1 FROM sqlite_schema WHERE type = 'table' AND name = 'log_015';
+
+-- name: log_015_first
+-- The first batches left to move, for the step to choose its last one.
+SELECT topic_id, partition, first_offset, records
+FROM log_015
+ORDER BY topic_id, partition, first_offset
+LIMIT ?;
+
+-- name: log_015_move
+-- The batches up to and including (?1, ?2, ?3), copied as they are.
+INSERT INTO log (topic_id, partition, first_offset, last_offset, records, bytes, timestamp_ms, max_timestamp_ms,
+       producer_id, generation, first_sequence, epoch, txn_id, value_lengths, timestamps,
+       key_lengths, headers, offset_deltas, keys, vals)
+SELECT topic_id, partition, first_offset, last_offset, records, bytes, timestamp_ms, max_timestamp_ms,
+       producer_id, generation, first_sequence, epoch, txn_id, value_lengths, timestamps,
+       key_lengths, headers, offset_deltas, keys, vals
+FROM log_015
+WHERE (topic_id, partition, first_offset) <= (?1, ?2, ?3)
+ORDER BY topic_id, partition, first_offset;
+
+-- name: log_015_delete
+DELETE FROM log_015 WHERE (topic_id, partition, first_offset) <= (?1, ?2, ?3);
+
+-- name: log_015_drop
+DROP TABLE log_015;

@@ -1,13 +1,18 @@
-"""Schema 015's move: the records of schemas 001-014, a row each in `records`, become
-batches of `log`, in bounded steps at open (storage/database.py).
+"""The moves of the log's rows into a new layout, in bounded steps at open
+(storage/database.py): schema 015's, the records of schemas 001-014, a row each in
+`records`, become batches of `log`; schema 016's, the batches of 015's WITHOUT ROWID
+table (renamed log_015) are copied as they are into `log`, a table with rowids.
 
 Each step is one write transaction: it takes the first records left (in primary key
 order), packs each run of them that one batch can hold (one partition, offsets with no
 gap, the same producer fields with sequences that follow on, at most BATCH_RECORDS)
 into a row of `log`, and deletes them from `records`. A kill -9 at any point leaves
 either the step done or not begun, so the next open goes on from where the last step
-ended; when nothing is left, `records` and log_batches (schema 013) are dropped. Until
-then nothing else reads the log: the open finishes the move before it returns.
+ended; when nothing is left, `records` and log_batches (schema 013) are dropped. Then
+016's steps, the same way: each copies the first batches of log_015 holding up to the
+step's records (at least one batch) and deletes them there; log_015 is dropped once
+empty. Until both have finished nothing else reads the log: the open finishes the moves
+before it returns.
 """
 
 from __future__ import annotations
@@ -30,8 +35,12 @@ FAILPOINT_STEPS: Final = ("moved", "step")
 
 
 def pending(conn: sqlite3.Connection) -> bool:
-    """Whether records of the old layout are left to move."""
-    found: tuple[int] | None = conn.execute(Q["legacy_records_table"]).fetchone()
+    """Whether records of an old layout are left to move."""
+    return _has(conn, "legacy_records_table") or _has(conn, "log_015_table")
+
+
+def _has(conn: sqlite3.Connection, query: str) -> bool:
+    found: tuple[int] | None = conn.execute(Q[query]).fetchone()
     return found is not None
 
 
@@ -43,6 +52,38 @@ def step_records() -> int:
 def move_step(conn: sqlite3.Connection, limit: int, points: failpoints.Failpoints) -> bool:
     """Move up to `limit` records into the log (in the caller's write transaction);
     False: none was left, and the old tables are gone."""
+    if _has(conn, "legacy_records_table") and _move_records(conn, limit, points):
+        return True  # 015's move first: a directory of 014 has an empty log_015
+    return _has(conn, "log_015_table") and _move_batches(conn, limit, points)
+
+
+def _move_batches(conn: sqlite3.Connection, limit: int, points: failpoints.Failpoints) -> bool:
+    """Schema 016's step: the first batches of log_015 up to `limit` records (at least
+    one batch) copied into `log` and deleted there; False: none was left, and log_015
+    is dropped."""
+    last: tuple[int, int, int] | None = None
+    taken = 0
+    cursor = conn.execute(Q["log_015_first"], (limit,))  # a batch holds one record at least
+    try:
+        for topic_id, partition, first_offset, records in cursor:
+            last = (topic_id, partition, first_offset)
+            taken += records
+            if taken >= limit:
+                break
+    finally:
+        cursor.close()
+    if last is None:
+        conn.execute(Q["log_015_drop"])
+        return False
+    conn.execute(Q["log_015_move"], last)
+    conn.execute(Q["log_015_delete"], last)
+    points.reached("moved")
+    return True
+
+
+def _move_records(conn: sqlite3.Connection, limit: int, points: failpoints.Failpoints) -> bool:
+    """Schema 015's step: up to `limit` records of `records` packed into batches of
+    `log`; False: none was left, and the old tables are dropped."""
     found = conn.execute(Q["legacy_records_first"], (limit,)).fetchall()
     if not found:
         conn.execute(Q["legacy_records_drop"])

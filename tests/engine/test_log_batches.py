@@ -42,7 +42,10 @@ def stored(client: Client) -> list[tuple[int, int, int, int]]:
     """(topic id, partition, first offset, records) of every stored batch."""
     engine = client._transport.engine  # type: ignore[attr-defined]
     with engine.database.read() as conn:
-        found = conn.execute("SELECT topic_id, partition, first_offset, records FROM log")
+        found = conn.execute(
+            "SELECT topic_id, partition, first_offset, records FROM log"
+            " ORDER BY topic_id, partition, first_offset"
+        )
         return [tuple(row) for row in found]
 
 

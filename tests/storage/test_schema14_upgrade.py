@@ -1,11 +1,16 @@
-"""A data directory of schema 014 opened by the current code (issue 36): every record,
+"""Data directories of older schemas opened by the current code (issue 36): every record,
 offset, epoch, transaction and group offset reads back as the code that wrote it read it,
-and the broker goes on from there.
+and the broker goes on from there. Every test runs on each of two fixtures:
 
-The directory is tests/storage/fixtures/schema14.db.gz, made by
-tests/storage/fixtures/make_schema14.py with the code of schema 014; schema14.json is
-what that code read back from it (tests/support/schema14.py's `read_back`), with the facts
-the behaviour checks need. Each test gunzips its own copy. The client is opened with a
+- tests/storage/fixtures/schema14.db.gz, made with the code of schema 014 (a row a
+  record): its open moves the records into the log of batches (schema 015) and that into
+  the table with rowids (016);
+- schema15.db.gz, made with the code of schema 015 (the log of batches in a WITHOUT
+  ROWID table, commit 82bb924): its open copies the batches into 016's table.
+
+Both were made by tests/storage/fixtures/make_schema14.py; schemaNN.json is what that
+code read back from it (tests/support/schema14.py's `read_back`), with the facts the
+behaviour checks need. Each test gunzips its own copy. The client is opened with a
 clock at the moment the fixture was made, so that its open transaction has not timed
 out and its pids have not expired, however long after it runs.
 
@@ -45,10 +50,10 @@ from broker.types import NewRecord, ProducerFields
 from support.helpers import fencelog_script, user_env
 from support.producing import FakeClock
 from support.schema14 import (
-    FIXTURE_CLOCK_KEY,
-    FIXTURE_DB,
-    FIXTURE_JSON,
+    MADE_SCHEMAS,
+    Made,
     b64,
+    made_with,
     read_back,
     read_topic,
     record_json,
@@ -58,9 +63,7 @@ from support.schema14 import (
 from support.servers import serving
 
 STEP_S: Final = 60.0
-FIXTURE: Final[dict[str, Any]] = json.loads(FIXTURE_JSON.read_text())
-TOPICS: Final[dict[str, Any]] = FIXTURE["topics"]
-FACTS: Final[dict[str, Any]] = FIXTURE["facts"]
+TOPIC_NAMES: Final = sorted(made_with(MADE_SCHEMAS[0]).topics)  # every fixture's
 # (topic, partition, offset): a read that starts inside a batch of 64 records or more, at
 # an offset compaction removed, or below a log start
 STARTS_INSIDE: Final = [
@@ -84,24 +87,31 @@ MIGRATION_ENV: Final = {"FENCELOG_MIGRATE_STEP_RECORDS": "50"}
 MIGRATION_RUNS_MAX: Final = 1_000  # killed after one step each time: more than it has
 
 
-@pytest.fixture
-def upgraded(tmp_path: Path) -> Path:
-    """A copy of the schema 014 directory, not opened yet."""
-    return unpack_db(FIXTURE_DB, tmp_path / "data")
+@pytest.fixture(params=MADE_SCHEMAS, ids=lambda schema: f"schema{schema}")
+def made(request: pytest.FixtureRequest) -> Made:
+    """Each fixture in turn: the directory of schema 014 (a row a record) and of 015."""
+    return made_with(request.param)
 
 
 @pytest.fixture
-def client(upgraded: Path) -> Iterator[Client]:
-    with opened(upgraded) as client:
+def upgraded(made: Made, tmp_path: Path) -> Path:
+    """A copy of the fixture's directory, not opened yet."""
+    return unpack_db(made.db, tmp_path / "data")
+
+
+@pytest.fixture
+def client(made: Made, upgraded: Path) -> Iterator[Client]:
+    with opened(made, upgraded) as client:
         yield client
 
 
-def opened(data_dir: Path) -> Client:
-    return connect(data_dir, durability="normal", clock=FakeClock(FIXTURE[FIXTURE_CLOCK_KEY]))
+def opened(made: Made, data_dir: Path) -> Client:
+    return connect(data_dir, durability="normal", clock=FakeClock(made.clock_ms))
 
 
-def records_of(topic: str, partition: int) -> list[dict[str, Any]]:
-    records: list[dict[str, Any]] = TOPICS[topic]["partition_logs"][str(partition)]["records"]
+def records_of(made: Made, topic: str, partition: int) -> list[dict[str, Any]]:
+    logs = made.topics[topic]["partition_logs"]
+    records: list[dict[str, Any]] = logs[str(partition)]["records"]
     return records
 
 
@@ -121,22 +131,24 @@ def json_out(completed: subprocess.CompletedProcess[str]) -> list[dict[str, Any]
     return [json.loads(line) for line in completed.stdout.splitlines()]
 
 
-def assert_reads_back_as_made(seen: dict[str, Any]) -> None:
+def assert_reads_back_as_made(made: Made, seen: dict[str, Any]) -> None:
     """read_back of the opened copy is the fixture's, section by section."""
-    assert sorted(seen["topics"]) == sorted(TOPICS)
-    for name, topic in TOPICS.items():
+    assert sorted(seen["topics"]) == sorted(made.topics)
+    for name, topic in made.topics.items():
         assert seen["topics"][name] == topic, name
-    assert seen["transactions"] == FIXTURE["transactions"]
-    assert seen["groups"] == FIXTURE["groups"]
+    assert seen["transactions"] == made.document["transactions"]
+    assert seen["groups"] == made.document["groups"]
 
 
 # reading back ------------------------------------------------------------------------------
 
 
-def test_the_fixture_holds_every_kind_of_record() -> None:
+def test_the_fixture_holds_every_kind_of_record(made: Made) -> None:
     """What the other tests rely on is in the fixture (it cannot pass by being empty)."""
+    assert sorted(made.topics) == TOPIC_NAMES
+    topics = made.topics
     everything = [
-        r for t in TOPICS for p in range(TOPICS[t]["partitions"]) for r in records_of(t, p)
+        r for t in topics for p in range(topics[t]["partitions"]) for r in records_of(made, t, p)
     ]
     assert len(everything) > 1_000
     assert any(r["value"] == "" for r in everything)  # an empty value
@@ -145,30 +157,35 @@ def test_the_fixture_holds_every_kind_of_record() -> None:
     assert any(r["producer_id"] and r["sequence"] for r in everything)
     assert any(r["epoch"] == 2 for r in everything)
     assert any(r["txn_id"] is not None for r in everything)
-    assert any(r["timestamp_ms"] < FIXTURE[FIXTURE_CLOCK_KEY] - 10**10 for r in everything)
-    assert TOPICS["cut"]["partition_logs"]["0"]["start_offset"] == 37
-    assert TOPICS["compacted"]["compacted"]
-    states = {t["txn_id"]: t["state"] for t in FIXTURE["transactions"]}
-    assert states[FACTS["open"]["txn_id"]] == "open"
+    assert any(r["timestamp_ms"] < made.clock_ms - 10**10 for r in everything)
+    assert topics["cut"]["partition_logs"]["0"]["start_offset"] == 37
+    assert topics["retained"]["partition_logs"]["0"]["start_offset"] == 60
+    assert topics["compacted"]["compacted"]
+    states = {t["txn_id"]: t["state"] for t in made.document["transactions"]}
+    assert states[made.facts["open"]["txn_id"]] == "open"
     assert "aborted" in states.values()
 
 
-@pytest.mark.parametrize("topic", sorted(TOPICS))
-def test_each_topic_reads_back_as_schema_14_read_it(client: Client, topic: str) -> None:
-    assert read_topic(client, topic) == TOPICS[topic]
+@pytest.mark.parametrize("topic", TOPIC_NAMES)
+def test_each_topic_reads_back_as_its_schema_read_it(
+    made: Made, client: Client, topic: str
+) -> None:
+    assert read_topic(client, topic) == made.topics[topic]
 
 
-def test_transactions_and_group_offsets_read_back_as_schema_14_read_them(client: Client) -> None:
+def test_transactions_and_group_offsets_read_back_as_its_schema_read_them(
+    made: Made, client: Client
+) -> None:
     seen = read_back(client)
-    assert seen["transactions"] == FIXTURE["transactions"]
-    assert seen["groups"] == FIXTURE["groups"]
+    assert seen["transactions"] == made.document["transactions"]
+    assert seen["groups"] == made.document["groups"]
 
 
 @pytest.mark.parametrize(("topic", "partition", "offset"), STARTS_INSIDE)
 def test_a_read_from_inside_a_batch_starts_at_its_offset(
-    client: Client, topic: str, partition: int, offset: int
+    made: Made, client: Client, topic: str, partition: int, offset: int
 ) -> None:
-    records = records_of(topic, partition)
+    records = records_of(made, topic, partition)
     assert records[0]["offset"] < offset < records[-1]["offset"]
     expected = [r for r in records if r["offset"] >= offset]
     read = client.consume(topic, partition=partition, start=offset)
@@ -178,9 +195,9 @@ def test_a_read_from_inside_a_batch_starts_at_its_offset(
 
 
 def test_a_read_at_a_compacted_offset_or_below_the_log_start_gets_the_next_record(
-    client: Client,
+    made: Made, client: Client
 ) -> None:
-    compacted = [r["offset"] for r in records_of("compacted", 0)]
+    compacted = [r["offset"] for r in records_of(made, "compacted", 0)]
     gap = next(o for o in range(compacted[0], compacted[-1]) if o not in compacted)
     [first] = client.fetch("compacted", {0: gap}, max_records=1)
     assert first.offset == min(o for o in compacted if o > gap)
@@ -188,8 +205,8 @@ def test_a_read_at_a_compacted_offset_or_below_the_log_start_gets_the_next_recor
     assert list(client.consume("cut", partition=1)) == []
 
 
-@pytest.mark.parametrize("topic", sorted(TOPICS))
-def test_fencelog_consume_json_prints_every_record(upgraded: Path, topic: str) -> None:
+@pytest.mark.parametrize("topic", TOPIC_NAMES)
+def test_fencelog_consume_json_prints_every_record(made: Made, upgraded: Path, topic: str) -> None:
     lines = json_out(fencelog(upgraded, "consume", topic, "--json", "--format", "base64"))
     printed = sorted(lines, key=lambda line: (line["partition"], line["offset"]))
     expected = [
@@ -204,27 +221,27 @@ def test_fencelog_consume_json_prints_every_record(upgraded: Path, topic: str) -
             "epoch": r["epoch"],
         }
         | ({} if r["txn_id"] is None else {"txn_id": r["txn_id"]})
-        for partition in range(TOPICS[topic]["partitions"])
-        for r in records_of(topic, partition)
+        for partition in range(made.topics[topic]["partitions"])
+        for r in records_of(made, topic, partition)
     ]
     assert printed == expected
 
 
-def test_fencelog_consume_from_inside_a_batch_and_compacted(upgraded: Path) -> None:
+def test_fencelog_consume_from_inside_a_batch_and_compacted(made: Made, upgraded: Path) -> None:
     lines = json_out(
         fencelog(
             upgraded, "consume", "plain", "-p", "0", "--from", "50", "--json", "--format", "base64"
         )
     )
     assert [(line["offset"], line["value"]) for line in lines] == [
-        (r["offset"], r["value"]) for r in records_of("plain", 0) if r["offset"] >= 50
+        (r["offset"], r["value"]) for r in records_of(made, "plain", 0) if r["offset"] >= 50
     ]
     lines = json_out(
         fencelog(upgraded, "consume", "compacted", "--compacted", "--json", "--format", "base64")
     )
     assert [(line["partition"], line["offset"], line["key"], line["value"]) for line in lines] == [
         (r["partition"], r["offset"], r["key"], r["value"])
-        for r in TOPICS["compacted"]["compacted"]
+        for r in made.topics["compacted"]["compacted"]
     ]
 
 
@@ -232,9 +249,9 @@ def test_fencelog_consume_from_inside_a_batch_and_compacted(upgraded: Path) -> N
 
 
 def test_an_idempotent_retry_is_a_duplicate_at_its_original_offsets_and_the_next_appends(
-    client: Client,
+    made: Made, client: Client
 ) -> None:
-    facts = FACTS["idempotent"]
+    facts = made.facts["idempotent"]
     topic, partition, pid = facts["topic"], facts["partition"], facts["producer_id"]
     generation, next_sequence = facts["generation"], facts["next_sequence"]
     assert client.lease_pid(topic, partition, pid).sequence == next_sequence - 1
@@ -251,7 +268,7 @@ def test_an_idempotent_retry_is_a_duplicate_at_its_original_offsets_and_the_next
             producer=ProducerFields(pid, facts["older_generation"], next_sequence),
         )
     assert zombie.value.code is ErrorCode.FENCED
-    end = TOPICS[topic]["partition_logs"][str(partition)]["end_offset"]
+    end = made.topics[topic]["partition_logs"][str(partition)]["end_offset"]
     fields = ProducerFields(pid, generation, next_sequence)
     first = client.produce(topic, [b"next-1", b"next-2"], partition=partition, producer=fields)
     assert [(r.offset, r.duplicate) for r in first] == [(end, False), (end + 1, False)]
@@ -264,8 +281,8 @@ def test_an_idempotent_retry_is_a_duplicate_at_its_original_offsets_and_the_next
 
 
 @pytest.mark.parametrize("ending", ["commit", "abort"])
-def test_the_open_transaction_can_still_end(client: Client, ending: str) -> None:
-    facts = FACTS["open"]
+def test_the_open_transaction_can_still_end(made: Made, client: Client, ending: str) -> None:
+    facts = made.facts["open"]
     txn_id, topic = facts["txn_id"], facts["topic"]
     found = client.txn_begin(facts["group"], key=facts["key"])
     assert (found.txn_id, found.state, found.existing) == (txn_id, "open", True)
@@ -285,18 +302,20 @@ def test_the_open_transaction_can_still_end(client: Client, ending: str) -> None
     assert {str(p): o for p, o in committed.items()} == offsets["offsets"]
 
 
-def test_the_prepared_transaction_is_complete(client: Client) -> None:
-    facts = FACTS["prepared"]
+def test_the_prepared_transaction_is_complete(made: Made, client: Client) -> None:
+    facts = made.facts["prepared"]
     assert client.txn_show(facts["txn_id"]).info.state == "committed"
-    [listed] = [t for t in FIXTURE["transactions"] if t["txn_id"] == facts["txn_id"]]
+    [listed] = [t for t in made.document["transactions"] if t["txn_id"] == facts["txn_id"]]
     for topic, partition, count, _, base_offset in listed["partitions"]:
         read = list(client.consume(topic, partition=partition))
         assert len(read) == count and read[0].offset == base_offset
         assert {r.txn_id for r in read} == {facts["txn_id"]}
 
 
-def test_the_exclusive_topic_epoch_goes_on_and_a_stale_one_is_fenced(client: Client) -> None:
-    facts = FACTS["exclusive"]
+def test_the_exclusive_topic_epoch_goes_on_and_a_stale_one_is_fenced(
+    made: Made, client: Client
+) -> None:
+    facts = made.facts["exclusive"]
     topic = facts["topic"]
     assert client.topic_access(topic).epoch == facts["epoch"]
     with pytest.raises(BrokerError) as stale:
@@ -307,13 +326,13 @@ def test_the_exclusive_topic_epoch_goes_on_and_a_stale_one_is_fenced(client: Cli
     with client.producer(topic, idempotent=False, access="exclusive", name="after") as after:
         assert after.epoch == facts["epoch"] + 1
         [result] = after.send([b"after-upgrade"])
-    assert result.offset == TOPICS[topic]["partition_logs"]["0"]["end_offset"]
+    assert result.offset == made.topics[topic]["partition_logs"]["0"]["end_offset"]
     [record] = client.consume(topic, start=result.offset)
     assert (record.value, record.epoch) == (b"after-upgrade", facts["epoch"] + 1)
 
 
-def test_new_records_take_the_old_end_offsets(client: Client) -> None:
-    for name, topic in TOPICS.items():
+def test_new_records_take_the_old_end_offsets(made: Made, client: Client) -> None:
+    for name, topic in made.topics.items():
         for partition in range(topic["partitions"]):
             record = NewRecord(b"new", b"key", (), partition)
             [result] = client.produce(name, [record])
@@ -323,16 +342,16 @@ def test_new_records_take_the_old_end_offsets(client: Client) -> None:
             assert (read.offset, read.key, read.value) == (end, b"key", b"new")
 
 
-def test_verify_and_check_find_nothing_wrong(upgraded: Path) -> None:
+def test_verify_and_check_find_nothing_wrong(made: Made, upgraded: Path) -> None:
     [checked] = json_out(fencelog(upgraded, "check", "--json"))
     assert (checked["ok"], checked["problems"]) == (True, [])
-    for topic in TOPICS:
+    for topic in made.topics:
         completed = fencelog(upgraded, "verify", topic, "--json")
         [report] = [json.loads(line) for line in completed.stdout.splitlines()]
         found = {kind: count for kind, count in report["counts"].items() if count}
         if topic == "compacted":  # the offsets compaction removed, and only them
-            assert found == {"gap": _gaps("compacted")}, found
-        elif topic == FACTS["open"]["topic"]:  # open (or, by now, timed out): that only
+            assert found == {"gap": _gaps(made, "compacted")}, found
+        elif topic == made.facts["open"]["topic"]:  # open (or, by now, timed out): that only
             assert set(found) <= {"open_txn", "stale_txn"}, found
         else:
             assert (found, completed.returncode) == ({}, 0), (topic, report)
@@ -340,30 +359,34 @@ def test_verify_and_check_find_nothing_wrong(upgraded: Path) -> None:
     assert checked["ok"] is True
 
 
-def _gaps(topic: str) -> int:
+def _gaps(made: Made, topic: str) -> int:
     """Runs of offsets missing between each partition's log start and end."""
     runs = 0
-    for partition, log in TOPICS[topic]["partition_logs"].items():
+    for partition, log in made.topics[topic]["partition_logs"].items():
         expected = log["start_offset"]
-        for record in [*records_of(topic, int(partition)), {"offset": log["end_offset"]}]:
+        for record in [*records_of(made, topic, int(partition)), {"offset": log["end_offset"]}]:
             runs += record["offset"] > expected
             expected = record["offset"] + 1
     return runs
 
 
-def test_a_schema_14_snapshot_file_restores_and_reads_back(upgraded: Path, tmp_path: Path) -> None:
+def test_an_old_snapshot_file_restores_and_reads_back(
+    made: Made, upgraded: Path, tmp_path: Path
+) -> None:
     """The fixture's database is what `snapshot create` writes (one file, checkpointed):
-    restored into a new directory, it reads back as schema 014 read it."""
+    restored into a new directory, it reads back as its schema read it."""
     restored = tmp_path / "restored"
     json_out(fencelog(restored, "snapshot", "restore", str(upgraded / DB_FILE), "--json"))
-    with opened(restored) as client:
-        assert_reads_back_as_made(read_back(client))
+    with opened(made, restored) as client:
+        assert_reads_back_as_made(made, read_back(client))
 
 
 # through the Kafka listener -----------------------------------------------------------------
 
 
-def test_a_kafka_consumer_reads_the_kafka_records_and_its_groups_offsets(upgraded: Path) -> None:
+def test_a_kafka_consumer_reads_the_kafka_records_and_its_groups_offsets(
+    made: Made, upgraded: Path
+) -> None:
     """Keys, values, headers (a null header value), the producer's own timestamps and the
     Kafka group's committed offsets with their metadata, as a Kafka client sees them."""
     serve_args = ("--no-unix", "--kafka-listen", "127.0.0.1:0")
@@ -371,21 +394,21 @@ def test_a_kafka_consumer_reads_the_kafka_records_and_its_groups_offsets(upgrade
         consumer = Consumer(
             {
                 "bootstrap.servers": server.kafka,
-                "group.id": FACTS["kafka_group"]["group"],
+                "group.id": made.facts["kafka_group"]["group"],
                 "enable.auto.commit": False,
                 "isolation.level": "read_committed",
             }
         )
         try:
-            group = FACTS["kafka_group"]
+            group = made.facts["kafka_group"]
             committed = consumer.committed(
                 [TopicPartition(group["topic"], p) for p, _, _ in group["committed"]], STEP_S
             )
             answered = [[tp.partition, tp.offset, tp.metadata] for tp in committed]
-            assert answered == FACTS["kafka_group"]["committed"]
+            assert answered == group["committed"]
             for topic in ("kafka-idem", "kafka-txn", "mixed"):
-                for partition in range(TOPICS[topic]["partitions"]):
-                    expected = [_as_kafka(r) for r in records_of(topic, partition)]
+                for partition in range(made.topics[topic]["partitions"]):
+                    expected = [_as_kafka(r) for r in records_of(made, topic, partition)]
                     consumer.assign([TopicPartition(topic, partition, 0)])
                     read = [_kafka_record(m) for m in _poll(consumer, len(expected))]
                     assert read == expected, (topic, partition)
@@ -394,12 +417,14 @@ def test_a_kafka_consumer_reads_the_kafka_records_and_its_groups_offsets(upgrade
 
 
 def _as_kafka(record: dict[str, Any]) -> tuple[Any, ...]:
+    """A record of the JSON as _kafka_record gives it: a null value as empty, as schema
+    014's native read gave the Kafka producer's null value (015's gives null)."""
     headers = [(name, unb64(value)) for name, value in record["headers"]]
     return (
         record["offset"],
         record["timestamp_ms"],
         unb64(record["key"]),
-        unb64(record["value"]),
+        unb64(record["value"]) or b"",
         headers or None,
     )
 
@@ -444,14 +469,14 @@ def assert_killed(completed: subprocess.CompletedProcess[str], failpoint: str) -
     )
 
 
-def assert_finished_as_made(data_dir: Path) -> None:
-    """Opened (twice: the second open changes nothing), it reads back as schema 014 did,
+def assert_finished_as_made(made: Made, data_dir: Path) -> None:
+    """Opened (twice: the second open changes nothing), it reads back as its schema did,
     an idempotent retry is still a duplicate, and `fencelog check` passes."""
     for _ in range(2):
-        with opened(data_dir) as client:
-            assert_reads_back_as_made(read_back(client))
-    with opened(data_dir) as client:
-        facts = FACTS["idempotent"]
+        with opened(made, data_dir) as client:
+            assert_reads_back_as_made(made, read_back(client))
+    with opened(made, data_dir) as client:
+        facts = made.facts["idempotent"]
         [retry, *_] = facts["retries"]
         values = [unb64(v) or b"" for v in retry["values"]]
         fields = ProducerFields(facts["producer_id"], facts["generation"], retry["first_sequence"])
@@ -464,15 +489,15 @@ def assert_finished_as_made(data_dir: Path) -> None:
 
 
 @pytest.mark.parametrize("failpoint", MIGRATION_FAILPOINTS)
-def test_kill_9_during_migration(upgraded: Path, failpoint: str) -> None:
-    """The migration of schema 014, 50 records a step, killed after its Nth committed step
-    (step:N) or inside it before its commit (moved:N): the directory opens, finishes it
-    and reads back the same. Fails until the migration exists."""
+def test_kill_9_during_migration(made: Made, upgraded: Path, failpoint: str) -> None:
+    """The migration of the old schema, 50 records a step, killed after its Nth committed
+    step (step:N) or inside it before its commit (moved:N): the directory opens, finishes
+    it and reads back the same. Fails until the migration exists."""
     assert_killed(migrate_killed(upgraded, failpoint), failpoint)
-    assert_finished_as_made(upgraded)
+    assert_finished_as_made(made, upgraded)
 
 
-def test_kill_9_after_every_step_of_the_migration(upgraded: Path) -> None:
+def test_kill_9_after_every_step_of_the_migration(made: Made, upgraded: Path) -> None:
     """Each open commits one more step and is killed, until one finds nothing left to
     migrate: every state between two steps opens and goes on. Fails until the migration
     exists."""
@@ -482,4 +507,4 @@ def test_kill_9_after_every_step_of_the_migration(upgraded: Path) -> None:
         assert runs < MIGRATION_RUNS_MAX, "the migration never finishes"
     assert completed.returncode == 0, (completed.returncode, completed.stderr)
     assert runs > 1, f"killed {runs} times: the migration took at most one step"
-    assert_finished_as_made(upgraded)
+    assert_finished_as_made(made, upgraded)

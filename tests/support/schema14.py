@@ -1,10 +1,12 @@
-"""A data directory of schema 014 (issue 36) and what a user reads back from it.
+"""Data directories of older schemas (issue 36) and what a user reads back from them.
 
-tests/storage/fixtures/make_schema14.py builds the directory with the code of schema 014
-and writes tests/storage/fixtures/schema14.db.gz (its fencelog.db) and schema14.json:
+tests/storage/fixtures/make_schema14.py builds the directory with the code of a schema
+and writes tests/storage/fixtures/schemaNN.db.gz (its fencelog.db) and schemaNN.json:
 `read_back` of it, plus the facts the behaviour checks need (an idempotent producer's
-batch to retry, the open transaction, the exclusive topic's epoch). The upgrade tests
-(tests/storage/test_schema14_upgrade.py) gunzip it, open it with the current code and
+batch to retry, the open transaction, the exclusive topic's epoch). schema14.* were made
+with the code of schema 014 (one row a record), schema15.* with that of schema 015 (the
+log of batches in a WITHOUT ROWID table). The upgrade tests
+(tests/storage/test_schema14_upgrade.py) gunzip each, open it with the current code and
 compare `read_back` with the JSON, so both sides read through this one module, through
 the public client only.
 
@@ -18,7 +20,10 @@ from __future__ import annotations
 
 import base64
 import gzip
+import json
 import shutil
+from dataclasses import dataclass
+from functools import cache
 from pathlib import Path
 from typing import Any, Final
 
@@ -27,11 +32,41 @@ from broker.discovery import DB_FILE
 from broker.types import Record
 
 FIXTURES: Final = Path(__file__).resolve().parent.parent / "storage" / "fixtures"
-FIXTURE_DB: Final = FIXTURES / "schema14.db.gz"
-FIXTURE_JSON: Final = FIXTURES / "schema14.json"
 FIXTURE_CLOCK_KEY: Final = "clock_ms"  # the JSON's: when the fixture was read back
+MADE_SCHEMAS: Final = (14, 15)  # the schemas a fixture was made with: schemaNN.db.gz, .json
 TXNS_LISTED_MAX: Final = 1_000
 GROUPS_LISTED_MAX: Final = 10_000
+
+
+@dataclass(frozen=True, slots=True)
+class Made:
+    """One fixture: the gzipped database the code of `schema` made, and what that code
+    read back from it (with the facts the behaviour checks need)."""
+
+    schema: int
+    db: Path
+    document: dict[str, Any]
+
+    @property
+    def topics(self) -> dict[str, Any]:
+        topics: dict[str, Any] = self.document["topics"]
+        return topics
+
+    @property
+    def facts(self) -> dict[str, Any]:
+        facts: dict[str, Any] = self.document["facts"]
+        return facts
+
+    @property
+    def clock_ms(self) -> int:
+        return int(self.document[FIXTURE_CLOCK_KEY])
+
+
+@cache
+def made_with(schema: int) -> Made:
+    """The fixture made with the code of `schema` (of MADE_SCHEMAS)."""
+    document = json.loads((FIXTURES / f"schema{schema}.json").read_text())
+    return Made(schema, FIXTURES / f"schema{schema}.db.gz", document)
 
 
 def b64(data: bytes | None) -> str | None:
