@@ -162,6 +162,9 @@ def inspect(data_dir: Path, problems_max: int = 100) -> Inspection:
             ErrorCode.DATA_DIR_UNREADABLE, f"cannot open {db_path}: {exc}", path=str(db_path)
         ) from exc
     try:
+        # one snapshot for every read: a process opening the directory meanwhile may be
+        # moving its log (storage/upgrade.py) and commit steps between two of them
+        conn.execute("BEGIN")
         version = int(conn.execute("PRAGMA user_version").fetchone()[0])
         application_id, tables = conn.execute(
             "SELECT (SELECT application_id FROM pragma_application_id),"

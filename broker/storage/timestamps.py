@@ -1,10 +1,10 @@
-"""Finding an offset by time: a binary search over the log's primary key.
+"""Finding an offset by time: a binary search over the log's index of batches.
 
-There is no index on timestamps: the log's primary key (topic_id, partition,
-first_offset) is the index. The search takes a partition's timestamps to ascend with
+There is no index on timestamps: the log's index on (topic_id, partition, first_offset)
+(log_offsets) is the one it uses. The search takes a partition's timestamps to ascend with
 its offsets (Kafka's time index, which keeps the greatest timestamp so far, does not
 need to: it finds the first record at or after the time whatever their order). It goes
-in two steps: over batches, O(log2(end offset)) probes, each one seek of the primary key
+in two steps: over batches, O(log2(end offset)) probes, each one seek of that index
 reading one batch's first timestamp (a column of its row: no record is unpacked); then
 inside the one batch where the time is crossed, whose timestamps it reads once.
 

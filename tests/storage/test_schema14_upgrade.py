@@ -33,7 +33,9 @@ out and its pids have not expired, however long after it runs.
 
 from __future__ import annotations
 
+import contextlib
 import json
+import sqlite3
 import subprocess
 import time
 from collections.abc import Iterator
@@ -45,7 +47,9 @@ from confluent_kafka import Consumer, TopicPartition
 
 from broker.client.client import Client, connect
 from broker.discovery import DB_FILE
+from broker.engine import backup
 from broker.errors import BrokerError, ErrorCode
+from broker.storage import batches
 from broker.types import NewRecord, ProducerFields
 from support.helpers import fencelog_script, user_env
 from support.producing import FakeClock
@@ -508,3 +512,36 @@ def test_kill_9_after_every_step_of_the_migration(made: Made, upgraded: Path) ->
     assert completed.returncode == 0, (completed.returncode, completed.stderr)
     assert runs > 1, f"killed {runs} times: the migration took at most one step"
     assert_finished_as_made(made, upgraded)
+
+
+def test_check_reads_one_snapshot_while_another_process_finishes_the_copy(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`fencelog check` of a schema 015 directory left halfway through 016's copy (killed
+    after three steps), while another process opens it and finishes the copy between two
+    of the check's reads: every batch is decoded once, from one snapshot, and nothing is
+    said damaged (read apart, the old table was gone for the second read, or the moved
+    batches were in neither)."""
+    made = made_with(15)
+    data_dir = unpack_db(made.db, tmp_path / "data")
+    assert_killed(migrate_killed(data_dir, "step:3"), "step:3")
+    keys = "SELECT topic_id, partition, first_offset FROM"
+    with contextlib.closing(sqlite3.connect(data_dir / DB_FILE)) as conn:
+        halfway = conn.execute(f"{keys} log UNION ALL {keys} log_015").fetchall()
+    decoded: list[tuple[int, int, int]] = []
+    damage = batches.damage
+
+    def decode_while_the_copy_finishes(batch: batches.Stored) -> str | None:
+        if not decoded:
+            finished = fencelog(data_dir, "topic", "list", "--json", **MIGRATION_ENV)
+            assert finished.returncode == 0, finished.stderr
+        decoded.append((batch.topic_id, batch.partition, batch.first_offset))
+        return damage(batch)
+
+    monkeypatch.setattr(batches, "damage", decode_while_the_copy_finishes)
+    inspection = backup.inspect(data_dir)
+    assert inspection.problems == ()
+    with contextlib.closing(sqlite3.connect(data_dir / DB_FILE)) as conn:
+        left = conn.execute("SELECT 1 FROM sqlite_schema WHERE name = 'log_015'").fetchall()
+    assert left == []  # the other process finished the copy meanwhile
+    assert len(halfway) > 40 and sorted(decoded) == sorted(halfway)
