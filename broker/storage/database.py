@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import logging
 import os
 import re
 import sqlite3
@@ -43,6 +44,7 @@ from broker.storage import upgrade
 from broker.types import Durability
 
 APPLICATION_ID: Final = 0x46454E43  # "FENC"
+log = logging.getLogger(__name__)
 _SYNCHRONOUS: Final[dict[Durability, str]] = {"full": "FULL", "normal": "NORMAL"}
 # Files fencelog itself may leave in a data directory; anything else makes it foreign.
 _OWN_FILE = re.compile(
@@ -157,6 +159,7 @@ def _alive(pid: int) -> bool:
 
 _INLINE_CHECKPOINT_PAGES: Final = 1000  # SQLite's default: a commit past it checkpoints
 _CHECKPOINT_AFTER_S: Final = 0.05  # large commits within this share one checkpoint
+_UPGRADE_PROGRESS_S: Final = 5.0  # a move of the log at open says how far it is, this often
 _CACHE_KIB: Final = -2000  # SQLite's default page cache: 2,000 KiB
 # Reads of the database file through a memory map of its first 1 GiB instead of read()
 # into the page cache: a batch's values span overflow pages, and copying them through
@@ -366,15 +369,36 @@ class Database:
     def _move_records(self) -> None:
         """Schemas 015's and 016's moves of the log into its layout, a bounded step a
         transaction (storage/upgrade.py): a kill at any point leaves them to the next
-        open."""
+        open. A move that lasts says so (a warning: what a command prints), every
+        _UPGRADE_PROGRESS_S, and when it has finished."""
         points = failpoints.from_environment(upgrade.FAILPOINT_ENV, upgrade.FAILPOINT_STEPS)
         limit = upgrade.step_records()
+        started = told = time.monotonic()
+        total = 0
         while True:
             with self.write() as conn:
-                moved = upgrade.pending(conn) and upgrade.move_step(conn, limit, points)
+                moved = upgrade.move_step(conn, limit, points) if upgrade.pending(conn) else 0
+            now = time.monotonic()
             if not moved:
+                if told != started:
+                    log.warning(
+                        "upgraded %s: %d records moved in %.1f s",
+                        self.data_dir.path,
+                        total,
+                        now - started,
+                    )
                 return
+            total += moved
             points.reached("step")
+            if now - told >= _UPGRADE_PROGRESS_S:
+                told = now
+                log.warning(
+                    "upgrading %s to schema %d: %d records moved so far (once; stopped, it "
+                    "goes on at the next open)",
+                    self.data_dir.path,
+                    SCHEMA_VERSION,
+                    total,
+                )
 
     @contextlib.contextmanager
     def write(self) -> Iterator[sqlite3.Connection]:

@@ -49,18 +49,20 @@ def step_records() -> int:
     return int(configured) if configured.isdigit() and int(configured) > 0 else STEP_RECORDS
 
 
-def move_step(conn: sqlite3.Connection, limit: int, points: failpoints.Failpoints) -> bool:
-    """Move up to `limit` records into the log (in the caller's write transaction);
-    False: none was left, and the old tables are gone."""
-    if _has(conn, "legacy_records_table") and _move_records(conn, limit, points):
-        return True  # 015's move first: a directory of 014 has an empty log_015
-    return _has(conn, "log_015_table") and _move_batches(conn, limit, points)
+def move_step(conn: sqlite3.Connection, limit: int, points: failpoints.Failpoints) -> int:
+    """Move up to `limit` records into the log (in the caller's write transaction): the
+    records moved; 0: none was left, and the old tables are gone."""
+    if _has(conn, "legacy_records_table"):
+        moved = _move_records(conn, limit, points)
+        if moved:
+            return moved  # 015's move first: a directory of 014 has an empty log_015
+    return _move_batches(conn, limit, points) if _has(conn, "log_015_table") else 0
 
 
-def _move_batches(conn: sqlite3.Connection, limit: int, points: failpoints.Failpoints) -> bool:
+def _move_batches(conn: sqlite3.Connection, limit: int, points: failpoints.Failpoints) -> int:
     """Schema 016's step: the first batches of log_015 up to `limit` records (at least
-    one batch) copied into `log` and deleted there; False: none was left, and log_015
-    is dropped."""
+    one batch) copied into `log` and deleted there; their records, or 0: none was left,
+    and log_015 is dropped."""
     last: tuple[int, int, int] | None = None
     taken = 0
     cursor = conn.execute(Q["log_015_first"], (limit,))  # a batch holds one record at least
@@ -74,27 +76,27 @@ def _move_batches(conn: sqlite3.Connection, limit: int, points: failpoints.Failp
         cursor.close()
     if last is None:
         conn.execute(Q["log_015_drop"])
-        return False
+        return 0
     conn.execute(Q["log_015_move"], last)
     conn.execute(Q["log_015_delete"], last)
     points.reached("moved")
-    return True
+    return taken
 
 
-def _move_records(conn: sqlite3.Connection, limit: int, points: failpoints.Failpoints) -> bool:
+def _move_records(conn: sqlite3.Connection, limit: int, points: failpoints.Failpoints) -> int:
     """Schema 015's step: up to `limit` records of `records` packed into batches of
-    `log`; False: none was left, and the old tables are dropped."""
+    `log`; their number, or 0: none was left, and the old tables are dropped."""
     found = conn.execute(Q["legacy_records_first"], (limit,)).fetchall()
     if not found:
         conn.execute(Q["legacy_records_drop"])
         conn.execute(Q["legacy_log_batches_drop"])
-        return False
+        return 0
     for run in _runs(found):
         conn.execute(Q["log_insert"], _packed(run))
         first, last = run[0], run[-1]
         conn.execute(Q["legacy_records_delete"], (first[0], first[1], first[2], last[2]))
     points.reached("moved")
-    return True
+    return len(found)
 
 
 def _runs(found: list[Any]) -> Iterator[list[Any]]:

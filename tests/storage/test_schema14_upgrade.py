@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import sqlite3
 import subprocess
 import time
@@ -49,7 +50,7 @@ from broker.client.client import Client, connect
 from broker.discovery import DB_FILE
 from broker.engine import backup
 from broker.errors import BrokerError, ErrorCode
-from broker.storage import batches
+from broker.storage import batches, database
 from broker.types import NewRecord, ProducerFields
 from support.helpers import fencelog_script, user_env
 from support.producing import FakeClock
@@ -545,3 +546,36 @@ def test_check_reads_one_snapshot_while_another_process_finishes_the_copy(
         left = conn.execute("SELECT 1 FROM sqlite_schema WHERE name = 'log_015'").fetchall()
     assert left == []  # the other process finished the copy meanwhile
     assert len(halfway) > 40 and sorted(decoded) == sorted(halfway)
+
+
+def test_a_move_that_lasts_says_how_far_it_is_and_when_it_is_done(
+    made: Made, upgraded: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The open's move of an old log warns (what a command prints on stderr) how many
+    records it has moved, every so often (here: after every step of 50 records), and
+    once more when it has finished, with the total; a second open says nothing."""
+    monkeypatch.setattr(database, "_UPGRADE_PROGRESS_S", 0.0)
+    monkeypatch.setenv("FENCELOG_MIGRATE_STEP_RECORDS", "50")
+    with caplog.at_level(logging.WARNING, logger="broker.storage.database"):
+        opened(made, upgraded).close()
+    said = [record.getMessage() for record in caplog.records]
+    assert len(said) > 2, said
+    progress = [int(m.split(": ")[1].split()[0]) for m in said[:-1]]
+    assert all(m.startswith(f"upgrading {upgraded} to schema ") for m in said[:-1]), said
+    assert progress == sorted(progress) and progress[0] > 0, progress
+    topics = made.topics
+    readable = sum(
+        len(records_of(made, t, p)) for t in topics for p in range(topics[t]["partitions"])
+    )
+    total = int(said[-1].split(": ")[1].split()[0])
+    assert said[-1].startswith(f"upgraded {upgraded}: ") and total >= progress[-1], said[-1]
+    # every stored record: those read back but the prepared transaction's, applied after
+    # the move, and a few below a log start inside a batch
+    prepared = made.facts["prepared"]["txn_id"]
+    [listed] = [t for t in made.document["transactions"] if t["txn_id"] == prepared]
+    applied = sum(count for _, _, count, _, _ in listed["partitions"])
+    assert readable - applied <= total <= readable + 200, (readable, applied, total)
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="broker.storage.database"):
+        opened(made, upgraded).close()
+    assert caplog.records == []
