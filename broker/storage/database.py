@@ -375,12 +375,13 @@ class Database:
         limit = upgrade.step_records()
         started = told = time.monotonic()
         total = 0
+        said = False
         while True:
             with self.write() as conn:
-                moved = upgrade.move_step(conn, limit, points) if upgrade.pending(conn) else 0
+                moved = upgrade.move_step(conn, limit, points)  # 0: nothing (left) to move
             now = time.monotonic()
             if not moved:
-                if told != started:
+                if said:
                     log.warning(
                         "upgraded %s: %d records moved in %.1f s",
                         self.data_dir.path,
@@ -391,7 +392,7 @@ class Database:
             total += moved
             points.reached("step")
             if now - told >= _UPGRADE_PROGRESS_S:
-                told = now
+                told, said = now, True
                 log.warning(
                     "upgrading %s to schema %d: %d records moved so far (once; stopped, it "
                     "goes on at the next open)",

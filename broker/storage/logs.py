@@ -217,9 +217,8 @@ def end_offset(conn: sqlite3.Connection, topic: TopicRow, partition: int) -> int
 # many: a read that needs one record reads its whole stored batch (a row's values are
 # one blob, in a chain of overflow pages), which for 10,000 records of 100 bytes took
 # 4.5 ms against 1.2 for 1000 (a fetch of one record from the middle of a partition).
-# A batch with a
-# producer id stays whole (its sequences are judged as sent), and so does a
-# transaction's (moved at commit as it was journaled).
+# A batch with a producer id stays whole (its sequences are judged as sent), and so
+# does a transaction's (moved at commit as it was journaled).
 PLAIN_BATCH_RECORDS_MAX: Final = 1000
 
 
