@@ -406,12 +406,25 @@ class OwnershipMachine(RuleBasedStateMachine):
             holding = self.holdings[group, resource]
             self.audit(group, resource, "released", actor, holding.generation)
             holding.holder = None
-        if held and self.served:  # the server ends the session just after the goodbye
+        if held and self.served:
+            # The server ends the session just after the goodbye. The ownership view hides
+            # a holder as soon as its connection is gone, before the release is written:
+            # wait for the release's audit rows, which come in the same transaction.
             wait_until(
-                lambda: all(r[3] != actor.session_id for r in self.broker_ownership()),
+                lambda: self.released_rows(actor) == len(held),
                 NOTICE_WITHIN_S,
-                message=f"the closed {actor}'s session holds nothing",
+                message=f"the closed {actor}'s session released what it held",
             )
+
+    def released_rows(self, actor: Actor) -> int:
+        rows = self.observer.ownership_history(None, limit=AUDIT_ROWS_MAX)
+        return sum(
+            1
+            for r in rows
+            if r.audit_id > self.audit_seen
+            and r.event == "released"
+            and r.session_id == actor.session_id
+        )
 
     def fence_for(self, actor: Actor, partition: int, choice: str) -> list[Fence]:
         resource = RESOURCES[partition]
