@@ -340,7 +340,7 @@ class Engine:
         record_rules.check_records(records, self.limits)
         staged = self.producers.stage()
         appends = logs.Appends()
-        with self.database.write() as conn:
+        with self.txns.begin_write() as conn:
             self._hot.begin()
             now_ms = self.clock()
             txn_id = self.txns.begin_in(conn, group, None, timeout, now_ms)

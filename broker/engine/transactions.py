@@ -10,8 +10,14 @@
              after txn-commit sees the records.
     abort    ABORT(txn); the journaled records, members and pending offsets are dropped
 
-Under durability full every step's write is synced but PREPARE_COMMIT's: the caller is
-answered only after APPLY_COMMIT's first write, whose sync covers it (one WAL, in order).
+Under durability full two writes are not synced on their own. PREPARE_COMMIT's: the
+caller is answered only after APPLY_COMMIT's first write, whose sync covers it (one WAL,
+in order). And the one that BEGINs a transaction (with its first records, when they come
+with it), unless it takes a new block of ids: lost in a power loss, the transaction never
+existed, and a request naming it is refused as unknown. Its id came from a block whose
+counter was synced, so it is never handed out again. Any later write of the transaction
+is synced, and with it everything before it, so a transaction that outlives a power loss
+holds every record it was answered for.
 
 Every step is its own SQLite transaction, so a broker killed anywhere leaves a state that
 `recover()` finishes: a prepared transaction is applied (skipping the partitions already
@@ -28,6 +34,7 @@ copied, before COMPLETE commits); the server adds ack (after the commit's reply)
 
 from __future__ import annotations
 
+import contextlib
 import sqlite3
 from collections.abc import Callable, Mapping, Sequence
 from typing import Final
@@ -93,7 +100,7 @@ class Transactions:
             rules.check_key(key)
         timeout = self.checked(group, timeout_ms)
         now_ms = self.clock()
-        with self.database.write() as conn:
+        with self.begin_write() as conn:
             if key is not None:
                 found = store.by_key(conn, group, key)
                 if found is not None:
@@ -105,11 +112,17 @@ class Transactions:
         self.begun()
         return info
 
+    def begin_write(self) -> contextlib.AbstractContextManager[sqlite3.Connection]:
+        """The writer transaction to BEGIN a transaction in: synced only when it takes a
+        new block of ids (the module's docstring says why the others need not be)."""
+        start, end = self._ids
+        return self.database.write_unsynced() if start < end else self.database.write()
+
     def begin_in(
         self, conn: sqlite3.Connection, group: str, key: str | None, timeout_ms: int, now_ms: int
     ) -> int:
-        """BEGIN a new transaction inside the caller's SQLite transaction; its id. The
-        caller calls begun() once that transaction has committed."""
+        """BEGIN a new transaction inside the caller's SQLite transaction (begin_write's);
+        its id. The caller calls begun() once that transaction has committed."""
         txn_id, self._pending_ids, fresh = self._next_id(conn)
         journal = rules.journal_of(group, self.limits.txn_journals)
         store.insert(conn, txn_id, group, key, journal, now_ms, now_ms + timeout_ms)

@@ -436,10 +436,10 @@ class Database:
     @contextlib.contextmanager
     def write_unsynced(self) -> Iterator[sqlite3.Connection]:
         """A writer transaction whose COMMIT is not synced on its own, whatever the
-        durability: for a step that nothing is told of before a later synced write of
-        this connection makes it durable too (the WAL is one file, written in order, so
-        that write's sync covers every frame before it). A process killed in between
-        loses nothing; a power loss loses this step with what followed it, unanswered."""
+        durability: for a step that nothing is told of before a later synced write makes
+        it durable too (the WAL is one file, written in order, so that write's sync covers
+        every frame before it), or whose loss in a power loss is harmless (a transaction's
+        BEGIN: engine/transactions.py). A process killed in between loses nothing."""
         if self.durability != "full":
             with self.write() as conn:
                 yield conn

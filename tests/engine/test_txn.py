@@ -1406,3 +1406,50 @@ def test_plain_writes_stay_synced_after_commits_whose_prepare_is_not(data_dir: P
         refused(ErrorCode.FENCED, lambda: client.txn_commit(stale.txn_id))
         assert conn.execute("PRAGMA synchronous").fetchone()[0] == 2
         assert values(client, "invoices") == ["a"] and values(client, "owned") == []
+
+
+def commits_synced(engine: Engine) -> Iterator[list[bool]]:
+    """Whether each write of the engine's writer connection committed with synchronous
+    FULL (its reads, BEGIN without IMMEDIATE, are not counted)."""
+    commits: list[bool] = []
+    synchronous, writing = ["FULL"], [False]
+
+    def traced(statement: str) -> None:
+        if statement.startswith("PRAGMA synchronous = "):
+            synchronous[0] = statement.split("= ")[1]
+        elif statement == "BEGIN IMMEDIATE":
+            writing[0] = True
+        elif statement == "COMMIT" and writing[0]:
+            commits.append(synchronous[0] == "FULL")
+            writing[0] = False
+
+    engine.database.conn.set_trace_callback(traced)
+    try:
+        yield commits
+    finally:
+        engine.database.conn.set_trace_callback(None)
+
+
+def test_a_begin_is_synced_only_when_it_takes_a_new_block_of_ids(data_dir: Path) -> None:
+    """Durability full: a BEGIN lost in a power loss is a transaction that never existed,
+    as long as its id is never handed out again. So only the write that takes a new block
+    of ids (its counter) is synced; the next write of the transaction syncs the BEGIN
+    with it, and ids stay unique across processes."""
+    limits = Limits(txn_id_block_size=2)
+    with Engine.open(data_dir, durability="full", limits=limits) as engine:
+        engine.create_topic("invoices")
+        with contextlib.contextmanager(commits_synced)(engine) as commits:
+            first = engine.txn_begin("billing")  # takes ids 1-2
+            engine.produce("invoices", [NewRecord(b"a")], producer=ProducerFields(txn_id=1))
+            second, _ = engine.txn_begin_produce("billing", "invoices", [NewRecord(b"b")])
+            third, _ = engine.txn_begin_produce("billing", "invoices", [NewRecord(b"c")])
+            fourth = engine.txn_begin("billing")
+        assert commits == [True, True, False, True, False]
+        assert engine.database.conn.execute("PRAGMA synchronous").fetchone()[0] == 2
+        for txn in (first, second, third):
+            engine.txn_commit(txn.txn_id)
+        assert [r.value for r in engine.read("invoices", 0, 0)] == [b"a", b"b", b"c"]
+    with Engine.open(data_dir, durability="full", limits=limits) as engine:
+        fifth = engine.txn_begin("billing")
+    ids = [t.txn_id for t in (first, second, third, fourth, fifth)]
+    assert ids == [1, 2, 3, 4, 5]
