@@ -1,13 +1,16 @@
 """The engine's transactions: double journaling with a local copy (DESIGN.md section 6).
 
     begin    BEGIN(txn) is appended to the group's journal partition J(G)
-    produce  records go to their partitions' data journals, tagged with the txn id
+    produce  records go to their partitions' data journals, tagged with the txn id: a
+             batch a produce, packed into a row of the log's table under a hidden key
+             (storage/txns.py journal_records)
     commit   PREPARE_COMMIT(txn, partitions) is appended to J(G) and COMMITted: the
-             commit point. Then APPLY_COMMIT copies each partition's journaled records
-             into its log (its batches unpacked in journal order; up to
-             txn_apply_records_max records per SQLite transaction, the last one with
-             COMPLETE), and only then is the commit answered, so a caller that reads
-             after txn-commit sees the records.
+             commit point. Then APPLY_COMMIT moves each partition's journaled batches
+             into its log, in journal order, giving each row its key and offsets in
+             place (the "local copy" of the proposal, without writing the records
+             again; up to txn_apply_records_max records per SQLite transaction, the
+             last one with COMPLETE), and only then is the commit answered, so a
+             caller that reads after txn-commit sees the records.
     abort    ABORT(txn); the journaled records, members and pending offsets are dropped
 
 Under durability full two writes are not synced on their own. PREPARE_COMMIT's: the
@@ -54,6 +57,7 @@ from broker.storage.database import Database
 from broker.types import (
     NO_OFFSET_METADATA,
     AppendResult,
+    AppendResults,
     Fence,
     JournalEntryInfo,
     NewRecord,
@@ -170,7 +174,7 @@ class Transactions:
         producer: ProducerFields,
         now_ms: int,
         fences: Sequence[Fence] = (),
-    ) -> list[AppendResult]:
+    ) -> Sequence[AppendResult]:
         """Records of a produce into a transaction, to their partitions' data journals.
         Called by the engine inside its produce transaction, after the fences and the
         topic's access were checked; they are checked again at commit. The records get
@@ -205,6 +209,8 @@ class Transactions:
                 producer.generation,
                 producer.epoch,
             )
+            if len(indexes) == len(records):  # the usual batch: its results as columns
+                return AppendResults(topic.name, [(len(records), partition, -1, False)])
             pending = AppendResult(topic.name, partition, -1)  # offsets come at commit
             if isinstance(indexes, range):
                 results[indexes.start : indexes.stop : indexes.step] = [pending] * len(indexes)
@@ -455,7 +461,8 @@ class Transactions:
                             break
                         chunk.append(part)
                         records += part.records
-                    self.database.hold_pages(conn, sum(part.bytes for part in chunk))
+                    # only batches journaled before schema 017 are copied: new bytes
+                    self.database.hold_pages(conn, store.bytes_to_copy(conn, txn_id))
                     for part in chunk:
                         self._copy(conn, txn_id, part)
                         self.failpoints.reached("apply")
@@ -474,7 +481,7 @@ class Transactions:
             return
         base_offset = logs.end_offset(conn, row, part.partition)
         epoch = self.exclusives.epoch(conn, part.topic_id)
-        copied = store.copy_partition(
+        copied = store.apply_partition(
             conn, txn_id, part.topic_id, part.partition, base_offset, epoch
         )
         logs.advance(conn, row, part.partition, copied, part.bytes)

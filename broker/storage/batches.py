@@ -448,22 +448,53 @@ def _bytes_of(lengths: bytes) -> int:
 def unreadable(batch: Stored) -> str | None:
     """What a read finds wrong with a batch's columns before it uses them (cheaper than
     damage(): line counts, and the values' total length), or None."""
-    count = batch.records
-    lengths = batch.value_lengths
+    return unreadable_shape(
+        Shape(
+            batch.first_offset,
+            batch.last_offset,
+            batch.records,
+            batch.value_lengths,
+            batch.timestamps,
+            batch.key_lengths,
+            batch.headers,
+            batch.offset_deltas,
+            len(batch.vals),
+        )
+    )
+
+
+class Shape(NamedTuple):
+    """What unreadable() looks at: a batch's columns but its values, and their length
+    (storage/txns.py asks SQLite for them alone, the values unread)."""
+
+    first_offset: int
+    last_offset: int
+    records: int
+    value_lengths: int | bytes
+    timestamps: bytes | None
+    key_lengths: bytes | None
+    headers: bytes | None
+    offset_deltas: bytes | None
+    vals_bytes: int
+
+
+def unreadable_shape(shape: Shape) -> str | None:
+    count = shape.records
+    lengths = shape.value_lengths
     if isinstance(lengths, int):
-        values_fit = count * lengths == len(batch.vals)
+        values_fit = count * lengths == shape.vals_bytes
     else:
-        values_fit = _lines_hold(lengths, count) and _bytes_of(lengths) == len(batch.vals)
+        values_fit = _lines_hold(lengths, count) and _bytes_of(lengths) == shape.vals_bytes
     if not values_fit:
         return f"its values do not hold its {count} records"
     if not (
-        _lines_hold(batch.timestamps, count)
-        and _lines_hold(batch.key_lengths, count)
-        and _lines_hold(batch.offset_deltas, count)
+        _lines_hold(shape.timestamps, count)
+        and _lines_hold(shape.key_lengths, count)
+        and _lines_hold(shape.offset_deltas, count)
     ):
         return f"its columns do not hold its {count} records"
-    if batch.offset_deltas is None and batch.first_offset + count - 1 != batch.last_offset:
-        return f"its last offset is {batch.last_offset}, its records end elsewhere"
+    if shape.offset_deltas is None and shape.first_offset + count - 1 != shape.last_offset:
+        return f"its last offset is {shape.last_offset}, its records end elsewhere"
     return None
 
 

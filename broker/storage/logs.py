@@ -189,6 +189,8 @@ def damaged_batches(conn: sqlite3.Connection, limit: int) -> list[str]:
         tables.append("log_015_all")
     for row in itertools.chain.from_iterable(conn.execute(Q[query]) for query in tables):
         batch = batches.Stored._make(row)
+        if batch.topic_id <= 0:  # a transaction's journaled batch: checked with its journal
+            continue
         problem = batches.damage(batch)
         if problem is not None:
             problems.append(

@@ -427,21 +427,55 @@ WHERE txn_id = ? AND topic_id = ? AND partition = ?
 ORDER BY position DESC LIMIT 1;
 
 -- name: txn_batch_insert
+-- A journaled batch: its facts, and the rowid of its records' row of `log` (schema 017;
+-- the body is then empty).
+INSERT INTO txn_batches (txn_id, topic_id, partition, position, records, bytes, timestamp_ms,
+                         producer_id, generation, epoch, body, log_rowid)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, x'', ?);
+
+-- name: txn_batch_insert_packed
+-- A journaled batch with its records in its body (schema 012's move of the older journal).
 INSERT INTO txn_batches (txn_id, topic_id, partition, position, records, bytes, timestamp_ms,
                          producer_id, generation, epoch, body)
 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?);
+
+-- name: log_journal_end
+-- The offset after the last journaled row of a partition (topic id ?1 is ~topic_id),
+-- or ?3 (the partition's end) if that is further: where the next journaled row goes.
+SELECT max(?3, coalesce((SELECT last_offset + 1 FROM log WHERE topic_id = ?1 AND partition = ?2
+                         ORDER BY first_offset DESC LIMIT 1), 0));
+
+-- name: log_journaled_move
+-- APPLY_COMMIT of a journaled row: its real key, offsets and the topic's epoch now.
+UPDATE log SET topic_id = ?, first_offset = ?, last_offset = ?, epoch = ? WHERE rowid = ?;
+
+-- name: log_journaled_shape
+-- What the commit checks of a journaled row before it moves it (batches.Shape, the
+-- topic id first): all but the values, and their length (which SQLite knows unread).
+SELECT topic_id, first_offset, last_offset, records, value_lengths, timestamps, key_lengths,
+       headers, offset_deltas, length(vals)
+FROM log WHERE rowid = ?;
+
+-- name: log_by_rowid
+SELECT topic_id, partition, first_offset, last_offset, records, bytes, timestamp_ms, max_timestamp_ms,
+       producer_id, generation, first_sequence, epoch, txn_id, value_lengths, timestamps,
+       key_lengths, headers, offset_deltas, keys, vals
+FROM log WHERE rowid = ?;
 
 -- name: txn_batches_of_partition
 -- APPLY_COMMIT's copy reads a partition's batches in journal order, ?5 at a time from
 -- position ?4, each page read whole: with this statement left open, the copy's inserts
 -- ran about 75% slower (bench/RESULTS.md, issue 23).
-SELECT position, records, timestamp_ms, producer_id, generation, body FROM txn_batches
+SELECT position, records, timestamp_ms, producer_id, generation, body, log_rowid FROM txn_batches
 WHERE txn_id = ?1 AND topic_id = ?2 AND partition = ?3 AND position >= ?4
 ORDER BY position LIMIT ?5;
 
+-- name: txn_batches_to_copy
+SELECT coalesce(sum(bytes), 0) FROM txn_batches WHERE txn_id = ? AND log_rowid IS NULL;
+
 -- name: txn_batches_read
 SELECT coalesce(t.name, ''), b.partition, b.position, b.records, b.timestamp_ms,
-       b.producer_id, b.generation, b.epoch, b.body
+       b.producer_id, b.generation, b.epoch, b.body, b.log_rowid
 FROM txn_batches b LEFT JOIN topics t ON t.topic_id = b.topic_id
 WHERE b.txn_id = ?
 ORDER BY b.topic_id, b.partition, b.position;
@@ -465,7 +499,15 @@ DELETE FROM txn_batches WHERE topic_id = ?;
 
 -- name: txn_batches_all
 -- Every journaled batch, for `fencelog check` to decode.
-SELECT txn_id, topic_id, partition, position, records, body FROM txn_batches;
+SELECT txn_id, topic_id, partition, position, records, body, log_rowid FROM txn_batches;
+
+-- name: txn_batches_all_012
+-- txn_batches_all of a database not yet upgraded to schema 017 (`fencelog check` reads
+-- a directory as it finds it).
+SELECT txn_id, topic_id, partition, position, records, body, NULL FROM txn_batches;
+
+-- name: txn_batches_log_rowid
+SELECT 1 FROM pragma_table_info('txn_batches') WHERE name = 'log_rowid';
 
 -- name: txn_data_legacy
 -- The one-row-per-record data journal of schemas 005 to 011, moved by schema 012.

@@ -17,17 +17,14 @@ import msgspec
 from msgspec import Struct
 
 from broker.errors import BrokerError, ErrorCode
-from broker.rows import EMPTY_HEADERS, decode_headers, encode_headers
-from broker.storage import batches
-from broker.storage.logs import plain_records
+from broker.rows import EMPTY_HEADERS, decode_headers
+from broker.storage import batches, logs
 from broker.storage.queries import Q
 from broker.types import (
     NO_OFFSET_METADATA,
     NewRecord,
     OffsetMetadata,
     Record,
-    value_sizes,
-    values_of,
 )
 
 TXN_COUNTER = "next_txn_id"
@@ -187,7 +184,11 @@ def _unpacked(
         if all(column is None or len(column) == count for column in columns):
             return columns
         problem = f"its columns do not hold {count} records"
-    raise BrokerError(
+    raise _damaged(txn_id, where, problem)
+
+
+def _damaged(txn_id: int, where: str, problem: str) -> BrokerError:
+    return BrokerError(
         ErrorCode.DATA_CORRUPT,
         f"transaction {txn_id}'s journaled batch at {where} is damaged: {problem}",
         txn_id=txn_id,
@@ -208,26 +209,20 @@ def journal_records(
     epoch: int,
 ) -> None:
     """Append records to one partition's data journal as one batch, tagged with the
-    transaction, and add them to the partition's counts."""
+    transaction, and add them to the partition's counts. The records are packed into a
+    row of `log` under the journal's key (schema 017), that the commit moves."""
     start = _journal_end(conn, txn_id, topic_id, partition)
-    count = len(records)
-    values = values_of(records)
-    size = sum(value_sizes(values))
-    if plain_records(records):
-        body = _encode_body((values, None, None, None))
-    else:
-        keys = [record.key for record in records]
-        size += sum(len(key) for key in keys if key)
-        headers = [encode_headers(r.headers) if r.headers else EMPTY_HEADERS for r in records]
-        stamps = [now_ms if r.timestamp_ms is None else r.timestamp_ms for r in records]
-        body = _encode_body(
-            (
-                values,
-                None if keys.count(None) == count else keys,
-                None if headers.count(EMPTY_HEADERS) == count else headers,
-                None if stamps.count(now_ms) == count else stamps,
-            )
-        )
+    hidden = journal_topic_id(topic_id)
+    end = conn.execute(Q["partition_end"], (topic_id, partition)).fetchone()[0]
+    (first_offset,) = conn.execute(Q["log_journal_end"], (hidden, partition, end)).fetchone()
+    row = logs.pack_records(
+        (hidden, partition, first_offset),
+        records,
+        now_ms,
+        (producer_id, generation, 0, epoch, txn_id),  # sequence: none in the log
+    )
+    count, size = row[4], row[5]
+    log_rowid = conn.execute(Q["log_insert"], row).lastrowid
     conn.execute(Q["txn_partition_add"], (txn_id, topic_id, partition, count, size))
     conn.execute(
         Q["txn_batch_insert"],
@@ -242,9 +237,18 @@ def journal_records(
             producer_id,
             generation,
             epoch,
-            body,
+            log_rowid,
         ),
     )
+
+
+def journal_topic_id(topic_id: int) -> int:
+    """The topic id of a journaled row of `log`: 0 or negative (topic ids start at 1), so
+    no read of a topic meets it, and as many bytes in a SQLite record as topic_id, so
+    that the commit's UPDATE keeps the record's size and SQLite writes it in place.
+    (SQLite stores 0 and 1 in no bytes, -128 to 127 in one, -32768 to 32767 in two...:
+    1 maps to 0, any other id n to ~n, -n - 1.)"""
+    return 0 if topic_id == 1 else ~topic_id
 
 
 def recount(conn: sqlite3.Connection, txn_id: int) -> None:
@@ -258,7 +262,7 @@ def drop_empty(conn: sqlite3.Connection, txn_id: int) -> None:
     conn.execute(Q["txn_partitions_drop_empty"], (txn_id,))
 
 
-def copy_partition(
+def apply_partition(
     conn: sqlite3.Connection,
     txn_id: int,
     topic_id: int,
@@ -268,12 +272,22 @@ def copy_partition(
 ) -> int:
     """APPLY_COMMIT of one partition: each journaled batch becomes a batch of the log
     from base_offset, in journal order (the offsets contiguous, whatever was fenced or
-    dropped), stamped with the topic's epoch now; how many records were copied."""
+    dropped), stamped with the topic's epoch now; how many records were moved. A batch
+    journaled as a row of `log` (schema 017) is moved there in place; an older one,
+    its records in its body, is copied."""
     offset = base_offset
-    for position, count, timestamp_ms, producer_id, generation, body in _journaled(
+    for position, count, timestamp_ms, producer_id, generation, body, log_rowid in _journaled(
         conn, txn_id, topic_id, partition
     ):
         where = f"topic id {topic_id} partition {partition} position {position}"
+        if log_rowid is not None:  # schema 017: the row is there, under the journal's key
+            _check_journaled(conn, log_rowid, topic_id, count, txn_id, where)
+            conn.execute(
+                Q["log_journaled_move"],
+                (topic_id, offset, offset + count - 1, epoch, log_rowid),
+            )
+            offset += count
+            continue
         values, keys, headers, stamps = _unpacked(_BODY, body, count, txn_id, where)
         conn.execute(
             Q["log_insert"],
@@ -291,11 +305,17 @@ def copy_partition(
     return offset - base_offset
 
 
+def bytes_to_copy(conn: sqlite3.Connection, txn_id: int) -> int:
+    """The bytes of a transaction's batches that its commit copies (those journaled
+    before schema 017, their records in their body); the others move in place."""
+    return int(conn.execute(Q["txn_batches_to_copy"], (txn_id,)).fetchone()[0])
+
+
 def _journaled(
     conn: sqlite3.Connection, txn_id: int, topic_id: int, partition: int
-) -> Iterator[tuple[int, int, int, int, int, bytes]]:
+) -> Iterator[tuple[int, int, int, int, int, bytes, int | None]]:
     """A partition's batches in journal order: position, records, timestamp, pid,
-    generation, body."""
+    generation, body, the rowid of its row of `log` (None: the records are in body)."""
     position = 0
     while True:
         page = conn.execute(
@@ -324,11 +344,16 @@ def data_records(conn: sqlite3.Connection, txn_id: int, limit: int) -> list[Reco
     its partition's journal)."""
     found: list[Record] = []
     cursor = conn.execute(Q["txn_batches_read"], (txn_id,))
-    for topic, partition, position, count, at_ms, producer_id, generation, epoch, body in cursor:
+    for row in cursor:
+        topic, partition, position, count, at_ms, producer_id, generation, epoch, body = row[:9]
         if len(found) >= limit:
             break
         where = f"{topic or 'a deleted topic'} partition {partition} position {position}"
-        values, keys, headers, stamps = _unpacked(_BODY, body, count, txn_id, where)
+        log_rowid = row[9]
+        if log_rowid is None:
+            values, keys, headers, stamps = _unpacked(_BODY, body, count, txn_id, where)
+        else:
+            values, keys, headers, stamps = _journaled_row(conn, log_rowid, count, txn_id, where)
         for index in range(min(count, limit - len(found))):
             found.append(
                 Record(
@@ -347,6 +372,46 @@ def data_records(conn: sqlite3.Connection, txn_id: int, limit: int) -> list[Reco
                 )
             )
     return found
+
+
+def _check_journaled(
+    conn: sqlite3.Connection, log_rowid: int, topic_id: int, count: int, txn_id: int, where: str
+) -> None:
+    """DATA_CORRUPT unless a journaled batch's row of `log` is there, under the journal's
+    key, and holds its records as a read would check them (its values unread)."""
+    found = conn.execute(Q["log_journaled_shape"], (log_rowid,)).fetchone()
+    if found is None or found[0] != journal_topic_id(topic_id):
+        raise _damaged(txn_id, where, "its row of the log is missing")
+    shape = batches.Shape._make(found[1:])
+    problem = batches.unreadable_shape(shape)
+    if problem is None and shape.records != count:
+        problem = f"its row of the log holds {shape.records} records, not {count}"
+    if problem is not None:
+        raise _damaged(txn_id, where, problem)
+
+
+def _journaled_row(
+    conn: sqlite3.Connection, log_rowid: int, count: int, txn_id: int, where: str
+) -> Body:
+    """A journaled batch's records from its row of `log`, as a body's columns."""
+    found = conn.execute(Q["log_by_rowid"], (log_rowid,)).fetchone()
+    batch = None if found is None else batches.Stored._make(found)
+    problem = "its row of the log is missing"
+    if batch is not None:
+        problem = batches.damage(batch) or ""
+        if not problem and batch.records != count:
+            problem = f"its row of the log holds {batch.records} records, not {count}"
+    if batch is None or problem:
+        raise _damaged(txn_id, where, problem)
+    part = batches.Part(batch, 0, count)
+    keys = batches.keys(part) if batch.key_lengths is not None else None
+    stored_headers: list[bytes] | None = None
+    if batch.headers is not None:
+        stored_headers = [EMPTY_HEADERS] * count
+        for index, stored in batches.headers(part):
+            stored_headers[index] = stored
+    stamps = None if batch.timestamps is None else list(batches.timestamps(part))
+    return list(batches.values(part)), None if keys is None else list(keys), stored_headers, stamps
 
 
 def discard(conn: sqlite3.Connection, txn_id: int) -> None:
@@ -480,7 +545,7 @@ def move_record_journal(conn: sqlite3.Connection) -> None:
     goes. Only transactions open or prepared at the upgrade have records there."""
     rows = conn.execute(Q["txn_data_legacy"])
     conn.executemany(
-        Q["txn_batch_insert"],
+        Q["txn_batch_insert_packed"],
         (
             (
                 txn_id,
@@ -524,11 +589,15 @@ def damaged_batches(conn: sqlite3.Connection, limit: int) -> list[str]:
     """Up to `limit` journaled batches whose packed records do not match their row,
     each said as the commit would say it (`fencelog check`)."""
     problems: list[str] = []
-    rows = conn.execute(Q["txn_batches_all"])
-    for txn_id, topic_id, partition, position, count, body in rows:
+    upgraded = conn.execute(Q["txn_batches_log_rowid"]).fetchone() is not None
+    rows = conn.execute(Q["txn_batches_all" if upgraded else "txn_batches_all_012"])
+    for txn_id, topic_id, partition, position, count, body, log_rowid in rows:
         where = f"topic id {topic_id} partition {partition} position {position}"
         try:
-            _unpacked(_BODY, body, count, txn_id, where)
+            if log_rowid is None:
+                _unpacked(_BODY, body, count, txn_id, where)
+            else:
+                _journaled_row(conn, log_rowid, count, txn_id, where)
         except BrokerError as error:
             problems.append(error.message)
             if len(problems) >= limit:

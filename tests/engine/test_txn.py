@@ -1024,7 +1024,7 @@ def test_a_copy_that_fails_after_the_commit_point_says_the_commit_is_decided(
         raise sqlite3.OperationalError("database or disk is full")
 
     with monkeypatch.context() as patched:
-        patched.setattr("broker.storage.txns.copy_partition", disk_full)
+        patched.setattr("broker.storage.txns.apply_partition", disk_full)
         with pytest.raises(BrokerError) as caught:
             engine.txn_commit(txn.txn_id)
     assert caught.value.code is ErrorCode.STORAGE_FAILED
@@ -1352,15 +1352,17 @@ def test_a_transaction_journaled_before_schema_011_commits_after_the_upgrade(
 @pytest.mark.parametrize(
     ("damage", "said"),
     [
-        ("UPDATE txn_batches SET body = X'c1'", "is damaged"),
-        ("UPDATE txn_batches SET records = 3", "its columns do not hold 3 records"),
+        ("UPDATE log SET vals = X'c1' WHERE topic_id <= 0", "its values do not hold its 2"),
+        ("UPDATE txn_batches SET records = 3", "its row of the log holds 2 records, not 3"),
+        ("DELETE FROM log WHERE topic_id <= 0", "its row of the log is missing"),
     ],
 )
 def test_a_damaged_journal_batch_is_data_corrupt_and_lands_nothing(
     data_dir: Path, clock: FakeClock, damage: str, said: str
 ) -> None:
-    """A batch whose body does not decode as its row says (the file damaged under
-    SQLite's own checks): the commit is DATA_CORRUPT and lands nothing; the broker still
+    """A journaled batch whose row of the log does not hold its records as the journal
+    says (the file damaged under SQLite's own checks): the commit is DATA_CORRUPT and
+    lands nothing; the broker still
     opens (the transaction stays prepared, as do later ones of its journal) and serves."""
     with connect(data_dir, durability="normal", clock=clock) as client:
         client.create_topic("ledger", partitions=1)

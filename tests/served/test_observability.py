@@ -302,7 +302,7 @@ def test_a_prepared_commit_with_damaged_data_is_logged_and_the_server_serves(
     txn_id = prepared_commit(data_dir)
     damaged = sqlite3.connect(data_dir / DB_FILE)
     with damaged:
-        damaged.execute("UPDATE txn_batches SET body = X'c1'")
+        damaged.execute("UPDATE log SET vals = X'c1c1c1' WHERE topic_id <= 0")
     damaged.close()
     args = ("--no-unix", "--log-format", "json")
     with serving(data_dir, tmp_path / "ready.json", serve_args=args) as server:

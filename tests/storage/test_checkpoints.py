@@ -1,10 +1,11 @@
 """Checkpoints off a large commit's path (broker/storage/database.py Checkpoints).
 
-A transaction's commit, which copies its records into the log, no longer copies the
-WAL into the database file before it returns; a thread of the connection's own does so
-just after. What a user sees: the committed records reach the database file while the
-broker stays open, the WAL stays bounded under a long run of writes, several processes
-writing at once lose nothing, and closing leaves no thread behind.
+A transaction's commit that copies its records into the log (those journaled before
+schema 017; the others move in place) no longer copies the WAL into the database file
+before it returns; a thread of the connection's own does so just after. What a user
+sees: the committed records reach the database file while the broker stays open, the
+WAL stays bounded under a long run of writes, several processes writing at once lose
+nothing, and closing leaves no thread behind.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import threading
 from collections.abc import Iterator
 from pathlib import Path
 
+import msgspec
 import pytest
 
 from broker.client.client import Client, connect
@@ -40,17 +42,40 @@ def database_bytes(data_dir: Path) -> int:
     return (data_dir / DB_FILE).stat().st_size
 
 
-def test_a_large_commit_reaches_the_database_file_while_the_broker_stays_open(
+def as_journaled_before_schema_17(data_dir: Path) -> None:
+    """Turn every journaled batch into what schema 016's code left: its records packed
+    in txn_batches' body (values, keys, headers, timestamps), no row of the log."""
+    conn = sqlite3.connect(data_dir / DB_FILE)
+    with conn:
+        batches = conn.execute("SELECT rowid, records FROM txn_batches").fetchall()
+        for rowid, records in batches:
+            body = msgspec.msgpack.encode(([bytes(100)] * records, None, None, None))
+            conn.execute(
+                "UPDATE txn_batches SET body = ?, log_rowid = NULL WHERE rowid = ?", (body, rowid)
+            )
+        conn.execute("DELETE FROM log WHERE topic_id <= 0")
+    conn.execute("VACUUM")  # no free pages left for the copy to fill
+    conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")  # all of it in the database file
+    conn.close()
+
+
+def test_a_large_copy_reaches_the_database_file_while_the_broker_stays_open(
     client: Client, data_dir: Path
 ) -> None:
+    """A transaction journaled before the upgrade to schema 017 is copied at its commit:
+    6 MB written in one SQLite transaction, checkpointed by the thread just after."""
     client.create_topic("t", 2)
+    txn_id = client.txn_begin("g").txn_id
+    for partition in (0, 1):
+        client.produce("t", [bytes(100)] * 30_000, partition=partition, txn=txn_id)  # 6 MB
+    as_journaled_before_schema_17(data_dir)
     before = database_bytes(data_dir)
-    with client.transaction("g") as txn:
-        for partition in (0, 1):
-            txn.produce("t", [bytes(100)] * 30_000, partition=partition)  # 6 MB in all
+    client.txn_commit(txn_id)
     assert client.end_offsets("t") == [30_000, 30_000]
+    assert [r.value for r in client.fetch("t", {0: 29_999})] == [bytes(100)]
     wait_until(
-        lambda: database_bytes(data_dir) > before + 6 * MB,
+        # the copy's first partition, 3 MB (the second's reuses the pages its journal freed)
+        lambda: database_bytes(data_dir) > before + 2 * MB,
         message=lambda: f"the database file holds {database_bytes(data_dir)} bytes",
     )
     assert len(checkpoint_threads()) >= 1  # started by the commit's copy

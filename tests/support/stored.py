@@ -33,7 +33,9 @@ def stored_records(db_path: Path, topic: str | None = None) -> list[dict[str, An
     found: list[dict[str, Any]] = []
     with contextlib.closing(sqlite3.connect(db_path)) as conn:
         names = dict(conn.execute("SELECT topic_id, name FROM topics"))
-        query = "SELECT * FROM log ORDER BY topic_id, partition, first_offset"
+        # the log's rows; those under a topic id of 0 or below are transactions'
+        # journaled batches, not yet in a log (schema 017)
+        query = "SELECT * FROM log WHERE topic_id > 0 ORDER BY topic_id, partition, first_offset"
         for row in conn.execute(query):
             batch = batches.Stored._make(row)
             name = names.get(batch.topic_id)
