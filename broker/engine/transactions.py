@@ -339,8 +339,8 @@ class Transactions:
                 raise
             raise BrokerError(
                 error.code,
-                f"transaction {txn_id} is prepared: its commit is decided, but copying it "
-                f"into the logs failed ({error.message}); the copy is done when its group "
+                f"transaction {txn_id} is prepared: its commit is decided, but moving it "
+                f"into the logs failed ({error.message}); the move is done when its group "
                 "next commits or the broker next opens the directory",
                 txn_id=txn_id,
                 decided=True,

@@ -250,6 +250,8 @@ class Database:
         self.write_transactions = 0  # begun on this connection; see Engine's WriteCache
         self.checkpoints: Checkpoints | None = None  # started by the first large write
         self._holding = False  # a larger page cache for one write (hold_pages)
+        self._left_unsynced = False  # durability full, left at NORMAL by write_unsynced
+        self._writing_unsynced = False  # write_unsynced is entering write()
         self._starting = threading.Lock()
 
     @classmethod
@@ -407,6 +409,9 @@ class Database:
         (Errors are translated by except clauses rather than nested context managers:
         every produce group pays for this, and those cost more than its BEGIN.)"""
         conn = self.conn
+        if self._left_unsynced and not self._writing_unsynced:  # this COMMIT syncs again
+            conn.execute("PRAGMA synchronous = FULL")
+            self._left_unsynced = False
         try:
             conn.execute("BEGIN IMMEDIATE")
         except sqlite3.DatabaseError as exc:
@@ -439,17 +444,25 @@ class Database:
         durability: for a step that nothing is told of before a later synced write makes
         it durable too (the WAL is one file, written in order, so that write's sync covers
         every frame before it), or whose loss in a power loss is harmless (a transaction's
-        BEGIN: engine/transactions.py). A process killed in between loses nothing."""
+        BEGIN: engine/transactions.py). A process killed in between loses nothing.
+
+        The connection stays at synchronous NORMAL after it, until the next write()
+        sets FULL again before its BEGIN: a transaction's steps, unsynced then synced,
+        switch once each way."""
         if self.durability != "full":
             with self.write() as conn:
                 yield conn
             return
-        self.conn.execute("PRAGMA synchronous = NORMAL")
+        if not self._left_unsynced:
+            self.conn.execute("PRAGMA synchronous = NORMAL")
+            self._left_unsynced = True
+        self._writing_unsynced = True
         try:
             with self.write() as conn:
+                self._writing_unsynced = False
                 yield conn
         finally:
-            self.conn.execute("PRAGMA synchronous = FULL")
+            self._writing_unsynced = False
 
     def hold_pages(self, conn: sqlite3.Connection, new_bytes: int) -> None:
         """Inside a write about to add new_bytes (a large commit's copy): a page cache

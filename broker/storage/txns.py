@@ -474,6 +474,8 @@ def apply_offsets(conn: sqlite3.Connection, txn_id: int, now_ms: int) -> int:
     """Make a transaction's consumer offsets the committed ones; how many. A producer
     state given with them becomes the (group, topic)'s, as commit_offsets does."""
     count = int(conn.execute(Q["txn_offsets_count"], (txn_id,)).fetchone()[0])
+    if count == 0:  # the usual transaction
+        return 0
     states = conn.execute(Q["txn_offset_states"], (txn_id,)).fetchall()
     conn.execute(Q["txn_offsets_apply"], (txn_id, now_ms))
     for group, topic_id, producer_state in states:

@@ -1389,25 +1389,31 @@ def test_a_damaged_journal_batch_is_data_corrupt_and_lands_nothing(
 
 
 def test_plain_writes_stay_synced_after_commits_whose_prepare_is_not(data_dir: Path) -> None:
-    """Under durability full, PREPARE_COMMIT's write is not synced on its own (the copy
-    after it is, and covers it); the connection must go back to syncing every commit,
-    also after a commit that was refused."""
+    """Under durability full, PREPARE_COMMIT's write is not synced on its own (the move
+    after it is, and covers it); every other write still syncs its commit, also after
+    a commit that was refused at its prepare."""
     with connect(data_dir) as client, connect(data_dir) as zombie:  # durability full
         transport = client._transport
         assert isinstance(transport, EmbeddedTransport)
-        conn = transport.engine.database.conn
+        engine = transport.engine
         client.create_topic("invoices")
         client.create_topic("owned", owner_group="samza")
         [old] = zombie.own("samza", {"owned/0": 1})
-        with client.transaction("billing") as txn:
-            txn.produce("invoices", ["a"])
-        assert conn.execute("PRAGMA synchronous").fetchone()[0] == 2  # FULL
-        stale = client.txn_begin("billing")
-        zombie.produce("owned", ["b"], partition=0, fences=[old.fence], txn=stale.txn_id)
-        client.own("samza", {"owned/0": 2})
-        refused(ErrorCode.FENCED, lambda: client.txn_commit(stale.txn_id))
-        assert conn.execute("PRAGMA synchronous").fetchone()[0] == 2
-        assert values(client, "invoices") == ["a"] and values(client, "owned") == []
+        client.txn_begin("warm-up")  # takes this process's block of ids (a synced write)
+        with contextlib.contextmanager(commits_synced)(engine) as commits:
+            with client.transaction("billing") as txn:
+                txn.produce("invoices", ["a"])
+            client.produce("invoices", ["b"])
+            stale = client.txn_begin("billing")
+            zombie.produce("owned", ["c"], partition=0, fences=[old.fence], txn=stale.txn_id)
+            client.own("samza", {"owned/0": 2})
+            refused(ErrorCode.FENCED, lambda: client.txn_commit(stale.txn_id))
+            client.produce("invoices", ["d"])
+        assert commits[:5] == [False, False, True, True, False]  # begin with "a", prepare,
+        # the move, "b", the stale transaction's begin; then every commit syncs: the new
+        # fence, what the refused commit wrote (its prepare rolled back), "d"
+        assert len(commits) == 8 and all(commits[5:]), commits
+        assert values(client, "invoices") == ["a", "b", "d"] and values(client, "owned") == []
 
 
 def commits_synced(engine: Engine) -> Iterator[list[bool]]:
@@ -1447,7 +1453,6 @@ def test_a_begin_is_synced_only_when_it_takes_a_new_block_of_ids(data_dir: Path)
             third, _ = engine.txn_begin_produce("billing", "invoices", [NewRecord(b"c")])
             fourth = engine.txn_begin("billing")
         assert commits == [True, True, False, True, False]
-        assert engine.database.conn.execute("PRAGMA synchronous").fetchone()[0] == 2
         for txn in (first, second, third):
             engine.txn_commit(txn.txn_id)
         assert [r.value for r in engine.read("invoices", 0, 0)] == [b"a", b"b", b"c"]
