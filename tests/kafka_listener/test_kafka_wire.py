@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 from crc32c import crc32c
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from kafka.errors import CorruptRecordError
 from kafka.protocol.metadata import ApiVersionsResponse
@@ -425,6 +425,7 @@ def _fetch_answer(version: int, batches: list[list[bytes]]) -> Any:
     st.integers(4, 12),
     st.lists(st.lists(st.binary(max_size=400), min_size=1, max_size=4), min_size=1, max_size=3),
 )
+@example(12, [[b"\n", bytes(9)]])  # a one-byte batch, the same object as a length's byte
 def test_a_fetch_answer_written_in_parts_is_the_answer_encoded_whole(
     version: int, batches: list[list[bytes]]
 ) -> None:
@@ -436,7 +437,10 @@ def test_a_fetch_answer_written_in_parts_is_the_answer_encoded_whole(
     whole = wire.encode_response(header, api, _fetch_answer(version, batches))
     parts = wire.encode_fetch_response(header, api, _fetch_answer(version, batches))
     assert b"".join(parts) == whole
-    written_whole = [batch for topic in batches for batch in topic if batch]
+    # each batch is one of the parts, the object itself; told by identity, so only those
+    # of two bytes or more (CPython keeps a single object for each one-byte value, which
+    # the encoding's own one-byte parts may be)
+    written_whole = [batch for topic in batches for batch in topic if len(batch) > 1]
     assert [
         part for part in parts if any(part is batch for batch in written_whole)
     ] == written_whole
