@@ -448,24 +448,12 @@ def _bytes_of(lengths: bytes) -> int:
 def unreadable(batch: Stored) -> str | None:
     """What a read finds wrong with a batch's columns before it uses them (cheaper than
     damage(): line counts, and the values' total length), or None."""
-    return unreadable_shape(
-        Shape(
-            batch.first_offset,
-            batch.last_offset,
-            batch.records,
-            batch.value_lengths,
-            batch.timestamps,
-            batch.key_lengths,
-            batch.headers,
-            batch.offset_deltas,
-            len(batch.vals),
-        )
-    )
+    return unreadable_shape(batch, len(batch.vals))
 
 
 class Shape(NamedTuple):
-    """What unreadable() looks at: a batch's columns but its values, and their length
-    (storage/txns.py asks SQLite for them alone, the values unread)."""
+    """The columns of a batch that unreadable() looks at, read without its values
+    (storage/txns.py asks SQLite for these and the values' length alone)."""
 
     first_offset: int
     last_offset: int
@@ -473,18 +461,17 @@ class Shape(NamedTuple):
     value_lengths: int | bytes
     timestamps: bytes | None
     key_lengths: bytes | None
-    headers: bytes | None
     offset_deltas: bytes | None
-    vals_bytes: int
 
 
-def unreadable_shape(shape: Shape) -> str | None:
+def unreadable_shape(shape: Stored | Shape, vals_bytes: int) -> str | None:
+    """unreadable() of a batch's columns and the length of its values."""
     count = shape.records
     lengths = shape.value_lengths
     if isinstance(lengths, int):
-        values_fit = count * lengths == shape.vals_bytes
+        values_fit = count * lengths == vals_bytes
     else:
-        values_fit = _lines_hold(lengths, count) and _bytes_of(lengths) == shape.vals_bytes
+        values_fit = _lines_hold(lengths, count) and _bytes_of(lengths) == vals_bytes
     if not values_fit:
         return f"its values do not hold its {count} records"
     if not (

@@ -440,20 +440,22 @@ INSERT INTO txn_batches (txn_id, topic_id, partition, position, records, bytes, 
 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?);
 
 -- name: log_journal_end
--- The offset after the last journaled row of a partition (topic id ?1 is ~topic_id),
--- or ?3 (the partition's end) if that is further: where the next journaled row goes.
-SELECT max(?3, coalesce((SELECT last_offset + 1 FROM log WHERE topic_id = ?1 AND partition = ?2
-                         ORDER BY first_offset DESC LIMIT 1), 0));
+-- Where the next journaled row of topic ?3's partition ?2 goes (?1: the hidden topic id,
+-- storage/txns.py journal_topic_id): after the last journaled row there, or at the
+-- partition's end if that is further.
+SELECT max((SELECT next_offset FROM partitions WHERE topic_id = ?3 AND partition = ?2),
+           coalesce((SELECT last_offset + 1 FROM log WHERE topic_id = ?1 AND partition = ?2
+                     ORDER BY first_offset DESC LIMIT 1), 0));
 
 -- name: log_journaled_move
 -- APPLY_COMMIT of a journaled row: its real key, offsets and the topic's epoch now.
 UPDATE log SET topic_id = ?, first_offset = ?, last_offset = ?, epoch = ? WHERE rowid = ?;
 
 -- name: log_journaled_shape
--- What the commit checks of a journaled row before it moves it (batches.Shape, the
--- topic id first): all but the values, and their length (which SQLite knows unread).
+-- What the commit checks of a journaled row before it moves it: its topic id, its
+-- batches.Shape, and the length of its values (which SQLite knows without reading them).
 SELECT topic_id, first_offset, last_offset, records, value_lengths, timestamps, key_lengths,
-       headers, offset_deltas, length(vals)
+       offset_deltas, length(vals)
 FROM log WHERE rowid = ?;
 
 -- name: log_by_rowid

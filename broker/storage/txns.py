@@ -213,8 +213,7 @@ def journal_records(
     row of `log` under the journal's key (schema 017), that the commit moves."""
     start = _journal_end(conn, txn_id, topic_id, partition)
     hidden = journal_topic_id(topic_id)
-    end = conn.execute(Q["partition_end"], (topic_id, partition)).fetchone()[0]
-    (first_offset,) = conn.execute(Q["log_journal_end"], (hidden, partition, end)).fetchone()
+    (first_offset,) = conn.execute(Q["log_journal_end"], (hidden, partition, topic_id)).fetchone()
     row = logs.pack_records(
         (hidden, partition, first_offset),
         records,
@@ -381,13 +380,18 @@ def _check_journaled(
     key, and holds its records as a read would check them (its values unread)."""
     found = conn.execute(Q["log_journaled_shape"], (log_rowid,)).fetchone()
     if found is None or found[0] != journal_topic_id(topic_id):
-        raise _damaged(txn_id, where, "its row of the log is missing")
-    shape = batches.Shape._make(found[1:])
-    problem = batches.unreadable_shape(shape)
-    if problem is None and shape.records != count:
-        problem = f"its row of the log holds {shape.records} records, not {count}"
+        raise _damaged(txn_id, where, _MISSING)
+    shape = batches.Shape._make(found[1:-1])
+    problem = batches.unreadable_shape(shape, found[-1]) or _miscounted(shape.records, count)
     if problem is not None:
         raise _damaged(txn_id, where, problem)
+
+
+_MISSING: Final = "its row of the log is missing"
+
+
+def _miscounted(stored: int, count: int) -> str | None:
+    return None if stored == count else f"its row of the log holds {stored} records, not {count}"
 
 
 def _journaled_row(
@@ -395,13 +399,11 @@ def _journaled_row(
 ) -> Body:
     """A journaled batch's records from its row of `log`, as a body's columns."""
     found = conn.execute(Q["log_by_rowid"], (log_rowid,)).fetchone()
-    batch = None if found is None else batches.Stored._make(found)
-    problem = "its row of the log is missing"
-    if batch is not None:
-        problem = batches.damage(batch) or ""
-        if not problem and batch.records != count:
-            problem = f"its row of the log holds {batch.records} records, not {count}"
-    if batch is None or problem:
+    if found is None:
+        raise _damaged(txn_id, where, _MISSING)
+    batch = batches.Stored._make(found)
+    problem = batches.damage(batch) or _miscounted(batch.records, count)
+    if problem is not None:
         raise _damaged(txn_id, where, problem)
     part = batches.Part(batch, 0, count)
     keys = batches.keys(part) if batch.key_lengths is not None else None
