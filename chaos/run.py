@@ -525,19 +525,23 @@ def stop_round(
     successor = writer("b", 2)
     if role == "exclusive":  # B queues behind A before A stops
         time.sleep(0.3)  # pacing: B's wait-exclusive attach reaches the broker
+    # A holds a write transaction, then lets it go and stays quiet for a moment (the
+    # writer's hold and release): the stop below catches it between two writes of its
+    # own. Stopped at a random moment, it could be inside one of its writes, holding the
+    # lock, and B would wait behind it: what the inside round tests on purpose.
+    first.write("hold\n")
+    if first.wait_line(lambda line: line == "holding", STEP_S) is None:
+        tally.anomaly("hung", f"{label}: no write transaction opened")
     if inside:
         # Stopped holding the write lock, nobody can write until A runs again; then A
         # releases it and is stopped again, outside, for B to take over.
-        first.write("hold\n")
-        if first.wait_line(lambda line: line == "holding", STEP_S) is None:
-            tally.anomaly("hung", f"{label}: no write transaction opened")
         first.signal(signal.SIGSTOP)
         tally.faults[f"sigstop_{role}_inside"] += 1
         time.sleep(STOP_S)  # what is tested: the time a stopped process holds the lock
         first.signal(signal.SIGCONT)
-        first.write("release\n")
-        if first.wait_line(lambda line: line == "released", STEP_S) is None:
-            tally.anomaly("hung", f"{label}: A did not release its write transaction")
+    first.write("release\n")
+    if first.wait_line(lambda line: line == "released", STEP_S) is None:
+        tally.anomaly("hung", f"{label}: A did not release its write transaction")
     first.signal(signal.SIGSTOP)
     tally.faults[f"sigstop_{role}_outside"] += 1
     tally.operations["takeover_attempt"] += 1
