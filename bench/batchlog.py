@@ -56,7 +56,6 @@ RESULTS_FILE: Final = REPOSITORY / "bench" / "RESULTS.md"
 WORKER: Final = Path("bench") / "batchlog_worker.py"
 VERSIONS: Final = ("before", "after")
 REGRESSION_TOLERANCE: Final = 0.10
-TXN_RECORDS: Final = 1000  # the worker's transactions and batches (batchlog_worker.BATCH_RECORDS)
 WORKER_TIMEOUT_S: Final = 1800.0
 STOP_GRACE_S: Final = 20.0
 LOG_TAIL_CHARS: Final = 1500
@@ -353,16 +352,6 @@ def _lowest_ratio(measure: str, top: str, bottom: str) -> Figure:
     return figure
 
 
-def _txn_extra_ms(results: Results, version: str) -> float | None:
-    """What a 1000-record transaction costs beyond the plain produce of its batch, ms:
-    per round, the time per batch of one side less the other's; their median."""
-    pairs = zip(
-        results.series("txn", version, "txn"), results.series("txn", version, "plain"), strict=True
-    )
-    extras = [TXN_RECORDS * (1 / txn - 1 / plain) * 1e3 for txn, plain in pairs]
-    return _median(extras)
-
-
 @dataclass(frozen=True, slots=True)
 class Goal:
     """One row: what it measures, how a version's value is shown, and its goal: at least
@@ -570,7 +559,7 @@ GOALS: Final = (
     Goal(
         "the same: a transaction's time beyond the plain produce of its batch",
         "txn",
-        _txn_extra_ms,
+        _pooled("txn", "extra_ms"),
         lambda value, results, version: f"{value:.2f} ms",
         "no regression (<= before + 10%)",
         no_regression=True,

@@ -427,12 +427,11 @@ def txn(work: Path, parameters: dict[str, int]) -> Series:
     every one in the transactions' (0.57), with each side's median unchanged. Apart,
     each side pays for the checkpoints of its own WAL."""
     from bench import txn as bench_txn
-    from bench.measures import interleaved
     from broker.client.client import connect
 
     records = values(parameters["records"], seed=17)
     units = bench_txn._units(records, BATCH_RECORDS, 1)
-    found: Series = {"txn": [], "plain": []}
+    found: Series = {"txn": [], "plain": [], "extra_ms": []}
     with (
         connect(work / "txn", durability="full") as txn_client,
         connect(work / "plain", durability="full") as plain_client,
@@ -444,7 +443,7 @@ def txn(work: Path, parameters: dict[str, int]) -> Series:
             for client in (txn_client, plain_client):
                 client.create_topic(name, 1)
                 bench_txn._tail(client, name)
-            txn_s, plain_s = interleaved(
+            txn_s, plain_s = turns(
                 len(units),
                 bench_txn._txn_step(txn_client, name, units),
                 bench_txn._plain_step(plain_client, name, units),
@@ -453,6 +452,8 @@ def txn(work: Path, parameters: dict[str, int]) -> Series:
                 assert client.end_offsets(name) == [len(records)], "lost or added records"
             found["txn"].append(len(records) / sum(txn_s))
             found["plain"].append(len(records) / sum(plain_s))
+            # what a transaction costs beyond the plain produce of its batch
+            found["extra_ms"].append((sum(txn_s) - sum(plain_s)) / len(units) * 1e3)
     return found
 
 
