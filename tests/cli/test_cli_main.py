@@ -115,7 +115,9 @@ def test_ctrl_c_while_a_command_waits_is_one_line_and_130(tmp_path: Path) -> Non
     """A command retrying a connection, interrupted: no traceback, status 130."""
     fencelog = str(Path(sys.executable).parent / "fencelog")
     args = [fencelog, "--broker", "tcp://127.0.0.1:1", "topic", "list"]
-    env = os.environ | {"FENCELOG_CONNECT_TIMEOUT": "30s"}
+    # it retries far longer than this test waits to see it sleep, so a slow look (CI saw
+    # one of 29.5 s under load) cannot meet fencelog giving up on its own (exit 80)
+    env = os.environ | {"FENCELOG_REQUEST_TIMEOUT": "300s", "FENCELOG_CONNECT_TIMEOUT": "300s"}
     process = subprocess.Popen(args, stderr=subprocess.PIPE, text=True, env=env, cwd=tmp_path)
     try:
         # it sleeps between connection attempts: Ctrl-C lands while it waits
