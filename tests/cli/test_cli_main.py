@@ -3,13 +3,11 @@ is built (cli.main.command), and what a user sees is the same as with the whole 
 
 from __future__ import annotations
 
-import contextlib
 import importlib.abc
 import os
 import signal
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import click
@@ -18,6 +16,7 @@ from click.testing import CliRunner
 
 from cli import start
 from cli.main import ROOT_VALUE_OPTIONS, command, invoked
+from support.helpers import ctrl_c_as_at_a_terminal
 from support.waiting import wait_until
 
 
@@ -113,26 +112,12 @@ def _sleeping(pid: int) -> bool:
         return False
 
 
-@contextlib.contextmanager
-def _ctrl_c_as_at_a_terminal() -> Iterator[None]:
-    """Children started inside get SIGINT at its default, as a command a shell runs in
-    the foreground does. The suite may itself run with SIGINT ignored (a shell without
-    job control starts a background job so: `make test &` in a script), and an ignored
-    SIGINT is inherited and stays ignored, in fencelog as in any program; a handled one
-    is reset to its default by exec."""
-    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGINT, previous)
-
-
 def test_ctrl_c_while_a_command_waits_is_one_line_and_130(tmp_path: Path) -> None:
     """A command retrying a connection, interrupted: no traceback, status 130."""
     fencelog = str(Path(sys.executable).parent / "fencelog")
     args = [fencelog, "--broker", "tcp://127.0.0.1:1", "topic", "list"]
     env = os.environ | {"FENCELOG_CONNECT_TIMEOUT": "30s"}
-    with _ctrl_c_as_at_a_terminal():
+    with ctrl_c_as_at_a_terminal():
         process = subprocess.Popen(args, stderr=subprocess.PIPE, text=True, env=env, cwd=tmp_path)
     try:
         # it sleeps between connection attempts: Ctrl-C lands while it waits

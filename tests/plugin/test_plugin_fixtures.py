@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 
 from broker.client import connect
+from support.helpers import ctrl_c_as_at_a_terminal
 from support.waiting import wait_until
 
 pytest_plugins = ["pytester"]
@@ -308,7 +309,8 @@ def test_interrupted(fencelog_server, fencelog_broker_session, record):
 def test_a_ctrl_c_stops_the_servers_and_removes_the_directories(
     recording: pytest.Pytester,
 ) -> None:
-    inner = run_inner(recording, WAITS_TO_BE_INTERRUPTED)
+    with ctrl_c_as_at_a_terminal():
+        inner = run_inner(recording, WAITS_TO_BE_INTERRUPTED)
     try:
         wait_until((recording.path / "seen.jsonl").exists, RUN_END_S)
         inner.send_signal(signal.SIGINT)  # as Ctrl-C in a terminal would

@@ -17,7 +17,7 @@ import signal
 import subprocess
 import sys
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import IO, Any, Protocol
 
@@ -113,6 +113,20 @@ def fencelog_script() -> Path:
 def user_env(**extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k not in _STRIPPED_ENV}
     return env | extra
+
+
+@contextlib.contextmanager
+def ctrl_c_as_at_a_terminal() -> Iterator[None]:
+    """Children started inside get SIGINT at its default, as a command a shell runs in
+    the foreground does: for tests that send one a Ctrl-C. The suite may itself run with
+    SIGINT ignored (a shell without job control starts a background job so: `make test
+    &` in a script), and an ignored SIGINT is inherited and stays ignored, in fencelog
+    and pytest as in any program; a handled one is reset to its default by exec."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 class Process:
