@@ -950,6 +950,16 @@ class Engine:
                 conn, row.topic_id, partition, (start, end), timestamp_ms
             )
 
+    def offset_of_greatest_time(self, topic: str, partition: int) -> tuple[int, int] | None:
+        """The record of a partition with its greatest timestamp, the first of them on a
+        tie: (offset, its timestamp), or None when the partition holds no record (Kafka's
+        ListOffsets MAX_TIMESTAMP; broker/storage/timestamps.py)."""
+        with self.database.read() as conn:
+            row = self._topic(conn, topic)
+            record_rules.check_partition(topic, partition, row.partitions)
+            start = logs.start_offset(conn, row, partition)
+            return timestamps.offset_of_greatest_time(conn, row.topic_id, partition, start)
+
     def read_compacted(self, topic: str, partition: int) -> list[Record]:
         """The newest record of every key in one partition, in offset order."""
         with self.database.read() as conn:

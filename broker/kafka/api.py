@@ -77,8 +77,13 @@ class ReadAheadKey(Struct, frozen=True):
 
 NODE_ID: Final = 0
 OWNERSHIP_GROUP: Final = "kafka"  # the ownership group of consumer group generations
+# ListOffsets' timestamps that ask for a place, not a time (Kafka's ListOffsetsRequest)
 LATEST: Final = -1
 EARLIEST: Final = -2
+MAX_TIMESTAMP: Final = -3  # v7+ (KIP-734): the record with the greatest timestamp
+EARLIEST_LOCAL: Final = -4  # v8+ (KIP-405): the local log's start, here the log start
+LATEST_TIERED: Final = -5  # v9+ (KIP-1005): the last offset in tiered storage
+EARLIEST_PENDING_UPLOAD: Final = -6  # v11+ (KIP-1023): the first not yet in tiered storage
 _RECORD_OVERHEAD: Final = 16  # a record's bytes in a batch beyond its key and value, about
 
 
@@ -523,7 +528,7 @@ class KafkaApi:
                             error_code=error,
                             timestamp=timestamp,
                             offset=offset,
-                            leader_epoch=0,
+                            leader_epoch=0 if offset >= 0 else -1,
                         )
                         for partition, error, timestamp, offset in parts
                     ],
@@ -1177,8 +1182,14 @@ def _read_offsets(
                 parts.append((partition, wire.UNKNOWN_TOPIC_OR_PARTITION, -1, -1))
             elif timestamp == LATEST:
                 parts.append((partition, wire.NONE, -1, bounds[1]))
-            elif timestamp == EARLIEST:
+            elif timestamp in (EARLIEST, EARLIEST_LOCAL):  # no tiered storage: one log
                 parts.append((partition, wire.NONE, -1, bounds[0]))
+            elif timestamp in (LATEST_TIERED, EARLIEST_PENDING_UPLOAD):
+                # nothing is ever in tiered storage: -1, as a Kafka broker without it says
+                parts.append((partition, wire.NONE, -1, -1))
+            elif timestamp == MAX_TIMESTAMP:
+                at = reader.offset_of_greatest_time(topic, partition)
+                parts.append((partition, wire.NONE, *(at[::-1] if at else (-1, -1))))
             elif timestamp < 0:
                 parts.append((partition, wire.UNSUPPORTED_VERSION, -1, -1))
             else:

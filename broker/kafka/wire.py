@@ -73,7 +73,7 @@ APIS: Final = {
     for api in (
         _api(producer.ProduceRequest, producer.ProduceResponse, 3, 9),
         _api(consumer.FetchRequest, consumer.FetchResponse, 4, 12),
-        _api(consumer.ListOffsetsRequest, consumer.ListOffsetsResponse, 1, 6),
+        _api(consumer.ListOffsetsRequest, consumer.ListOffsetsResponse, 1, 11),
         _api(metadata.MetadataRequest, metadata.MetadataResponse, 0, 12),
         _api(consumer.OffsetCommitRequest, consumer.OffsetCommitResponse, 2, 9),
         _api(consumer.OffsetFetchRequest, consumer.OffsetFetchResponse, 1, 9),

@@ -61,6 +61,16 @@ WHERE topic_id = ?1 AND partition = ?2
                                 ORDER BY first_offset DESC LIMIT 1), ?3)
 ORDER BY first_offset;
 
+-- name: log_greatest_time_after
+-- The first batch after the one starting at ?3 whose greatest timestamp is the
+-- partition's greatest past it (ListOffsets' MAX_TIMESTAMP): every batch's row is read
+-- for its max_timestamp_ms, none of its records.
+SELECT first_offset, max_timestamp_ms
+FROM log
+WHERE topic_id = ?1 AND partition = ?2 AND first_offset > ?3
+ORDER BY max_timestamp_ms DESC, first_offset
+LIMIT 1;
+
 -- name: log_front
 -- The batches from the one holding the log start ?3: what cleaning may delete next.
 SELECT last_offset, max_timestamp_ms, bytes, records

@@ -28,6 +28,7 @@ import sqlite3
 
 from broker.storage import batches
 from broker.storage.logs import batch_at_or_after
+from broker.storage.queries import Q
 
 
 def offset_for_time(
@@ -66,6 +67,35 @@ def offset_for_time(
         return None
     first = batches.Part(found, batches.index_at(found, start), found.records)
     return batches.offsets(first)[0], batches.timestamps(first)[0]
+
+
+def offset_of_greatest_time(
+    conn: sqlite3.Connection, topic_id: int, partition: int, start: int
+) -> tuple[int, int] | None:
+    """(offset, timestamp_ms) of the record with the partition's greatest timestamp at
+    or after the log start, the first of them on a tie (Kafka's MAX_TIMESTAMP); None
+    when nothing is stored there. The batch holding the start is read record by record
+    (its greatest timestamp may be below the start); every later one by its
+    max_timestamp_ms column, then the one chosen for where its greatest record is."""
+    first = batch_at_or_after(conn, topic_id, partition, start)
+    if first is None:
+        return None
+    best = _greatest(batches.Part(first, batches.index_at(first, start), first.records))
+    later = conn.execute(Q["log_greatest_time_after"], (topic_id, partition, first.first_offset))
+    row = later.fetchone()
+    later.close()
+    if row is not None and row[1] > best[1]:
+        chosen = batch_at_or_after(conn, topic_id, partition, row[0])
+        if chosen is not None:
+            best = _greatest(batches.Part(chosen, 0, chosen.records))
+    return best
+
+
+def _greatest(part: batches.Part) -> tuple[int, int]:
+    """(offset, timestamp_ms) of the part's first record of its greatest timestamp."""
+    stamps = batches.timestamps(part)
+    greatest = max(stamps)
+    return batches.offsets(part)[stamps.index(greatest)], greatest
 
 
 def _first_stamp(batch: batches.Stored, start: int) -> int:

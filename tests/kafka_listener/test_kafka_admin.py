@@ -33,6 +33,7 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]
     ConfigSource,
     NewPartitions,
     NewTopic,
+    OffsetSpec,
     ResourcePatternType,
     ResourceType,
 )
@@ -41,6 +42,7 @@ from kafka import TopicPartition as KpPartition
 from kafka import errors as kp_errors
 from kafka.admin import ConfigResource as KpConfigResource
 from kafka.admin import ConfigResourceType
+from kafka.protocol.consumer import ListOffsetsRequest
 
 from broker.errors import ErrorCode
 from broker.kafka import wire
@@ -184,6 +186,97 @@ def test_delete_records_moves_the_log_start_through_both_clients(
     produce(kafka, "trimmed", 1, partition=1)
     lines = run_kcat(kcat, kafka, "-C", "-t", "trimmed", "-p", "1", "-o", "beginning", "-e", "-J")
     assert [json.loads(line)["offset"] for line in lines.splitlines()] == [5]
+
+
+def produce_at(kafka: str, topic: str, stamps: list[int]) -> None:
+    """One batch into partition 0, a record per timestamp (linger: sent together)."""
+    producer = Producer({"bootstrap.servers": kafka, "linger.ms": 1000})
+    for index, stamp in enumerate(stamps):
+        producer.produce(topic, value=b"t%d" % index, partition=0, timestamp=stamp)
+    assert producer.flush(STEP_S) == 0
+
+
+def spec(name: str) -> OffsetSpec:
+    """OffsetSpec.<name>() (confluent-kafka's are untyped)."""
+    made: OffsetSpec = getattr(OffsetSpec, name)()
+    return made
+
+
+def listed(admin: AdminClient, specs: dict[TopicPartition, OffsetSpec]) -> dict[int, Any]:
+    """AdminClient.list_offsets: {partition: (offset, timestamp)}, or the error."""
+    found = {}
+    for partition, answer in settled(admin.list_offsets(specs)).items():
+        ok = not isinstance(answer, KafkaError)
+        found[partition.partition] = (answer.offset, answer.timestamp) if ok else answer.code()
+    return found
+
+
+def test_list_offsets_of_the_greatest_timestamp(kafka: str, admin: AdminClient) -> None:
+    # ListOffsets v7's MAX_TIMESTAMP (KIP-734): the record with the greatest timestamp,
+    # the first of them on a tie, among the records at or after the log start
+    create(admin, ("stamped", 2))
+    produce_at(kafka, "stamped", [1000, 8000, 3000, 5000, 2000])  # offsets 0-4
+    produce_at(kafka, "stamped", [4000, 6000])  # 5-6
+    greatest = {
+        TopicPartition("stamped", 0): spec("max_timestamp"),
+        TopicPartition("stamped", 1): spec("max_timestamp"),
+    }
+    assert listed(admin, greatest) == {0: (1, 8000), 1: (-1, -1)}  # partition 1 is empty
+
+    # the log start inside the first batch, past its greatest: the rest's greatest
+    settled(admin.delete_records([TopicPartition("stamped", 0, 2)]))
+    assert listed(admin, greatest)[0] == (6, 6000)
+    produce_at(kafka, "stamped", [6000])  # 7: a tie, and the first one stays
+    assert listed(admin, greatest)[0] == (6, 6000)
+    produce_at(kafka, "stamped", [1000, 9000, 9000])  # 8-10: a later batch's first
+    assert listed(admin, greatest)[0] == (9, 9000)
+
+    at_start_and_end = {
+        TopicPartition("stamped", 0): spec("earliest"),
+        TopicPartition("stamped", 1): spec("latest"),
+    }
+    assert listed(admin, at_start_and_end) == {0: (2, -1), 1: (0, -1)}
+
+
+def test_list_offsets_of_the_tiered_storage_specs(kafka: str, admin: AdminClient) -> None:
+    # With no tiered storage the local log is the log (v8's EARLIEST_LOCAL, -4), and
+    # nothing is tiered or waiting for upload (v9's -5, v11's -6): -1, as Kafka answers
+    create(admin, ("local", 1))
+    produce(kafka, "local", 3)
+    settled(admin.delete_records([TopicPartition("local", 0, 1)]))
+    raw = RawKafka(kafka)
+    try:
+        for version, stamp, expected in [  # (offset, timestamp, leader epoch)
+            (8, -4, (1, -1, 0)),
+            (9, -5, (-1, -1, -1)),
+            (11, -6, (-1, -1, -1)),
+            (11, -1, (3, -1, 0)),
+            (6, -7, None),
+        ]:
+            request = ListOffsetsRequest(
+                version=version,
+                replica_id=-1,
+                isolation_level=0,
+                topics=[
+                    ListOffsetsRequest.ListOffsetsTopic(
+                        name="local",
+                        partitions=[
+                            ListOffsetsRequest.ListOffsetsTopic.ListOffsetsPartition(
+                                partition_index=0, timestamp=stamp
+                            )
+                        ],
+                    )
+                ],
+            )
+            (topic,) = raw.call(request, version).topics
+            (answer,) = topic.partitions
+            if expected is None:  # a place no version names
+                assert answer.error_code == wire.UNSUPPORTED_VERSION
+                continue
+            assert answer.error_code == wire.NONE, (version, stamp)
+            assert (answer.offset, answer.timestamp, answer.leader_epoch) == expected, stamp
+    finally:
+        raw.sock.close()
 
 
 # configs ----------------------------------------------------------------------------------

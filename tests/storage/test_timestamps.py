@@ -1,6 +1,7 @@
 """Offset by time (broker/storage/timestamps.py): a binary search over the log's primary
 key that answers as a scan does while timestamps ascend, and a crossing of the time when
-they do not, whatever batches hold the records."""
+they do not, whatever batches hold the records; and the record of the greatest timestamp
+(ListOffsets' MAX_TIMESTAMP), as a scan from the log start finds it."""
 
 from __future__ import annotations
 
@@ -9,13 +10,13 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 import broker.storage
 from broker.storage import batches
 from broker.storage.queries import Q
-from broker.storage.timestamps import offset_for_time
+from broker.storage.timestamps import offset_for_time, offset_of_greatest_time
 
 TABLE = (Path(broker.storage.__file__).parent / "schema" / "015_log.sql").read_text()
 
@@ -101,3 +102,23 @@ def test_the_search_starts_at_the_log_start(conn: sqlite3.Connection) -> None:
     """Records below the log start are gone even where their batch is still stored."""
     _fill(conn, {0: 10, 1: 20, 2: 30})
     assert offset_for_time(conn, 1, 0, (2, 3), 5) == (2, 30)
+
+
+@given(
+    st.lists(st.integers(0, 20), max_size=40),
+    st.sets(st.integers(0, 40), max_size=15),
+    st.integers(0, 45),
+)
+@example([5, 0, 1], set(), 1)  # the log start inside a batch, past its greatest
+@example([1, 2, 2, 1, 2], set(), 0)  # a tie across batches: the first
+def test_the_greatest_timestamp_answers_as_a_scan_from_the_log_start(
+    times: list[int], gaps: set[int], start: int
+) -> None:
+    stamps = {offset: stamp for offset, stamp in enumerate(times) if offset not in gaps}
+    visible = [(o, t) for o, t in sorted(stamps.items()) if o >= start]
+    # the first record of the greatest timestamp (max keeps the first on a tie)
+    expected = max(visible, key=lambda record: record[1]) if visible else None
+    with sqlite3.connect(":memory:") as conn:
+        conn.executescript(TABLE)
+        _fill(conn, stamps)
+        assert offset_of_greatest_time(conn, 1, 0, start) == expected
