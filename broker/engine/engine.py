@@ -279,6 +279,10 @@ class Engine:
         with self.database.write() as conn:
             logs.delete_topic(conn, self._topic(conn, name))
 
+    def data_dir(self) -> Path:
+        """The data directory, as an absolute path."""
+        return self.database.data_dir.path.resolve()
+
     def list_topics(self) -> list[TopicInfo]:
         with self.database.read() as conn:
             return [self._topic_info(conn, row) for row in logs.all_topics(conn)]

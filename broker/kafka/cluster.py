@@ -1,7 +1,12 @@
-"""Kafka's cluster and security admin APIs: DescribeCluster, and the ACL and SCRAM APIs.
+"""Kafka's cluster and security admin APIs: DescribeCluster, DescribeLogDirs, and the ACL
+and SCRAM APIs.
 
 DescribeCluster names this one broker (node 0, the controller) and the data directory's
-cluster id, as Metadata does. fencelog has no authorizer and keeps no SCRAM credentials
+cluster id, as Metadata does. DescribeLogDirs names one log directory, the data
+directory, holding every partition (no replica is moving: no lag, no future log): each
+partition's size is the bytes of its records' keys and values (`fencelog topic
+describe`'s), as every partition shares one SQLite file, and v4's total and usable bytes
+are the data directory's filesystem's. fencelog has no authorizer and keeps no SCRAM credentials
 (its Kafka listener authenticates with SASL/PLAIN and the server's auth token): the ACL
 and SCRAM APIs answer as a Kafka broker without an authorizer does, SECURITY_DISABLED,
 so admin tools say "security is disabled" rather than "unsupported version" (for SCRAM,
@@ -10,12 +15,14 @@ each user asked is SECURITY_DISABLED; the top level is not: librdkafka crashes o
 
 from __future__ import annotations
 
+import shutil
 from typing import TYPE_CHECKING, Any, Final
 
 from kafka.protocol import admin
 
 from broker.kafka import authorized_ops, wire
 from broker.kafka.admin_codes import SECURITY_DISABLED, Handler
+from broker.types import TopicInfo
 
 if TYPE_CHECKING:
     from broker.kafka.api import KafkaApi
@@ -34,6 +41,7 @@ class Cluster:
     def handlers(self) -> dict[int, Handler]:
         return {
             admin.DescribeClusterRequest.API_KEY: self.describe_cluster,
+            admin.DescribeLogDirsRequest.API_KEY: self.describe_log_dirs,
             admin.DescribeAclsRequest.API_KEY: self.describe_acls,
             admin.CreateAclsRequest.API_KEY: self.create_acls,
             admin.DeleteAclsRequest.API_KEY: self.delete_acls,
@@ -63,6 +71,30 @@ class Cluster:
             authorized_operations=authorized_ops.authorized(
                 authorized_ops.CLUSTER, body.include_cluster_authorized_operations
             ),
+        )
+
+    async def describe_log_dirs(self, connection: KafkaConnection, body: Any, version: int) -> Any:
+        reader = self.api.backend.reader
+        topics, directory = await self.api.backend.read(
+            lambda: (reader.list_topics(), reader.data_dir())
+        )
+        asked = None if body.topics is None else {t.topic: set(t.partitions) for t in body.topics}
+        total, _, usable = shutil.disk_usage(directory)
+        response = admin.DescribeLogDirsResponse
+        return response(
+            version=version,
+            throttle_time_ms=0,
+            error_code=wire.NONE,
+            results=[
+                response.DescribeLogDirsResult(
+                    error_code=wire.NONE,
+                    log_dir=str(directory),
+                    topics=_log_dir_topics(response, topics, asked),
+                    total_bytes=total,
+                    usable_bytes=usable,
+                    is_cordoned=False,
+                )
+            ],
         )
 
     async def describe_acls(self, connection: KafkaConnection, body: Any, version: int) -> Any:
@@ -135,3 +167,30 @@ class Cluster:
                 for user in dict.fromkeys(users)
             ],
         )
+
+
+def _log_dir_topics(
+    response: Any, topics: list[TopicInfo], asked: dict[str, set[int]] | None
+) -> list[Any]:
+    """The topics of the one log directory: every partition, or those asked that exist
+    (a topic or partition that does not is left out, as Kafka leaves out what a
+    directory does not hold)."""
+    topic_cls = response.DescribeLogDirsResult.DescribeLogDirsTopic
+    found = []
+    for topic in topics:
+        wanted = None if asked is None else asked.get(topic.name)
+        if asked is not None and wanted is None:
+            continue
+        partitions = [
+            topic_cls.DescribeLogDirsPartition(
+                partition_index=p.partition,
+                partition_size=p.bytes,
+                offset_lag=0,
+                is_future_key=False,
+            )
+            for p in topic.partition_details
+            if wanted is None or p.partition in wanted
+        ]
+        if partitions:
+            found.append(topic_cls(name=topic.name, partitions=partitions))
+    return found

@@ -104,6 +104,7 @@ APIS: Final = {
         _api(admin.DeleteGroupsRequest, admin.DeleteGroupsResponse, 0, 2),
         _api(consumer.OffsetDeleteRequest, consumer.OffsetDeleteResponse, 0, 0),
         _api(admin.DescribeClusterRequest, admin.DescribeClusterResponse, 0, 2),
+        _api(admin.DescribeLogDirsRequest, admin.DescribeLogDirsResponse, 1, 5),
         _api(admin.ListTransactionsRequest, admin.ListTransactionsResponse, 0, 2),
         _api(admin.DescribeTransactionsRequest, admin.DescribeTransactionsResponse, 0, 0),
         _api(admin.DescribeProducersRequest, admin.DescribeProducersResponse, 0, 0),

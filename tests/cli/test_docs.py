@@ -1,12 +1,15 @@
-"""man/ and completions/ are generated from the CLI and must be current."""
+"""man/ and completions/ are generated from the CLI and must be current; README's table
+of the Kafka APIs is what the listener advertises."""
 
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
 
+from broker.kafka import wire
 from cli import docs
 
 
@@ -77,3 +80,22 @@ def test_the_root_holds_no_stray_files() -> None:
         return  # an installed copy, not a checkout
     tracked = {path.split("/", 1)[0] for path in _git("ls-files")}
     assert tracked <= ROOT_ENTRIES, f"stray files committed at the root: {tracked - ROOT_ENTRIES}"
+
+
+def test_readme_lists_the_kafka_apis_and_versions_apiversions_advertises() -> None:
+    readme = (docs.ROOT / "README.md").read_text()
+    listed = {
+        (name, int(key), versions)
+        for name, key, versions in re.findall(r"\| (\w+) \((\d+)\) \| ([\d-]+) \|", readme)
+    }
+    advertised = {
+        (
+            api.name,
+            api.key,
+            f"{api.min_version}-{api.max_version}"
+            if api.min_version != api.max_version
+            else str(api.min_version),
+        )
+        for api in wire.APIS.values()
+    }
+    assert listed == advertised

@@ -276,7 +276,7 @@ def test_list_offsets_of_the_tiered_storage_specs(kafka: str, admin: AdminClient
             assert answer.error_code == wire.NONE, (version, stamp)
             assert (answer.offset, answer.timestamp, answer.leader_epoch) == expected, stamp
     finally:
-        raw.sock.close()
+        raw.close()
 
 
 # configs ----------------------------------------------------------------------------------
@@ -471,6 +471,40 @@ def test_describe_cluster_through_both_clients(
     assert [(b["broker_id"], b["port"]) for b in described["brokers"]] == [(0, int(port))]
 
 
+def test_describe_log_dirs_names_the_data_directory_and_partition_sizes(
+    kafka_server: ServeProcess, kafka: str, admin: AdminClient, kp_admin: KafkaAdminClient
+) -> None:
+    # what Kafka UIs and kafka-log-dirs.sh read for topic sizes: one directory, the data
+    # directory, holding every partition with its bytes as fencelog counts them
+    create(admin, ("sized", 2), ("other", 1))
+    produce(kafka, "sized", 3, partition=1)
+    (broker,) = kp_admin.describe_log_dirs()
+    assert broker["broker"] == 0
+    (directory,) = broker["log_dirs"]
+    assert directory["error_code"] == 0
+    assert directory["log_dir"] == str(kafka_server.data_dir.resolve())
+    sizes = {
+        (topic["name"], p["partition_index"]): p["partition_size"]
+        for topic in directory["topics"]
+        for p in topic["partitions"]
+    }
+    described = fencelog(kafka_server, "topic", "describe", "sized")[0]["partition_details"]
+    assert {("sized", p["partition"]): p["bytes"] for p in described} == {
+        ("sized", 0): 0,
+        ("sized", 1): 6,  # b"v0" b"v1" b"v2"
+    }
+    assert {k: v for k, v in sizes.items() if k[0] == "sized"} == {("sized", 0): 0, ("sized", 1): 6}
+    assert ("other", 0) in sizes
+    assert directory["total_bytes"] >= directory["usable_bytes"] > 0
+
+    # asked for some: only those that exist
+    (broker,) = kp_admin.describe_log_dirs({"sized": [1, 9]})
+    (directory,) = broker["log_dirs"]
+    assert [
+        (t["name"], [p["partition_index"] for p in t["partitions"]]) for t in directory["topics"]
+    ] == [("sized", [1])]
+
+
 def test_acl_and_scram_apis_answer_security_disabled_through_both_clients(
     admin: AdminClient, kp_admin: KafkaAdminClient
 ) -> None:
@@ -659,6 +693,20 @@ def admin_requests() -> dict[str, tuple[Any, Any]]:
                 include_cluster_authorized_operations=False, endpoint_type=1
             ),
             lambda a, v: [b.broker_id for b in a.brokers] == [0],
+        ),
+        "DescribeLogDirs": (
+            lambda v: kp.DescribeLogDirsRequest(
+                topics=[
+                    kp.DescribeLogDirsRequest.DescribableLogDirTopic(
+                        topic="versions", partitions=[0, 7]
+                    ),
+                    kp.DescribeLogDirsRequest.DescribableLogDirTopic(topic="nope", partitions=[0]),
+                ]
+            ),
+            lambda a, v: (
+                [(t.name, [p.partition_index for p in t.partitions]) for t in a.results[0].topics]
+                == [("versions", [0])]
+            ),
         ),
         "ListTransactions": (
             lambda v: kp.ListTransactionsRequest(
