@@ -700,9 +700,9 @@ class Client:
         return {r.partition: r.metadata for r in rows}
 
     def offset_for_time(self, topic: str, partition: int, timestamp_ms: int) -> int | None:
-        """The offset of the first record of a partition at or after timestamp_ms (a
-        binary search over offsets: exact while the partition's timestamps ascend), or
-        None when every record is older."""
+        """The offset of the first record of a partition at or after timestamp_ms,
+        whatever the order of its timestamps (as Kafka's offsets_for_times), or None
+        when every record is older."""
         found = self._transport.call(ops.OFFSET_FOR_TIME, topic, partition, timestamp_ms)
         return None if found is None else found[0]
 

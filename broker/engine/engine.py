@@ -943,8 +943,9 @@ class Engine:
         self, topic: str, partition: int, timestamp_ms: int
     ) -> tuple[int, int] | None:
         """The first record of a partition at or after timestamp_ms: (offset, its
-        timestamp), or None when every record is older. A binary search over offsets
-        (broker/storage/timestamps.py: exact while timestamps ascend, as Kafka's)."""
+        timestamp), or None when every record is older, whatever the order of the
+        timestamps, as Kafka's (a binary search over the log's time index:
+        broker/storage/timestamps.py)."""
         with self.database.read() as conn:
             row = self._topic(conn, topic)
             record_rules.check_partition(topic, partition, row.partitions)

@@ -81,6 +81,7 @@ def all_topics(conn: sqlite3.Connection) -> list[TopicRow]:
 
 def delete_topic(conn: sqlite3.Connection, topic: TopicRow) -> None:
     conn.execute(Q["log_delete_topic"], (topic.topic_id,))
+    conn.execute(Q["log_times_delete_topic"], (topic.topic_id,))
     conn.execute(Q["txn_batches_delete_topic"], (topic.topic_id,))
     conn.execute(Q["txn_partitions_zero_topic"], (topic.topic_id,))
     conn.execute(Q["leases_delete_topic"], (topic.topic_id,))
@@ -154,6 +155,7 @@ def delete_front(
     """Move the log start to new_start and delete the batches wholly below it (size:
     their bytes). A batch holding new_start stays; nothing below the start is read."""
     conn.execute(Q["log_delete_below"], (topic.topic_id, partition, new_start))
+    conn.execute(Q["log_times_below"], (topic.topic_id, partition, new_start))
     conn.execute(Q["partition_start_set"], (topic.topic_id, partition, new_start, size))
 
 
@@ -367,11 +369,12 @@ def plain_records(records: Sequence[NewRecord]) -> bool:
 # reading --------------------------------------------------------------------------
 
 
-def batch_of(row: tuple[Any, ...]) -> batches.Stored:
+def batch_of(row: tuple[Any, ...], vals_bytes: int | None = None) -> batches.Stored:
     """A stored batch a read may use: DATA_CORRUPT if its columns do not hold its
-    records (a damaged file: nothing of the batch is read)."""
+    records (a damaged file: nothing of the batch is read). vals_bytes: the length of
+    its values, for a row read without them."""
     batch = batches.Stored._make(row)
-    problem = batches.unreadable(batch)
+    problem = batches.unreadable_shape(batch, len(batch.vals) if vals_bytes is None else vals_bytes)
     if problem is not None:
         raise BrokerError(
             ErrorCode.DATA_CORRUPT,

@@ -61,6 +61,40 @@ WHERE topic_id = ?1 AND partition = ?2
                                 ORDER BY first_offset DESC LIMIT 1), ?3)
 ORDER BY first_offset;
 
+-- name: log_times_from
+-- The partition's first time index row at or after offset ?3 (schema 018).
+SELECT first_offset, max_timestamp_ms FROM log_times
+WHERE topic_id = ?1 AND partition = ?2 AND first_offset >= ?3
+ORDER BY first_offset LIMIT 1;
+
+-- name: log_reaching
+-- The first batch from the one holding offset ?3 whose greatest timestamp is at or
+-- after ?4, without its keys and values (NULL, empty: what a search by time does not
+-- read, nor SQLite for it, being the row's last columns), then the values' length.
+SELECT topic_id, partition, first_offset, last_offset, records, bytes, timestamp_ms, max_timestamp_ms,
+       producer_id, generation, first_sequence, epoch, txn_id, value_lengths, timestamps,
+       key_lengths, headers, offset_deltas, NULL, X'', length(vals)
+FROM log
+WHERE topic_id = ?1 AND partition = ?2
+  AND first_offset >= coalesce((SELECT first_offset FROM log
+                                WHERE topic_id = ?1 AND partition = ?2 AND first_offset <= ?3
+                                ORDER BY first_offset DESC LIMIT 1), ?3)
+  AND max_timestamp_ms >= ?4
+ORDER BY first_offset
+LIMIT 1;
+
+-- name: log_times_below
+-- Retention: the time index rows below a new log start ?3 but the last of them, which
+-- still bounds every timestamp before it.
+DELETE FROM log_times
+WHERE topic_id = ?1 AND partition = ?2
+  AND first_offset < (SELECT first_offset FROM log_times
+                      WHERE topic_id = ?1 AND partition = ?2 AND first_offset < ?3
+                      ORDER BY first_offset DESC LIMIT 1);
+
+-- name: log_times_delete_topic
+DELETE FROM log_times WHERE topic_id = ?;
+
 -- name: log_greatest_time_after
 -- The first batch after the one starting at ?3 whose greatest timestamp is the
 -- partition's greatest past it (ListOffsets' MAX_TIMESTAMP): every batch's row is read

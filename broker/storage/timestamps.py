@@ -1,25 +1,19 @@
-"""Finding an offset by time: a binary search over the log's index of batches.
+"""Finding an offset by time, and the record of the greatest timestamp.
 
-There is no index on timestamps: the log's index on (topic_id, partition, first_offset)
-(log_offsets) is the one it uses. The search takes a partition's timestamps to ascend with
-its offsets (Kafka's time index, which keeps the greatest timestamp so far, does not
-need to: it finds the first record at or after the time whatever their order). It goes
-in two steps: over batches, O(log2(end offset)) probes, each one seek of that index
-reading one batch's first timestamp (a column of its row: no record is unpacked); then
-inside the one batch where the time is crossed, whose timestamps it reads once.
+By time: the first record at or after the time, as Kafka's time index finds it
+whatever the order of the timestamps. The log's time index (log_times, schema 018)
+holds a row for each batch that raised its partition's greatest timestamp so far; both
+its columns grow with the offsets. A binary search over it, O(log2(end offset)) probes
+of its primary key, finds the first row reaching the time: every record before that
+batch is older (the greatest before it is), and the batch holds one at or after the
+time (its greatest is). The records of that batch are read once to find it. Where the
+batch is below the log start, or compaction has since taken the record that raised the
+greatest, the search goes on from there to the next batch whose greatest timestamp
+(a column of its row: no record is unpacked) reaches the time; nothing below the log
+start is read.
 
-Exact semantics. The search is a lower bound over records of "the record is at or after
-the time" (first over the batches' first records, then over the records of one batch):
-- when a partition's timestamps never decrease, the answer is the first record at or after
-  the time, and None exactly when every record is older;
-- when they do decrease somewhere (a clock stepped back; a Kafka producer's own
-  timestamps), the answer is a record at or after the time whose previous record is
-  older than the time (or that is the partition's first record): a place where the log
-  crosses the time, not necessarily the first. None means the search ended at the end:
-  the partition's last record is older than the time.
-Gaps in offsets (compacted away) cost nothing: a probe lands on the next record that
-exists. The search starts at the log start: records below it are gone, even where their
-batch is still stored.
+The greatest: the batch holding the log start is read record by record (its stored
+greatest may be below the start), every later one by its max_timestamp_ms column.
 """
 
 from __future__ import annotations
@@ -27,7 +21,7 @@ from __future__ import annotations
 import sqlite3
 
 from broker.storage import batches
-from broker.storage.logs import batch_at_or_after
+from broker.storage.logs import batch_at_or_after, batch_of
 from broker.storage.queries import Q
 
 
@@ -38,35 +32,44 @@ def offset_for_time(
     bounds: tuple[int, int],
     timestamp_ms: int,
 ) -> tuple[int, int] | None:
-    """(offset, timestamp_ms) of the first record at or after timestamp_ms, or None;
-    bounds: the log start and end offsets."""
+    """(offset, timestamp_ms) of the first record at or after timestamp_ms, or None
+    when every record is older; bounds: the log start and end offsets."""
     start, end = bounds
-    low, high = start, end
-    before: batches.Part | None = None  # the last batch whose first record is older
+    reached = _first_reaching(conn, topic_id, partition, end, timestamp_ms)
+    if reached is None:
+        return None
+    at = max(reached, start)
+    while at < end:
+        row = conn.execute(Q["log_reaching"], (topic_id, partition, at, timestamp_ms)).fetchone()
+        if row is None:
+            return None
+        batch = batch_of(row[:-1], vals_bytes=row[-1])  # read without its values
+        part = batches.Part(batch, batches.index_at(batch, at), batch.records)
+        for offset, stamp in zip(batches.offsets(part), batches.timestamps(part), strict=True):
+            if stamp >= timestamp_ms:
+                return offset, stamp
+        at = batch.last_offset + 1  # its records at or after `at` are all older
+    return None
+
+
+def _first_reaching(
+    conn: sqlite3.Connection, topic_id: int, partition: int, end: int, timestamp_ms: int
+) -> int | None:
+    """The first offset of the batch where the partition's greatest timestamp first
+    reached timestamp_ms (the first row of log_times at or after it), or None: no
+    record ever had a timestamp that late."""
+    low, high = 0, end  # the lowest offset whose next index row reaches the time
     while low < high:
         middle = (low + high) // 2
-        found = batch_at_or_after(conn, topic_id, partition, max(middle, start))
-        if found is None or _first_stamp(found, start) >= timestamp_ms:
+        row = conn.execute(Q["log_times_from"], (topic_id, partition, middle)).fetchone()
+        if row is None or row[1] >= timestamp_ms:
             high = middle
         else:
-            before = batches.Part(found, batches.index_at(found, start), found.records)
-            low = found.last_offset + 1  # every batch up to it begins before the time
-    if before is not None:
-        stamps = batches.timestamps(before)
-        inside, outside = 1, len(stamps)  # its first record is older: the others
-        while inside < outside:
-            middle = (inside + outside) // 2
-            if stamps[middle] >= timestamp_ms:
-                outside = middle
-            else:
-                inside = middle + 1
-        if inside < len(stamps):
-            return batches.offsets(before)[inside], stamps[inside]
-    found = batch_at_or_after(conn, topic_id, partition, max(low, start)) if low < end else None
+            low = row[0] + 1  # every index row up to it is below the time
+    found = conn.execute(Q["log_times_from"], (topic_id, partition, low)).fetchone()
     if found is None:
         return None
-    first = batches.Part(found, batches.index_at(found, start), found.records)
-    return batches.offsets(first)[0], batches.timestamps(first)[0]
+    return int(found[0])
 
 
 def offset_of_greatest_time(
@@ -96,13 +99,3 @@ def _greatest(part: batches.Part) -> tuple[int, int]:
     stamps = batches.timestamps(part)
     greatest = max(stamps)
     return batches.offsets(part)[stamps.index(greatest)], greatest
-
-
-def _first_stamp(batch: batches.Stored, start: int) -> int:
-    """The timestamp of the batch's first record at or after the log start."""
-    index = batches.index_at(batch, start)
-    if batch.timestamps is None:
-        return batch.timestamp_ms
-    if index == 0:
-        return batch.timestamp_ms
-    return batches.timestamps(batches.Part(batch, index, index + 1))[0]
