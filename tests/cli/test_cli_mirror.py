@@ -496,6 +496,28 @@ def by_partition(client: Client, topic: str) -> dict[int, list[bytes | None]]:
     return found
 
 
+RESTARTS_MAX = 20  # tries of restarted_on, half a second apart
+
+
+def restarted_on(target_dir: Path, ready: Path, kafka_port: str) -> ServeProcess:
+    """The target served again on its Kafka port. While it was down, another test's
+    connection may have taken that port as its own end (the port came from the
+    ephemeral range): LISTEN_FAILED then, until that connection closes."""
+    for attempt in range(RESTARTS_MAX):
+        server = ServeProcess(
+            target_dir, ready, serve_args=["--kafka-listen", f"{HOST}:{kafka_port}"]
+        )
+        try:
+            server.wait_ready()
+            return server
+        except AssertionError as failed:
+            server.close()
+            if "LISTEN_FAILED" not in str(failed) or attempt == RESTARTS_MAX - 1:
+                raise
+            time.sleep(0.5)
+    raise AssertionError("unreachable")
+
+
 def test_killed_again_and_again_while_following_every_record_lands_once(
     runner: CliRunner, processes: Processes, tmp_path: Path
 ) -> None:
@@ -519,10 +541,7 @@ def test_killed_again_and_again_while_following_every_record_lands_once(
             if round_number == 1:  # the target restarted between two mirrors
                 server.stop()
                 server.close()
-                server = ServeProcess(
-                    target_dir, ready, serve_args=["--kafka-listen", f"{HOST}:{kafka_port}"]
-                )
-                server.wait_ready()
+                server = restarted_on(target_dir, ready, kafka_port)
         last = follow(processes, source, server, "events")
         copied_lines(last, 1)
         last.signal(signal.SIGTERM)  # a follow ends at SIGTERM: exit 0

@@ -1294,6 +1294,7 @@ def test_a_transaction_journaled_before_schema_011_commits_after_the_upgrade(
     with conn:
         conn.execute("DROP TABLE txn_batches")
         conn.execute("DROP TABLE log")  # schema 015's, and schema 001's log back
+        conn.execute("DROP TABLE log_times")  # schema 018's (log's triggers went with it)
         conn.execute(LEGACY_RECORDS)
         conn.execute(LEGACY_RECORDS_BY_KEY)
         for table in ("consumer_offsets", "txn_offsets"):  # schema 014's
