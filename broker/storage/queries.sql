@@ -67,10 +67,16 @@ SELECT first_offset, max_timestamp_ms FROM log_times
 WHERE topic_id = ?1 AND partition = ?2 AND first_offset >= ?3
 ORDER BY first_offset LIMIT 1;
 
+-- name: log_times_last
+-- The partition's last time index row (schema 018).
+SELECT first_offset, max_timestamp_ms FROM log_times
+WHERE topic_id = ?1 AND partition = ?2
+ORDER BY first_offset DESC LIMIT 1;
+
 -- name: log_reaching
--- The first batch from the one holding offset ?3 whose greatest timestamp is at or
--- after ?4, without its keys and values (NULL, empty: what a search by time does not
--- read, nor SQLite for it, being the row's last columns), then the values' length.
+-- The first batch holding a record at or after offset ?3 whose greatest timestamp is
+-- at or after ?4, without its keys and values (NULL, empty: what a search by time does
+-- not read, nor SQLite for it, being the row's last columns), then the values' length.
 SELECT topic_id, partition, first_offset, last_offset, records, bytes, timestamp_ms, max_timestamp_ms,
        producer_id, generation, first_sequence, epoch, txn_id, value_lengths, timestamps,
        key_lengths, headers, offset_deltas, NULL, X'', length(vals)
@@ -79,7 +85,7 @@ WHERE topic_id = ?1 AND partition = ?2
   AND first_offset >= coalesce((SELECT first_offset FROM log
                                 WHERE topic_id = ?1 AND partition = ?2 AND first_offset <= ?3
                                 ORDER BY first_offset DESC LIMIT 1), ?3)
-  AND max_timestamp_ms >= ?4
+  AND last_offset >= ?3 AND max_timestamp_ms >= ?4
 ORDER BY first_offset
 LIMIT 1;
 

@@ -2,15 +2,17 @@
 
 By time: the first record at or after the time, as Kafka's time index finds it
 whatever the order of the timestamps. The log's time index (log_times, schema 018)
-holds a row for each batch that raised its partition's greatest timestamp so far; both
-its columns grow with the offsets. A binary search over it, O(log2(end offset)) probes
-of its primary key, finds the first row reaching the time: every record before that
-batch is older (the greatest before it is), and the batch holds one at or after the
-time (its greatest is). The records of that batch are read once to find it. Where the
-batch is below the log start, or compaction has since taken the record that raised the
-greatest, the search goes on from there to the next batch whose greatest timestamp
-(a column of its row: no record is unpacked) reaches the time; nothing below the log
-start is read.
+holds a row for each batch whose greatest timestamp passed the index's last row by
+TIME_INDEX_STEP_MS or more; each row's timestamp is its partition's greatest so far,
+and both its columns grow with the offsets. A binary search over it, O(log2(end
+offset)) probes of its primary key, finds the last row below the time: every record up
+to its batch is older. The first record at or after the time is in the batches after
+it, up to the next row's (which holds one), or in the batches after the last row when
+the time is less than TIME_INDEX_STEP_MS past it (none reaches further). Those batches
+are passed by their greatest timestamp, a column of their row (no record is unpacked),
+and the first that reaches the time is read. Nothing below the log start is read: where
+the start falls after the row, the search begins at the start. Compaction only lowers
+a batch's greatest timestamp, so the search stays exact after it.
 
 The greatest: the batch holding the log start is read record by record (its stored
 greatest may be below the start), every later one by its max_timestamp_ms column.
@@ -19,10 +21,15 @@ greatest may be below the start), every later one by its max_timestamp_ms column
 from __future__ import annotations
 
 import sqlite3
+from typing import Final
 
 from broker.storage import batches
 from broker.storage.logs import batch_at_or_after, batch_of
 from broker.storage.queries import Q
+
+# What the time index's rows are apart at least, in their timestamps: the `+ 10` of
+# schema 018's triggers
+TIME_INDEX_STEP_MS: Final = 10
 
 
 def offset_for_time(
@@ -35,10 +42,10 @@ def offset_for_time(
     """(offset, timestamp_ms) of the first record at or after timestamp_ms, or None
     when every record is older; bounds: the log start and end offsets."""
     start, end = bounds
-    reached = _first_reaching(conn, topic_id, partition, end, timestamp_ms)
-    if reached is None:
+    at = _past_older(conn, topic_id, partition, end, timestamp_ms)
+    if at is None:
         return None
-    at = max(reached, start)
+    at = max(at, start)
     while at < end:
         row = conn.execute(Q["log_reaching"], (topic_id, partition, at, timestamp_ms)).fetchone()
         if row is None:
@@ -52,12 +59,13 @@ def offset_for_time(
     return None
 
 
-def _first_reaching(
+def _past_older(
     conn: sqlite3.Connection, topic_id: int, partition: int, end: int, timestamp_ms: int
 ) -> int | None:
-    """The first offset of the batch where the partition's greatest timestamp first
-    reached timestamp_ms (the first row of log_times at or after it), or None: no
-    record ever had a timestamp that late."""
+    """The offset past the batch of the time index's last row below timestamp_ms (0:
+    none is), where the first record at or after the time is to be looked for; None
+    when no record can be that late (the last row is TIME_INDEX_STEP_MS or more below
+    it, or there is none)."""
     low, high = 0, end  # the lowest offset whose next index row reaches the time
     while low < high:
         middle = (low + high) // 2
@@ -66,10 +74,12 @@ def _first_reaching(
             high = middle
         else:
             low = row[0] + 1  # every index row up to it is below the time
-    found = conn.execute(Q["log_times_from"], (topic_id, partition, low)).fetchone()
-    if found is None:
+    if conn.execute(Q["log_times_from"], (topic_id, partition, low)).fetchone() is not None:
+        return low  # a row at or after `low` reaches the time
+    last = conn.execute(Q["log_times_last"], (topic_id, partition)).fetchone()
+    if last is None or last[1] + TIME_INDEX_STEP_MS <= timestamp_ms:
         return None
-    return int(found[0])
+    return low
 
 
 def offset_of_greatest_time(

@@ -101,6 +101,8 @@ def test_out_of_order_timestamps_answer_the_first_record_at_or_after_the_time(
 )
 @example([1, 9, 1, 2, 7, 4], {1}, 0, 6)  # the record that raised the greatest compacted away
 @example([9, 1, 1, 2, 1, 5], set(), 1, 2)  # the greatest before the log start
+# a batch compacted short of the next offset asked: passed, not asked for again forever
+@example([3, 15, 13, 8, 3, 1, 11], {5, 8, 9}, 4, 6)
 def test_compacted_and_cut_partitions_answer_as_a_scan(
     times: list[int], compacted: set[int], start: int, at_ms: int
 ) -> None:
