@@ -984,7 +984,7 @@ class Engine:
         staged.commit()
         database_bytes, wal_bytes = self.database.file_sizes()
         return BrokerStatus(
-            data_dir=str(self.database.data_dir.path.resolve()),
+            data_dir=str(self.data_dir()),
             schema_version=SCHEMA_VERSION,
             durability=self.database.durability,
             database_bytes=database_bytes,

@@ -75,11 +75,11 @@ class Cluster:
 
     async def describe_log_dirs(self, connection: KafkaConnection, body: Any, version: int) -> Any:
         reader = self.api.backend.reader
-        topics, directory = await self.api.backend.read(
-            lambda: (reader.list_topics(), reader.data_dir())
+        directory = reader.data_dir()
+        topics, (total, _, usable) = await self.api.backend.read(
+            lambda: (reader.list_topics(), shutil.disk_usage(directory))
         )
         asked = None if body.topics is None else {t.topic: set(t.partitions) for t in body.topics}
-        total, _, usable = shutil.disk_usage(directory)
         response = admin.DescribeLogDirsResponse
         return response(
             version=version,

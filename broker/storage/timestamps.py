@@ -23,8 +23,9 @@ from __future__ import annotations
 import sqlite3
 from typing import Final
 
+from broker.limits import INT64_MIN
 from broker.storage import batches
-from broker.storage.logs import batch_at_or_after, batch_of
+from broker.storage.logs import batch_of
 from broker.storage.queries import Q
 
 # What the time index's rows are apart at least, in their timestamps: the `+ 10` of
@@ -47,10 +48,9 @@ def offset_for_time(
         return None
     at = max(at, start)
     while at < end:
-        row = conn.execute(Q["log_reaching"], (topic_id, partition, at, timestamp_ms)).fetchone()
-        if row is None:
+        batch = _batch_reaching(conn, topic_id, partition, at, timestamp_ms)
+        if batch is None:
             return None
-        batch = batch_of(row[:-1], vals_bytes=row[-1])  # read without its values
         part = batches.Part(batch, batches.index_at(batch, at), batch.records)
         for offset, stamp in zip(batches.offsets(part), batches.timestamps(part), strict=True):
             if stamp >= timestamp_ms:
@@ -82,6 +82,16 @@ def _past_older(
     return low
 
 
+def _batch_reaching(
+    conn: sqlite3.Connection, topic_id: int, partition: int, at: int, timestamp_ms: int
+) -> batches.Stored | None:
+    """The first batch holding a record at or after offset `at` whose greatest timestamp
+    is at or after timestamp_ms, read without its keys and values (its timestamps and
+    offsets are what a search by time uses), or None."""
+    row = conn.execute(Q["log_reaching"], (topic_id, partition, at, timestamp_ms)).fetchone()
+    return None if row is None else batch_of(row[:-1], vals_bytes=row[-1])
+
+
 def offset_of_greatest_time(
     conn: sqlite3.Connection, topic_id: int, partition: int, start: int
 ) -> tuple[int, int] | None:
@@ -90,15 +100,14 @@ def offset_of_greatest_time(
     when nothing is stored there. The batch holding the start is read record by record
     (its greatest timestamp may be below the start); every later one by its
     max_timestamp_ms column, then the one chosen for where its greatest record is."""
-    first = batch_at_or_after(conn, topic_id, partition, start)
+    first = _batch_reaching(conn, topic_id, partition, start, INT64_MIN)
     if first is None:
         return None
     best = _greatest(batches.Part(first, batches.index_at(first, start), first.records))
-    later = conn.execute(Q["log_greatest_time_after"], (topic_id, partition, first.first_offset))
-    row = later.fetchone()
-    later.close()
+    where = (topic_id, partition, first.first_offset)
+    row = conn.execute(Q["log_greatest_time_after"], where).fetchone()
     if row is not None and row[1] > best[1]:
-        chosen = batch_at_or_after(conn, topic_id, partition, row[0])
+        chosen = _batch_reaching(conn, topic_id, partition, row[0], row[1])
         if chosen is not None:
             best = _greatest(batches.Part(chosen, 0, chosen.records))
     return best
